@@ -1,0 +1,12 @@
+//! mmlab's kernel model: the Linux memory-management hot paths as plain,
+//! deterministic Rust.
+//!
+//! One module per kernel source file, with the kernel's names. The model does
+//! no I/O, never reads a wall clock, spawns no threads and keeps no floating
+//! point in its state; it receives the current virtual time as an argument and
+//! reports the cost of each step through [`cost::Cx`], never knowing how it is
+//! driven.
+
+pub mod types;
+
+pub use types::*;
