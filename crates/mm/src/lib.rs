@@ -10,3 +10,9 @@
 pub mod types;
 
 pub use types::*;
+pub mod cost;
+pub mod knobs;
+pub mod page;
+pub mod page_alloc;
+pub mod pcp;
+pub mod vmstat;

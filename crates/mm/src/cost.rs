@@ -1,0 +1,295 @@
+//! The narrow interface through which the model reports what each kernel step
+//! costs, and which locks it takes.
+//!
+//! # Why the model does not keep time itself
+//!
+//! A kernel function in the model changes state at once, when it is called,
+//! and records *what it did* as a list of segments: compute for so many
+//! nanoseconds, take lock L, hold it while computing, release it. The engine
+//! (crate `sim`) plays those segments out on virtual time, one lock
+//! acquisition at a time and in global time order, so that a vCPU that finds a
+//! lock held waits for its release and the wait is accounted. The model never
+//! learns how long it waited: exactly as a kernel function does not know how
+//! long its spinlock spun.
+//!
+//! The costs themselves are named kernel steps ([`Cost`]); their values in
+//! nanoseconds come from a cost profile that the engine loads (published
+//! hardware figures or a host calibration, each cited in the profile).
+
+use crate::types::{SimTime, VcpuId};
+
+macro_rules! costs {
+    ($($(#[$doc:meta])* $name:ident = $key:literal,)*) => {
+        /// A named step of kernel work whose duration comes from the cost profile.
+        #[derive(Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Debug)]
+        #[repr(u8)]
+        pub enum Cost { $($(#[$doc])* $name,)* }
+
+        impl Cost {
+            /// Every cost, in declaration order.
+            pub const ALL: &'static [Cost] = &[$(Cost::$name,)*];
+            /// Number of distinct costs.
+            pub const COUNT: usize = Cost::ALL.len();
+
+            /// The key of this cost in a profile file (`snake_case`).
+            pub fn key(self) -> &'static str {
+                match self { $(Cost::$name => $key,)* }
+            }
+
+            /// The cost whose profile key is `key`.
+            pub fn from_key(key: &str) -> Option<Cost> {
+                match key { $($key => Some(Cost::$name),)* _ => None }
+            }
+        }
+    };
+}
+
+costs! {
+    /// Entry and exit of `alloc_pages()`: gfp checks, zonelist set-up,
+    /// `prep_new_page()` bookkeeping.
+    AllocPagesEntry = "alloc_pages_entry_ns",
+    /// Entry of `free_pages()`/`free_unref_page_prepare()`: page checks and
+    /// the pageblock migratetype lookup.
+    FreePagesEntry = "free_pages_entry_ns",
+    /// One watermark check of one zone (`zone_watermark_fast()`).
+    WatermarkCheck = "watermark_check_ns",
+    /// Taking and releasing an uncontended per-CPU pageset lock (`pcp_spin_trylock()`).
+    PcpLock = "pcp_lock_ns",
+    /// Adding a page to, or taking one from, a per-CPU list; the page's
+    /// `struct page` is usually cache-hot here.
+    PcpListOp = "pcp_list_op_ns",
+    /// Taking an uncontended `zone->lock` (one atomic on a line this CPU may
+    /// not own).
+    ZoneLockAcquire = "zone_lock_acquire_ns",
+    /// Extra latency when `zone->lock` was last held by another CPU: the lock's
+    /// cache line and the free-list heads move between cores.
+    ZoneLockHandoff = "zone_lock_handoff_ns",
+    /// Taking a block off a buddy free list, or putting one on: the
+    /// `struct page` is usually cold, so this is roughly one cache miss.
+    BuddyListOp = "buddy_list_op_ns",
+    /// One step of buddy coalescing in `__free_one_page()`: look up the buddy's
+    /// `struct page` (a likely miss), unlink it, combine.
+    BuddyMergeStep = "buddy_merge_step_ns",
+    /// One step of `expand()`: split a block and put the upper half on a list.
+    BuddySplitStep = "buddy_split_step_ns",
+    /// Zeroing one 4 KiB page (`clear_page()`), memory-bandwidth bound.
+    ClearPage = "clear_page_ns",
+    /// Copying one 4 KiB page (`copy_page()`).
+    CopyPage = "copy_page_ns",
+}
+
+/// A table of nanoseconds per [`Cost`], indexed by the cost.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct CostTable {
+    ns: [u64; Cost::COUNT],
+}
+
+impl CostTable {
+    /// A table where every step costs `ns` nanoseconds (for tests).
+    pub fn uniform(ns: u64) -> CostTable {
+        CostTable {
+            ns: [ns; Cost::COUNT],
+        }
+    }
+
+    /// Nanoseconds for one `cost`.
+    #[inline]
+    pub fn get(&self, cost: Cost) -> u64 {
+        self.ns[cost as usize]
+    }
+
+    /// Sets the nanoseconds for `cost`.
+    pub fn set(&mut self, cost: Cost, ns: u64) {
+        self.ns[cost as usize] = ns;
+    }
+}
+
+/// The class of a lock, for accounting: "zone lock %" sums over all
+/// `zone->lock` instances, as perf's contention figure does.
+#[derive(Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Debug)]
+pub enum LockClass {
+    /// `zone->lock`, protecting a zone's buddy free lists.
+    Zone,
+}
+
+impl LockClass {
+    /// Every lock class.
+    pub const ALL: &'static [LockClass] = &[LockClass::Zone];
+    /// Number of lock classes.
+    pub const COUNT: usize = LockClass::ALL.len();
+
+    /// The name used in reports (`zone_lock`).
+    pub fn name(self) -> &'static str {
+        match self {
+            LockClass::Zone => "zone_lock",
+        }
+    }
+}
+
+/// One lock instance: a class and an index within it (the zone's global index
+/// for `zone->lock`).
+#[derive(Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Debug)]
+pub struct LockId {
+    /// The class, for accounting.
+    pub class: LockClass,
+    /// Which instance of the class.
+    pub index: u32,
+}
+
+/// One piece of what a kernel step did, for the engine to play on virtual time.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub enum Seg {
+    /// Run for this many nanoseconds.
+    Compute(u64),
+    /// Take this lock (wait if another vCPU holds it).
+    Lock(LockId),
+    /// Release this lock.
+    Unlock(LockId),
+}
+
+/// The context of one kernel entry on one vCPU: who runs it, when it started,
+/// and the segments it has produced so far.
+///
+/// Invariant: every `Lock` segment is followed by the matching `Unlock` before
+/// the segments are handed to the engine ([`Cx::take_segs`] checks it in debug
+/// builds).
+#[derive(Clone, Debug)]
+pub struct Cx {
+    /// The vCPU executing the kernel code.
+    pub cpu: VcpuId,
+    /// Virtual time at which this kernel entry started.
+    pub now: SimTime,
+    table: CostTable,
+    segs: Vec<Seg>,
+    compute_ns: u64,
+}
+
+impl Cx {
+    /// A context for `cpu` using the costs of `table`.
+    pub fn new(cpu: VcpuId, table: CostTable) -> Cx {
+        Cx {
+            cpu,
+            now: SimTime(0),
+            table,
+            segs: Vec::with_capacity(16),
+            compute_ns: 0,
+        }
+    }
+
+    /// Starts a new kernel entry on `cpu` at `now`, discarding old segments.
+    #[inline]
+    pub fn begin(&mut self, cpu: VcpuId, now: SimTime) {
+        self.cpu = cpu;
+        self.now = now;
+        self.segs.clear();
+        self.compute_ns = 0;
+    }
+
+    /// The cost table in use.
+    pub fn table(&self) -> &CostTable {
+        &self.table
+    }
+
+    /// Charges one `cost`.
+    #[inline]
+    pub fn charge(&mut self, cost: Cost) {
+        self.charge_ns(self.table.get(cost));
+    }
+
+    /// Charges `n` times `cost`.
+    #[inline]
+    pub fn charge_n(&mut self, cost: Cost, n: u64) {
+        self.charge_ns(self.table.get(cost) * n);
+    }
+
+    /// Charges `ns` nanoseconds of computation.
+    #[inline]
+    pub fn charge_ns(&mut self, ns: u64) {
+        if ns == 0 {
+            return;
+        }
+        self.compute_ns += ns;
+        if let Some(Seg::Compute(prev)) = self.segs.last_mut() {
+            *prev += ns;
+        } else {
+            self.segs.push(Seg::Compute(ns));
+        }
+    }
+
+    /// Records taking `lock`.
+    #[inline]
+    pub fn lock(&mut self, lock: LockId) {
+        self.segs.push(Seg::Lock(lock));
+    }
+
+    /// Records releasing `lock`.
+    #[inline]
+    pub fn unlock(&mut self, lock: LockId) {
+        self.segs.push(Seg::Unlock(lock));
+    }
+
+    /// Computation charged since [`Cx::begin`], without any lock waits.
+    pub fn compute_ns(&self) -> u64 {
+        self.compute_ns
+    }
+
+    /// The segments produced since [`Cx::begin`].
+    pub fn segs(&self) -> &[Seg] {
+        debug_assert!(locks_balanced(&self.segs), "unbalanced lock segments");
+        &self.segs
+    }
+}
+
+fn locks_balanced(segs: &[Seg]) -> bool {
+    let mut held: Vec<LockId> = Vec::new();
+    for s in segs {
+        match *s {
+            Seg::Lock(l) => held.push(l),
+            Seg::Unlock(l) => match held.iter().rposition(|&h| h == l) {
+                Some(i) => {
+                    held.remove(i);
+                }
+                None => return false,
+            },
+            Seg::Compute(_) => {}
+        }
+    }
+    held.is_empty()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn keys_round_trip() {
+        for &c in Cost::ALL {
+            assert_eq!(Cost::from_key(c.key()), Some(c));
+        }
+        assert_eq!(Cost::from_key("no_such_cost"), None);
+    }
+
+    #[test]
+    fn compute_segments_coalesce() {
+        let mut cx = Cx::new(VcpuId(0), CostTable::uniform(10));
+        cx.charge(Cost::PcpListOp);
+        cx.charge_n(Cost::PcpListOp, 2);
+        let l = LockId {
+            class: LockClass::Zone,
+            index: 0,
+        };
+        cx.lock(l);
+        cx.charge(Cost::BuddyListOp);
+        cx.unlock(l);
+        assert_eq!(
+            cx.segs(),
+            &[
+                Seg::Compute(30),
+                Seg::Lock(l),
+                Seg::Compute(10),
+                Seg::Unlock(l)
+            ]
+        );
+        assert_eq!(cx.compute_ns(), 40);
+    }
+}

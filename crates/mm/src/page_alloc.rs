@@ -1,0 +1,1183 @@
+//! The zoned buddy allocator: models mm/page_alloc.c of Linux 6.6.
+//!
+//! # How a buddy system works
+//!
+//! Free memory of a zone is kept as naturally aligned blocks of `2^order`
+//! pages, order 0 to [`MAX_ORDER`], one free list per (order, migratetype).
+//! Two blocks of the same order are *buddies* when they differ only in bit
+//! `order` of their pfn. Allocating order `o` takes the smallest free block of
+//! order ≥ `o` and splits it in halves (`expand()`), putting the unused upper
+//! halves back on lower-order lists. Freeing a block looks up its buddy; if
+//! the buddy is free and of the same order they merge into one block of the
+//! next order, and the step repeats (`__free_one_page()`). So as long as
+//! everything allocated is freed, the free lists return to their initial
+//! state: a few maximal blocks.
+//!
+//! # Migratetypes and fallback
+//!
+//! Memory is grouped by mobility in pageblocks of `2^pageblock_order` pages,
+//! each with a migratetype. An allocation looks on its own migratetype's lists
+//! first and, only when they are empty, *falls back* to another type's lists,
+//! in the kernel's fixed order, preferring the largest block and possibly
+//! stealing its whole pageblock (`__rmqueue_fallback()`).
+//!
+//! # Deviations from Linux 6.6
+//!
+//! - Deviation: three migratetypes only (unmovable, movable, reclaimable): no
+//!   CMA, no highatomic reserves, no isolation (no memory hotplug or
+//!   `alloc_contig_range()` in the model).
+//! - Deviation: no reclaim, no kswapd, no compaction: an allocation that fails
+//!   at the min watermark fails (`ALLOC_FAIL` counts it), as an allocation
+//!   with no reclaimable memory would end in the kernel.
+//! - Deviation: every zone's pages are all managed (no memblock reservations),
+//!   and a node's zones are contiguous (no holes).
+//! - Deviation: every allocated block is prepared as a compound page (tails
+//!   point at their head); the kernel does so only with `__GFP_COMP`.
+//! - Deviation: no free page reporting, shuffling or page poisoning.
+
+use crate::cost::{Cost, Cx, LockClass, LockId};
+use crate::page::{
+    MemMap, PageList, MT_MASK, MT_SHIFT, NIL, ORDER_MASK, PG_BUDDY, PG_HEAD, PG_PCP,
+};
+use crate::types::{NodeId, Pfn};
+use crate::vmstat::{VmEvent, VmStat};
+use std::fmt;
+
+/// The largest buddy order (`MAX_ORDER` in 6.6, `MAX_PAGE_ORDER` since 6.8):
+/// blocks of up to 4 MiB.
+pub const MAX_ORDER: u8 = 10;
+/// Number of buddy orders.
+pub const NR_PAGE_ORDERS: usize = MAX_ORDER as usize + 1;
+/// Order of a pageblock, the unit of mobility grouping (`pageblock_order` =
+/// `HPAGE_PMD_ORDER` on x86-64 with THP).
+pub const PAGEBLOCK_ORDER: u8 = 9;
+/// Pages in a pageblock.
+pub const PAGEBLOCK_NR_PAGES: u64 = 1 << PAGEBLOCK_ORDER;
+/// Orders above this are "costly" and never kept on PCP lists, except the
+/// pageblock order for THP.
+pub const PAGE_ALLOC_COSTLY_ORDER: u8 = 3;
+
+/// Page tails carry this flag and point at their head through `next`.
+pub const PG_TAIL: u32 = 1 << 11;
+
+/// The mobility of an allocation and of a pageblock (`enum migratetype`).
+#[derive(Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Debug)]
+#[repr(u8)]
+pub enum MigrateType {
+    /// Kernel allocations that can never move.
+    Unmovable = 0,
+    /// User pages and page cache: can be migrated.
+    Movable = 1,
+    /// Slab caches that can be shrunk.
+    Reclaimable = 2,
+}
+
+/// Number of migratetypes kept on PCP lists (`MIGRATE_PCPTYPES`).
+pub const MIGRATE_PCPTYPES: usize = 3;
+/// Number of migratetypes in the model.
+pub const MIGRATE_TYPES: usize = 3;
+
+impl MigrateType {
+    /// Every migratetype, in the kernel's numbering.
+    pub const ALL: [MigrateType; MIGRATE_TYPES] = [
+        MigrateType::Unmovable,
+        MigrateType::Movable,
+        MigrateType::Reclaimable,
+    ];
+
+    /// The migratetype numbered `v`.
+    pub fn from_u8(v: u8) -> MigrateType {
+        match v {
+            0 => MigrateType::Unmovable,
+            1 => MigrateType::Movable,
+            2 => MigrateType::Reclaimable,
+            _ => panic!("no migratetype {v}"),
+        }
+    }
+
+    /// The name /proc/pagetypeinfo uses.
+    pub fn name(self) -> &'static str {
+        match self {
+            MigrateType::Unmovable => "Unmovable",
+            MigrateType::Movable => "Movable",
+            MigrateType::Reclaimable => "Reclaimable",
+        }
+    }
+
+    /// The order in which other types' lists are tried (`fallbacks[]`).
+    fn fallbacks(self) -> [MigrateType; 2] {
+        match self {
+            MigrateType::Unmovable => [MigrateType::Reclaimable, MigrateType::Movable],
+            MigrateType::Movable => [MigrateType::Reclaimable, MigrateType::Unmovable],
+            MigrateType::Reclaimable => [MigrateType::Unmovable, MigrateType::Movable],
+        }
+    }
+}
+
+/// A zone type (`enum zone_type`).
+#[derive(Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Debug)]
+pub enum ZoneType {
+    /// Memory below 4 GiB, for devices that can address only 32 bits.
+    Dma32,
+    /// All other memory.
+    Normal,
+}
+
+impl ZoneType {
+    /// The zone's name as in /proc/zoneinfo.
+    pub fn name(self) -> &'static str {
+        match self {
+            ZoneType::Dma32 => "DMA32",
+            ZoneType::Normal => "Normal",
+        }
+    }
+}
+
+/// Allocation flags (`gfp_t`), reduced to what the model distinguishes.
+#[derive(Clone, Copy, PartialEq, Eq, Debug, Default)]
+pub struct Gfp(pub u32);
+
+impl Gfp {
+    /// `__GFP_MOVABLE`: the allocation can be migrated; also allows ZONE_NORMAL.
+    pub const MOVABLE: Gfp = Gfp(1 << 0);
+    /// `__GFP_RECLAIMABLE`: slab that can be shrunk.
+    pub const RECLAIMABLE: Gfp = Gfp(1 << 1);
+    /// `__GFP_DMA32`: only ZONE_DMA32 or below.
+    pub const DMA32: Gfp = Gfp(1 << 2);
+    /// `__GFP_THISNODE`: no fallback to other nodes.
+    pub const THISNODE: Gfp = Gfp(1 << 3);
+    /// `GFP_KERNEL`: unmovable kernel memory.
+    pub const KERNEL: Gfp = Gfp(0);
+    /// `GFP_HIGHUSER_MOVABLE`: user pages.
+    pub const HIGHUSER_MOVABLE: Gfp = Gfp::MOVABLE;
+
+    /// True if every flag of `other` is set.
+    pub fn contains(self, other: Gfp) -> bool {
+        self.0 & other.0 == other.0
+    }
+
+    /// The union of two flag sets.
+    pub const fn or(self, other: Gfp) -> Gfp {
+        Gfp(self.0 | other.0)
+    }
+
+    /// The migratetype of an allocation (`gfp_migratetype()`).
+    pub fn migratetype(self) -> MigrateType {
+        if self.contains(Gfp::MOVABLE) {
+            MigrateType::Movable
+        } else if self.contains(Gfp::RECLAIMABLE) {
+            MigrateType::Reclaimable
+        } else {
+            MigrateType::Unmovable
+        }
+    }
+
+    /// The highest zone the allocation may use (`gfp_zone()`).
+    pub fn zone(self) -> ZoneType {
+        if self.contains(Gfp::DMA32) {
+            ZoneType::Dma32
+        } else {
+            ZoneType::Normal
+        }
+    }
+}
+
+/// Why an allocation failed.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub enum AllocError {
+    /// No zone had a free block of the order above the min watermark
+    /// (`-ENOMEM` in the kernel, after reclaim and the OOM killer).
+    NoMem,
+}
+
+impl fmt::Display for AllocError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            AllocError::NoMem => write!(f, "out of memory (ENOMEM)"),
+        }
+    }
+}
+
+impl std::error::Error for AllocError {}
+
+/// Watermarks, indexed as the kernel's `enum zone_watermarks`.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub enum Wmark {
+    /// `WMARK_MIN`: only atomic/reclaim allocations go below it.
+    Min = 0,
+    /// `WMARK_LOW`: kswapd is woken below it; the fast path's mark.
+    Low = 1,
+    /// `WMARK_HIGH`: kswapd sleeps above it.
+    High = 2,
+}
+
+/// Zone flags the model uses (`enum zone_flags`).
+#[derive(Clone, Copy, PartialEq, Eq, Debug, Default)]
+pub struct ZoneFlags {
+    /// `ZONE_RECLAIM_ACTIVE`: kswapd is reclaiming. Never set in the model,
+    /// which has no reclaim; kept so the PCP code reads like the kernel's.
+    pub reclaim_active: bool,
+    /// `ZONE_BELOW_HIGH` (6.7+): the zone failed its high watermark check.
+    pub below_high: bool,
+}
+
+/// One zone of one node (`struct zone`).
+///
+/// Invariants (checked by [`PageAlloc::check_invariants`]): every free block
+/// is on exactly the list of its order and stored migratetype, is naturally
+/// aligned, lies inside the zone, and has no free buddy of the same order;
+/// `nr_free_pages` is the sum of the free blocks' pages.
+#[derive(Clone, Debug)]
+pub struct Zone {
+    /// Zone type.
+    pub zone_type: ZoneType,
+    /// Node the zone belongs to.
+    pub node: NodeId,
+    /// First pfn.
+    pub zone_start_pfn: u64,
+    /// Pages spanned (all managed in the model).
+    pub spanned_pages: u64,
+    /// Pages the buddy allocator manages (`zone_managed_pages()`).
+    pub managed_pages: u64,
+    /// Free lists per order and migratetype (`free_area[].free_list[]`).
+    pub free_area: [[PageList; MIGRATE_TYPES]; NR_PAGE_ORDERS],
+    /// Free blocks per order (`free_area[].nr_free`).
+    pub nr_free: [u64; NR_PAGE_ORDERS],
+    /// Free pages in the buddy lists (`NR_FREE_PAGES`).
+    pub nr_free_pages: u64,
+    /// min, low, high watermarks in pages.
+    pub watermark: [u64; 3],
+    /// Pages kept back from allocations whose highest zone is the index
+    /// (`lowmem_reserve[]`), indexed by `ZoneType as usize`.
+    pub lowmem_reserve: [u64; 2],
+    /// Zone flags.
+    pub flags: ZoneFlags,
+    /// Migratetype of each pageblock.
+    pageblock_mt: Vec<u8>,
+    /// Index of the zone in [`PageAlloc::zones`] (and of its lock).
+    pub idx: u32,
+}
+
+impl Zone {
+    fn new(zone_type: ZoneType, node: NodeId, start: u64, pages: u64, idx: u32) -> Zone {
+        Zone {
+            zone_type,
+            node,
+            zone_start_pfn: start,
+            spanned_pages: pages,
+            managed_pages: pages,
+            free_area: [[PageList::default(); MIGRATE_TYPES]; NR_PAGE_ORDERS],
+            nr_free: [0; NR_PAGE_ORDERS],
+            nr_free_pages: 0,
+            watermark: [0; 3],
+            lowmem_reserve: [0; 2],
+            flags: ZoneFlags::default(),
+            pageblock_mt: vec![
+                MigrateType::Movable as u8;
+                pages.div_ceil(PAGEBLOCK_NR_PAGES) as usize
+            ],
+            idx,
+        }
+    }
+
+    /// The zone's lock.
+    #[inline]
+    pub fn lock_id(&self) -> LockId {
+        LockId {
+            class: LockClass::Zone,
+            index: self.idx,
+        }
+    }
+
+    /// One past the last pfn.
+    pub fn end_pfn(&self) -> u64 {
+        self.zone_start_pfn + self.spanned_pages
+    }
+
+    /// True if `pfn` lies in the zone (`zone_spans_pfn()`).
+    #[inline]
+    pub fn spans(&self, pfn: u64) -> bool {
+        pfn >= self.zone_start_pfn && pfn < self.end_pfn()
+    }
+
+    /// A watermark in pages.
+    #[inline]
+    pub fn wmark_pages(&self, w: Wmark) -> u64 {
+        self.watermark[w as usize]
+    }
+
+    /// The migratetype of the pageblock holding `pfn` (`get_pageblock_migratetype()`).
+    #[inline]
+    pub fn pageblock_migratetype(&self, pfn: u32) -> MigrateType {
+        let i = ((pfn as u64 - self.zone_start_pfn) >> PAGEBLOCK_ORDER) as usize;
+        MigrateType::from_u8(self.pageblock_mt[i])
+    }
+
+    /// Sets the migratetype of the pageblock holding `pfn` (`set_pageblock_migratetype()`).
+    pub fn set_pageblock_migratetype(&mut self, pfn: u32, mt: MigrateType) {
+        let i = ((pfn as u64 - self.zone_start_pfn) >> PAGEBLOCK_ORDER) as usize;
+        self.pageblock_mt[i] = mt as u8;
+    }
+
+    /// Puts a free block on a list (`__add_to_free_list()`).
+    #[inline]
+    fn add_to_free_list(
+        &mut self,
+        mem: &mut MemMap,
+        pfn: u32,
+        order: u8,
+        mt: MigrateType,
+        tail: bool,
+    ) {
+        mem.set_flags(pfn, PG_BUDDY | order as u32 | ((mt as u32) << MT_SHIFT));
+        let list = &mut self.free_area[order as usize][mt as usize];
+        if tail {
+            list.add_tail(mem, pfn);
+        } else {
+            list.add(mem, pfn);
+        }
+        self.nr_free[order as usize] += 1;
+    }
+
+    /// Takes a free block off its list (`del_page_from_free_list()`).
+    #[inline]
+    fn del_from_free_list(&mut self, mem: &mut MemMap, pfn: u32, order: u8) {
+        let mt = mem.stored_mt(pfn) as usize;
+        self.free_area[order as usize][mt].del(mem, pfn);
+        mem.set_flags(pfn, 0);
+        self.nr_free[order as usize] -= 1;
+    }
+
+    /// Moves a free block to another migratetype's list (`move_to_free_list()`).
+    fn move_to_free_list(&mut self, mem: &mut MemMap, pfn: u32, order: u8, mt: MigrateType) {
+        self.del_from_free_list(mem, pfn, order);
+        self.add_to_free_list(mem, pfn, order, mt, true);
+    }
+
+    /// Models `expand()`: splits the block of order `high` at `pfn` down to
+    /// order `low`, putting each unused upper half on the `mt` list.
+    fn expand(
+        &mut self,
+        mem: &mut MemMap,
+        cx: &mut Cx,
+        pfn: u32,
+        low: u8,
+        mut high: u8,
+        mt: MigrateType,
+    ) {
+        while high > low {
+            high -= 1;
+            let half = pfn + (1u32 << high);
+            self.add_to_free_list(mem, half, high, mt, false);
+            cx.charge(Cost::BuddySplitStep);
+        }
+    }
+
+    /// Models `__rmqueue_smallest()`: the smallest free block of order ≥
+    /// `order` on `mt`'s lists, split down to `order`.
+    fn rmqueue_smallest(
+        &mut self,
+        mem: &mut MemMap,
+        cx: &mut Cx,
+        vmstat: &mut VmStat,
+        order: u8,
+        mt: MigrateType,
+    ) -> Option<u32> {
+        for current in order..=MAX_ORDER {
+            let Some(pfn) = self.free_area[current as usize][mt as usize].first() else {
+                continue;
+            };
+            cx.charge(Cost::BuddyListOp);
+            self.del_from_free_list(mem, pfn, current);
+            self.expand(mem, cx, pfn, order, current, mt);
+            vmstat.count(VmEvent::MM_PAGE_ALLOC_ZONE_LOCKED, 1);
+            return Some(pfn);
+        }
+        None
+    }
+
+    /// Models `can_steal_fallback()`: may a fallback allocation of `order`
+    /// claim the whole pageblock for `start_mt`?
+    fn can_steal_fallback(order: u8, start_mt: MigrateType) -> bool {
+        order >= PAGEBLOCK_ORDER
+            || order >= PAGEBLOCK_ORDER / 2
+            || start_mt == MigrateType::Reclaimable
+            || start_mt == MigrateType::Unmovable
+    }
+
+    /// Models `find_suitable_fallback()` with `only_stealable == false`.
+    fn find_suitable_fallback(
+        &self,
+        order: u8,
+        start_mt: MigrateType,
+    ) -> Option<(MigrateType, bool)> {
+        if self.nr_free[order as usize] == 0 {
+            return None;
+        }
+        for fb in start_mt.fallbacks() {
+            if self.free_area[order as usize][fb as usize].is_empty() {
+                continue;
+            }
+            return Some((fb, Self::can_steal_fallback(order, start_mt)));
+        }
+        None
+    }
+
+    /// Models `move_freepages_block()`: moves every free block of the pageblock
+    /// holding `pfn` to `mt`'s lists; returns (free pages moved, pages of
+    /// allocated movable blocks).
+    fn move_freepages_block(&mut self, mem: &mut MemMap, pfn: u32, mt: MigrateType) -> (u64, u64) {
+        let start = pfn & !(PAGEBLOCK_NR_PAGES as u32 - 1);
+        let end = start + PAGEBLOCK_NR_PAGES as u32;
+        let (mut moved, mut movable) = (0u64, 0u64);
+        let mut p = start;
+        while p < end {
+            let f = mem.flags(p);
+            if f & PG_BUDDY != 0 {
+                let o = (f & ORDER_MASK) as u8;
+                self.move_to_free_list(mem, p, o, mt);
+                moved += 1 << o;
+                p += 1 << o;
+            } else if f & (PG_HEAD | PG_PCP) != 0 {
+                let o = (f & ORDER_MASK) as u8;
+                let is_movable = ((f >> MT_SHIFT) & MT_MASK) as u8 == MigrateType::Movable as u8;
+                if f & PG_HEAD != 0 && is_movable {
+                    movable += 1 << o;
+                }
+                p += 1 << o;
+            } else {
+                p += 1;
+            }
+        }
+        (moved, movable)
+    }
+
+    /// Models `steal_suitable_fallback()` of 6.6.
+    fn steal_suitable_fallback(
+        &mut self,
+        mem: &mut MemMap,
+        pfn: u32,
+        current_order: u8,
+        start_mt: MigrateType,
+        whole_block: bool,
+    ) {
+        let old_block_type = self.pageblock_migratetype(pfn);
+        if current_order >= PAGEBLOCK_ORDER {
+            // A block of pageblock order or more: change every pageblock it spans.
+            let nr_blocks = 1u32 << (current_order - PAGEBLOCK_ORDER);
+            for b in 0..nr_blocks {
+                self.set_pageblock_migratetype(pfn + (b << PAGEBLOCK_ORDER), start_mt);
+            }
+        } else if whole_block {
+            let (free_pages, movable_pages) = self.move_freepages_block(mem, pfn, start_mt);
+            // Pages compatible with the allocation: free ones, plus those of
+            // the same mobility (the kernel can only tell movable from not).
+            let alike_pages = if start_mt == MigrateType::Movable {
+                movable_pages
+            } else if old_block_type == MigrateType::Movable {
+                PAGEBLOCK_NR_PAGES - (free_pages + movable_pages)
+            } else {
+                0
+            };
+            if free_pages + alike_pages >= PAGEBLOCK_NR_PAGES / 2 {
+                self.set_pageblock_migratetype(pfn, start_mt);
+            }
+            // move_freepages_block() already moved the block we found.
+            return;
+        }
+        self.move_to_free_list(mem, pfn, current_order, start_mt);
+    }
+
+    /// Models `__rmqueue_fallback()` of 6.6 (without `ALLOC_NOFRAGMENT`):
+    /// moves a block of another migratetype onto `start_mt`'s lists.
+    fn rmqueue_fallback(
+        &mut self,
+        mem: &mut MemMap,
+        cx: &mut Cx,
+        vmstat: &mut VmStat,
+        order: u8,
+        start_mt: MigrateType,
+    ) -> bool {
+        let mut found = None;
+        // The largest available block approximates the pageblock with the
+        // most free pages, which would be too costly to find exactly.
+        for current in (order..=MAX_ORDER).rev() {
+            let Some((fb, can_steal)) = self.find_suitable_fallback(current, start_mt) else {
+                continue;
+            };
+            if !can_steal && start_mt == MigrateType::Movable && current > order {
+                // A movable allocation that cannot claim the block: split the
+                // smallest block instead, to limit fragmentation.
+                for small in order..=MAX_ORDER {
+                    if let Some((fb, cs)) = self.find_suitable_fallback(small, start_mt) {
+                        found = Some((small, fb, cs));
+                        break;
+                    }
+                }
+            } else {
+                found = Some((current, fb, can_steal));
+            }
+            break;
+        }
+        let Some((current, fb, can_steal)) = found else {
+            return false;
+        };
+        let pfn = self.free_area[current as usize][fb as usize]
+            .first()
+            .expect("find_suitable_fallback found a non-empty list");
+        cx.charge(Cost::BuddyListOp);
+        self.steal_suitable_fallback(mem, pfn, current, start_mt, can_steal);
+        vmstat.count(VmEvent::MM_PAGE_ALLOC_EXTFRAG, 1);
+        true
+    }
+
+    /// Models `__rmqueue()`: a block of `order` for `mt`, falling back to
+    /// other migratetypes. The caller holds the zone lock.
+    pub(crate) fn rmqueue(
+        &mut self,
+        mem: &mut MemMap,
+        cx: &mut Cx,
+        vmstat: &mut VmStat,
+        order: u8,
+        mt: MigrateType,
+    ) -> Option<u32> {
+        loop {
+            if let Some(pfn) = self.rmqueue_smallest(mem, cx, vmstat, order, mt) {
+                // Remember the migratetype of the list the block came from:
+                // the PCP and the free path use it (`set_pcppage_migratetype()`).
+                mem.set_flags(pfn, order as u32 | ((mt as u32) << MT_SHIFT));
+                return Some(pfn);
+            }
+            if !self.rmqueue_fallback(mem, cx, vmstat, order, mt) {
+                return None;
+            }
+        }
+    }
+
+    /// Models `buddy_merge_likely()`: is the parent block's buddy free, so
+    /// that this block will probably merge further soon?
+    fn buddy_merge_likely(&self, mem: &MemMap, pfn: u32, order: u8) -> bool {
+        if order >= MAX_ORDER - 1 {
+            return false;
+        }
+        let parent = pfn & !(1u32 << order);
+        let higher_buddy = parent ^ (1u32 << (order + 1));
+        self.spans(higher_buddy as u64) && mem.is_buddy_of_order(higher_buddy, order + 1)
+    }
+
+    /// Models `__free_one_page()`: returns a block to the buddy lists,
+    /// merging it with free buddies as far as it goes. The caller holds the
+    /// zone lock.
+    pub(crate) fn free_one_page(
+        &mut self,
+        mem: &mut MemMap,
+        cx: &mut Cx,
+        mut pfn: u32,
+        mut order: u8,
+        mt: MigrateType,
+    ) {
+        debug_assert!(
+            pfn & ((1u32 << order) - 1) == 0,
+            "unaligned free of {pfn:#x} order {order}"
+        );
+        self.nr_free_pages += 1 << order;
+        while order < MAX_ORDER {
+            let buddy = pfn ^ (1u32 << order);
+            if !self.spans(buddy as u64) || !mem.is_buddy_of_order(buddy, order) {
+                break;
+            }
+            cx.charge(Cost::BuddyMergeStep);
+            self.del_from_free_list(mem, buddy, order);
+            pfn &= buddy;
+            order += 1;
+        }
+        let to_tail = self.buddy_merge_likely(mem, pfn, order);
+        cx.charge(Cost::BuddyListOp);
+        self.add_to_free_list(mem, pfn, order, mt, to_tail);
+    }
+
+    /// Models `__zone_watermark_ok()`: are there `mark` pages free beyond the
+    /// lowmem reserve for an allocation whose highest zone is `highest`, and
+    /// a free block of at least `order`?
+    pub fn watermark_ok(&self, order: u8, mark: u64, highest: ZoneType) -> bool {
+        let free = self.nr_free_pages as i64 - ((1i64 << order) - 1);
+        let reserve = if highest > self.zone_type {
+            self.lowmem_reserve[highest as usize]
+        } else {
+            0
+        };
+        if free <= (mark + reserve) as i64 {
+            return false;
+        }
+        if order == 0 {
+            return true;
+        }
+        (order..=MAX_ORDER).any(|o| {
+            self.nr_free[o as usize] > 0
+                && MigrateType::ALL
+                    .iter()
+                    .any(|&mt| !self.free_area[o as usize][mt as usize].is_empty())
+        })
+    }
+}
+
+/// The layout of one node's memory.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct NodeLayout {
+    /// CPUs of the node.
+    pub nr_cpus: u32,
+    /// Pages of memory on the node.
+    pub nr_pages: u64,
+}
+
+/// The machine's memory and CPUs as the allocator sees them.
+///
+/// CPUs are numbered node by node: node 0 has CPUs `0..nodes[0].nr_cpus`.
+/// Node 0's first `dma32_pages` form ZONE_DMA32 (4 GiB on x86-64).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct MemoryLayout {
+    /// Nodes in order.
+    pub nodes: Vec<NodeLayout>,
+    /// Pages of node 0 that form ZONE_DMA32.
+    pub dma32_pages: u64,
+}
+
+impl MemoryLayout {
+    /// Total pages of the machine.
+    pub fn total_pages(&self) -> u64 {
+        self.nodes.iter().map(|n| n.nr_pages).sum()
+    }
+
+    /// Total CPUs of the machine.
+    pub fn nr_cpus(&self) -> u32 {
+        self.nodes.iter().map(|n| n.nr_cpus).sum()
+    }
+}
+
+/// The allocator's sysctls (`vm.*`), by their kernel names.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct VmSysctl {
+    /// `vm.min_free_kbytes`; `None` lets the kernel compute it at boot.
+    pub min_free_kbytes: Option<u64>,
+    /// `vm.watermark_scale_factor`, in 1/10000 of a zone (default 10).
+    pub watermark_scale_factor: u64,
+    /// `vm.percpu_pagelist_high_fraction`: 0 (size `high` from the low
+    /// watermark) or ≥ 8 (a fraction of the zone).
+    pub percpu_pagelist_high_fraction: u32,
+    /// `vm.lowmem_reserve_ratio` of ZONE_DMA32 (default 256).
+    pub lowmem_reserve_ratio_dma32: u64,
+}
+
+impl Default for VmSysctl {
+    fn default() -> Self {
+        VmSysctl {
+            min_free_kbytes: None,
+            watermark_scale_factor: 10,
+            percpu_pagelist_high_fraction: 0,
+            lowmem_reserve_ratio_dma32: 256,
+        }
+    }
+}
+
+/// Integer square root (`int_sqrt()`).
+fn int_sqrt(x: u64) -> u64 {
+    if x < 2 {
+        return x;
+    }
+    let mut r = (x as f64).sqrt() as u64;
+    while r * r > x {
+        r -= 1;
+    }
+    while (r + 1) * (r + 1) <= x {
+        r += 1;
+    }
+    r
+}
+
+/// Models `calculate_min_free_kbytes()` of 6.6: `sqrt(lowmem_kbytes * 16)`,
+/// clamped to [128, 262144].
+pub fn calculate_min_free_kbytes(lowmem_pages: u64) -> u64 {
+    let lowmem_kbytes = lowmem_pages * 4;
+    int_sqrt(lowmem_kbytes * 16).clamp(128, 262_144)
+}
+
+pub use crate::pcp::PerCpuPages;
+
+/// The page allocator of the whole machine: every node's zones, the per-CPU
+/// pagesets, the page metadata and the counters.
+#[derive(Clone, Debug)]
+pub struct PageAlloc {
+    /// Per-page metadata.
+    pub mem: MemMap,
+    /// Every zone, node by node, lowest zone first within a node.
+    pub zones: Vec<Zone>,
+    /// Per-CPU pagesets, `pcp[cpu * zones.len() + zone]`.
+    pub pcp: Vec<PerCpuPages>,
+    /// Counters.
+    pub vmstat: VmStat,
+    /// The sysctls in force.
+    pub sysctl: VmSysctl,
+    /// The PCP policy in force.
+    pub pcp_policy: crate::pcp::PcpPolicy,
+    /// `min_free_kbytes` in force (computed or set).
+    pub min_free_kbytes: u64,
+    layout: MemoryLayout,
+    cpu_node: Vec<NodeId>,
+    /// Per node, the zones to try in order (`zonelist`), highest zone of the
+    /// local node first, then the other nodes by distance.
+    zonelists: Vec<Vec<u32>>,
+}
+
+impl PageAlloc {
+    /// Boots the allocator on `layout`: every page free, in maximal blocks,
+    /// every pageblock movable, watermarks and pagesets sized as the kernel
+    /// does.
+    pub fn new(
+        layout: &MemoryLayout,
+        sysctl: VmSysctl,
+        pcp_policy: crate::pcp::PcpPolicy,
+    ) -> PageAlloc {
+        let total = layout.total_pages();
+        let mut zones = Vec::new();
+        let mut start = 0u64;
+        for (nid, node) in layout.nodes.iter().enumerate() {
+            let node_id = NodeId(nid as u16);
+            let mut rest = node.nr_pages;
+            if nid == 0 && layout.dma32_pages > 0 {
+                let dma = layout.dma32_pages.min(rest);
+                zones.push(Zone::new(
+                    ZoneType::Dma32,
+                    node_id,
+                    start,
+                    dma,
+                    zones.len() as u32,
+                ));
+                start += dma;
+                rest -= dma;
+            }
+            if rest > 0 {
+                zones.push(Zone::new(
+                    ZoneType::Normal,
+                    node_id,
+                    start,
+                    rest,
+                    zones.len() as u32,
+                ));
+                start += rest;
+            }
+        }
+        let mut cpu_node = Vec::new();
+        for (nid, node) in layout.nodes.iter().enumerate() {
+            cpu_node.extend(std::iter::repeat_n(
+                NodeId(nid as u16),
+                node.nr_cpus as usize,
+            ));
+        }
+        let nr_nodes = layout.nodes.len();
+        let zonelists = (0..nr_nodes)
+            .map(|local| {
+                // Local node first, then the others in order of distance; the
+                // model's distance grows with the node number difference.
+                let mut order: Vec<usize> = (0..nr_nodes).collect();
+                order.sort_by_key(|&n| (n as i64 - local as i64).unsigned_abs());
+                order
+                    .into_iter()
+                    .flat_map(|n| {
+                        zones
+                            .iter()
+                            .filter(move |z| z.node.0 as usize == n)
+                            .rev()
+                            .map(|z| z.idx)
+                            .collect::<Vec<_>>()
+                    })
+                    .collect()
+            })
+            .collect();
+        let mut pa = PageAlloc {
+            mem: MemMap::new(total),
+            zones,
+            pcp: Vec::new(),
+            vmstat: VmStat::default(),
+            sysctl,
+            pcp_policy,
+            min_free_kbytes: 0,
+            layout: layout.clone(),
+            cpu_node,
+            zonelists,
+        };
+        pa.free_all_bootmem();
+        pa.setup_per_zone_wmarks();
+        pa.setup_lowmem_reserve();
+        pa.setup_per_cpu_pagesets();
+        pa
+    }
+
+    /// Hands every page of every zone to the buddy lists (`memblock_free_all()`).
+    fn free_all_bootmem(&mut self) {
+        let mut cx = Cx::new(crate::types::VcpuId(0), crate::cost::CostTable::uniform(0));
+        for z in &mut self.zones {
+            let (mut pfn, end) = (z.zone_start_pfn, z.end_pfn());
+            while pfn < end {
+                let mut order = MAX_ORDER.min(pfn.trailing_zeros() as u8);
+                while pfn + (1 << order) > end {
+                    order -= 1;
+                }
+                z.free_one_page(
+                    &mut self.mem,
+                    &mut cx,
+                    pfn as u32,
+                    order,
+                    MigrateType::Movable,
+                );
+                pfn += 1 << order;
+            }
+        }
+    }
+
+    /// Models `__setup_per_zone_wmarks()` of 6.6.
+    pub fn setup_per_zone_wmarks(&mut self) {
+        let lowmem_pages: u64 = self.zones.iter().map(|z| z.managed_pages).sum();
+        self.min_free_kbytes = self
+            .sysctl
+            .min_free_kbytes
+            .unwrap_or_else(|| calculate_min_free_kbytes(lowmem_pages));
+        let pages_min = self.min_free_kbytes >> 2;
+        for z in &mut self.zones {
+            let min = pages_min * z.managed_pages / lowmem_pages;
+            // The kswapd distance: a quarter of min, or the scale factor's
+            // share of the zone, whichever is larger.
+            let dist =
+                (min >> 2).max(z.managed_pages * self.sysctl.watermark_scale_factor / 10_000);
+            z.watermark = [min, min + dist, min + 2 * dist];
+        }
+    }
+
+    /// Models `setup_per_zone_lowmem_reserve()`: what ZONE_DMA32 keeps back
+    /// from allocations that could use ZONE_NORMAL.
+    fn setup_lowmem_reserve(&mut self) {
+        let normal_pages: u64 = self
+            .zones
+            .iter()
+            .filter(|z| z.node.0 == 0 && z.zone_type == ZoneType::Normal)
+            .map(|z| z.managed_pages)
+            .sum();
+        for z in &mut self.zones {
+            if z.zone_type == ZoneType::Dma32 {
+                z.lowmem_reserve[ZoneType::Normal as usize] =
+                    normal_pages / self.sysctl.lowmem_reserve_ratio_dma32.max(1);
+            }
+        }
+    }
+
+    /// The memory layout the allocator was booted on.
+    pub fn layout(&self) -> &MemoryLayout {
+        &self.layout
+    }
+
+    /// Number of CPUs.
+    pub fn nr_cpus(&self) -> u32 {
+        self.cpu_node.len() as u32
+    }
+
+    /// The node of `cpu` (`cpu_to_node()`).
+    pub fn cpu_to_node(&self, cpu: crate::types::VcpuId) -> NodeId {
+        self.cpu_node[cpu.idx()]
+    }
+
+    /// Number of CPUs on `node`.
+    pub fn node_nr_cpus(&self, node: NodeId) -> u32 {
+        self.layout.nodes[node.0 as usize].nr_cpus
+    }
+
+    /// The zone holding `pfn` (`page_zone()`).
+    #[inline]
+    pub fn page_zone(&self, pfn: u32) -> usize {
+        let p = pfn as u64;
+        // Few zones: a linear scan beats a search.
+        self.zones
+            .iter()
+            .position(|z| z.spans(p))
+            .unwrap_or_else(|| panic!("pfn {p:#x} outside every zone"))
+    }
+
+    /// Total free pages in the buddy lists of every zone.
+    pub fn nr_free_pages(&self) -> u64 {
+        self.zones.iter().map(|z| z.nr_free_pages).sum()
+    }
+
+    /// Total pages held on PCP lists of every CPU.
+    pub fn nr_pcp_pages(&self) -> u64 {
+        self.pcp.iter().map(|p| p.count as u64).sum()
+    }
+
+    /// Marks a freshly allocated block as in use (`prep_new_page()`): the
+    /// head carries the order and migratetype, tails point at the head.
+    fn prep_new_page(&mut self, pfn: u32, order: u8, mt: MigrateType) {
+        self.mem
+            .set_flags(pfn, PG_HEAD | order as u32 | ((mt as u32) << MT_SHIFT));
+        for t in 1..(1u32 << order) {
+            self.mem.set_flags(pfn + t, PG_TAIL);
+            self.mem.set_private(pfn + t, pfn);
+        }
+    }
+
+    /// Undoes [`PageAlloc::prep_new_page`] (`free_pages_prepare()`); returns
+    /// the migratetype the block was allocated with.
+    fn free_pages_prepare(&mut self, pfn: u32, order: u8) -> MigrateType {
+        let f = self.mem.flags(pfn);
+        assert!(
+            f & PG_HEAD != 0 && (f & ORDER_MASK) as u8 == order,
+            "bad free of pfn {pfn:#x} order {order}: flags {f:#x} (not an allocated head of that order)"
+        );
+        for t in 1..(1u32 << order) {
+            self.mem.set_flags(pfn + t, 0);
+            self.mem.set_private(pfn + t, 0);
+        }
+        self.mem.set_flags(pfn, 0);
+        MigrateType::from_u8(((f >> MT_SHIFT) & MT_MASK) as u8)
+    }
+
+    /// Models `rmqueue_buddy()`: a block straight from the buddy lists under
+    /// the zone lock.
+    fn rmqueue_buddy(&mut self, cx: &mut Cx, zi: usize, order: u8, mt: MigrateType) -> Option<u32> {
+        let z = &mut self.zones[zi];
+        cx.lock(z.lock_id());
+        cx.charge(Cost::ZoneLockAcquire);
+        let pfn = z.rmqueue(&mut self.mem, cx, &mut self.vmstat, order, mt);
+        if pfn.is_some() {
+            z.nr_free_pages -= 1 << order;
+        }
+        cx.unlock(z.lock_id());
+        pfn
+    }
+
+    /// Models `rmqueue()`: from the PCP for small orders and THP, else from
+    /// the buddy lists.
+    fn rmqueue(&mut self, cx: &mut Cx, zi: usize, order: u8, mt: MigrateType) -> Option<u32> {
+        if crate::pcp::pcp_allowed_order(order) {
+            if let Some(pfn) = self.rmqueue_pcplist(cx, zi, order, mt) {
+                return Some(pfn);
+            }
+        }
+        self.rmqueue_buddy(cx, zi, order, mt)
+    }
+
+    /// Models `get_page_from_freelist()`: walks the zonelist for the first
+    /// zone above `mark` and allocates there.
+    fn get_page_from_freelist(
+        &mut self,
+        cx: &mut Cx,
+        gfp: Gfp,
+        order: u8,
+        mark: Wmark,
+    ) -> Option<(u32, usize)> {
+        let node = self.cpu_to_node(cx.cpu);
+        let highest = gfp.zone();
+        let mt = gfp.migratetype();
+        for i in 0..self.zonelists[node.0 as usize].len() {
+            let zi = self.zonelists[node.0 as usize][i] as usize;
+            let z = &self.zones[zi];
+            if z.zone_type > highest || (gfp.contains(Gfp::THISNODE) && z.node != node) {
+                continue;
+            }
+            cx.charge(Cost::WatermarkCheck);
+            if !z.watermark_ok(order, z.wmark_pages(mark), highest) {
+                continue;
+            }
+            if let Some(pfn) = self.rmqueue(cx, zi, order, mt) {
+                return Some((pfn, zi));
+            }
+        }
+        None
+    }
+
+    /// Models `alloc_pages()`: a block of `2^order` pages, from the local
+    /// node of `cx.cpu` first. The fast path uses the low watermark; the
+    /// slow path retries at the min watermark and, since the model has no
+    /// reclaim, fails after that.
+    pub fn alloc_pages(&mut self, cx: &mut Cx, gfp: Gfp, order: u8) -> Result<Pfn, AllocError> {
+        cx.charge(Cost::AllocPagesEntry);
+        let got = self
+            .get_page_from_freelist(cx, gfp, order, Wmark::Low)
+            .or_else(|| self.get_page_from_freelist(cx, gfp, order, Wmark::Min));
+        let Some((pfn, zi)) = got else {
+            self.vmstat.count(VmEvent::ALLOC_FAIL, 1);
+            return Err(AllocError::NoMem);
+        };
+        self.prep_new_page(pfn, order, gfp.migratetype());
+        let ev = match self.zones[zi].zone_type {
+            ZoneType::Dma32 => VmEvent::PGALLOC_DMA32,
+            ZoneType::Normal => VmEvent::PGALLOC_NORMAL,
+        };
+        self.vmstat.count(ev, 1 << order);
+        Ok(Pfn(pfn as u64))
+    }
+
+    /// Models `__free_pages()`: returns a block allocated with `order`. Small
+    /// orders and THP go to this CPU's PCP list (`free_unref_page()`), the
+    /// rest to the buddy lists under the zone lock (`__free_pages_ok()`).
+    pub fn free_pages(&mut self, cx: &mut Cx, pfn: Pfn, order: u8) {
+        let p = crate::page::pfn_idx(pfn);
+        cx.charge(Cost::FreePagesEntry);
+        self.free_pages_prepare(p, order);
+        let zi = self.page_zone(p);
+        // The kernel frees to the pageblock's current migratetype.
+        let mt = self.zones[zi].pageblock_migratetype(p);
+        self.vmstat.count(VmEvent::PGFREE, 1 << order);
+        if crate::pcp::pcp_allowed_order(order) {
+            self.free_unref_page(cx, zi, p, order, mt);
+        } else {
+            self.free_one_page(cx, zi, p, order, mt);
+        }
+    }
+
+    /// Models `free_one_page()`: one block to the buddy lists under the zone lock.
+    pub(crate) fn free_one_page(
+        &mut self,
+        cx: &mut Cx,
+        zi: usize,
+        pfn: u32,
+        order: u8,
+        mt: MigrateType,
+    ) {
+        let z = &mut self.zones[zi];
+        cx.lock(z.lock_id());
+        cx.charge(Cost::ZoneLockAcquire);
+        z.free_one_page(&mut self.mem, cx, pfn, order, mt);
+        cx.unlock(z.lock_id());
+    }
+
+    /// Checks every invariant of the allocator (like CONFIG_DEBUG_VM): free
+    /// lists, counts, flags, PCP lists, and that no page is in two places.
+    /// Panics with a message naming the broken invariant. O(pages).
+    pub fn check_invariants(&self) {
+        let mut owner = vec![0u8; self.mem.len() as usize]; // 0 unseen, 1 buddy, 2 pcp
+        for z in &self.zones {
+            let mut free = 0u64;
+            for order in 0..NR_PAGE_ORDERS {
+                let mut n = 0u64;
+                for mt in MigrateType::ALL {
+                    let list = &z.free_area[order][mt as usize];
+                    let mut len = 0u32;
+                    for pfn in list.iter(&self.mem) {
+                        len += 1;
+                        let f = self.mem.flags(pfn);
+                        assert!(
+                            f & PG_BUDDY != 0,
+                            "{}: pfn {pfn:#x} on a free list without PG_buddy",
+                            z.zone_type.name()
+                        );
+                        assert_eq!(
+                            (f & ORDER_MASK) as usize,
+                            order,
+                            "pfn {pfn:#x} on the order-{order} list has order {}",
+                            f & ORDER_MASK
+                        );
+                        assert_eq!(
+                            self.mem.stored_mt(pfn),
+                            mt as u8,
+                            "pfn {pfn:#x} on the {} list stores another migratetype",
+                            mt.name()
+                        );
+                        assert_eq!(
+                            pfn & ((1 << order) - 1),
+                            0,
+                            "free block {pfn:#x} of order {order} is not aligned"
+                        );
+                        assert!(
+                            z.spans(pfn as u64) && z.spans(pfn as u64 + (1 << order) - 1),
+                            "free block {pfn:#x} leaves its zone"
+                        );
+                        for p in pfn..pfn + (1 << order) {
+                            assert_eq!(owner[p as usize], 0, "pfn {p:#x} is in two free blocks");
+                            owner[p as usize] = 1;
+                        }
+                        if order < MAX_ORDER as usize {
+                            let buddy = pfn ^ (1 << order);
+                            assert!(
+                                !(z.spans(buddy as u64) && self.mem.is_buddy_of_order(buddy, order as u8)),
+                                "free blocks {pfn:#x} and {buddy:#x} of order {order} are buddies but did not merge"
+                            );
+                        }
+                    }
+                    assert_eq!(len, list.len(), "free list length is wrong");
+                    n += len as u64;
+                }
+                assert_eq!(
+                    n,
+                    z.nr_free[order],
+                    "nr_free[{order}] of {} is wrong",
+                    z.zone_type.name()
+                );
+                free += n << order;
+            }
+            assert_eq!(
+                free,
+                z.nr_free_pages,
+                "NR_FREE_PAGES of {} is {} but the lists hold {free}",
+                z.zone_type.name(),
+                z.nr_free_pages
+            );
+        }
+        for (i, pcp) in self.pcp.iter().enumerate() {
+            let mut count = 0u64;
+            for (pindex, list) in pcp.lists.iter().enumerate() {
+                let order = crate::pcp::pindex_to_order(pindex);
+                for pfn in list.iter(&self.mem) {
+                    let f = self.mem.flags(pfn);
+                    assert!(
+                        f & PG_PCP != 0,
+                        "pfn {pfn:#x} on pcp list {pindex} of pageset {i} without PG_pcp"
+                    );
+                    assert_eq!(
+                        (f & ORDER_MASK) as u8,
+                        order,
+                        "pfn {pfn:#x} on pcp list {pindex} has the wrong order"
+                    );
+                    for p in pfn..pfn + (1 << order) {
+                        assert_eq!(
+                            owner[p as usize], 0,
+                            "pfn {p:#x} is both on a PCP list and elsewhere"
+                        );
+                        owner[p as usize] = 2;
+                    }
+                    count += 1 << order;
+                }
+            }
+            assert_eq!(
+                count, pcp.count as u64,
+                "pcp->count of pageset {i} is {} but its lists hold {count}",
+                pcp.count
+            );
+        }
+        // Every page not free must be part of an allocated block.
+        let mut pfn = 0u32;
+        while (pfn as u64) < self.mem.len() {
+            if owner[pfn as usize] != 0 {
+                pfn += 1;
+                continue;
+            }
+            let f = self.mem.flags(pfn);
+            assert!(
+                f & PG_HEAD != 0,
+                "pfn {pfn:#x} is neither free nor the head of an allocated block (flags {f:#x})"
+            );
+            let order = (f & ORDER_MASK) as u8;
+            for t in 1..(1u32 << order) {
+                assert!(
+                    self.mem.flags(pfn + t) & PG_TAIL != 0 && self.mem.private(pfn + t) == pfn,
+                    "tail {:#x} of block {pfn:#x} does not point at its head",
+                    pfn + t
+                );
+                assert_eq!(
+                    owner[(pfn + t) as usize],
+                    0,
+                    "pfn {:#x} is both allocated and free",
+                    pfn + t
+                );
+            }
+            pfn += 1 << order;
+        }
+        let _ = NIL;
+    }
+}

@@ -1,0 +1,170 @@
+//! The buddy allocator and PCP against a trivially correct model: a bitmap of
+//! allocated pages, driven by seeded random operation lists.
+//!
+//! What must hold after every operation: no page handed out twice, every
+//! block inside a zone the request allows, the allocator's own invariants
+//! (`check_invariants`, like CONFIG_DEBUG_VM) every few operations, and once
+//! everything is freed and the PCP lists drained, the free areas equal the
+//! boot state: every free coalesced fully.
+
+use mm::cost::{CostTable, Cx};
+use mm::page_alloc::{Gfp, MemoryLayout, NodeLayout, PageAlloc, VmSysctl, ZoneType};
+use mm::pcp::PcpPolicy;
+use mm::{Pfn, SimTime, VcpuId};
+
+/// SplitMix64 (Steele, Lea, Flood: "Fast splittable pseudorandom number
+/// generators", OOPSLA 2014): tiny, and good enough to drive a test.
+struct SplitMix64(u64);
+
+impl SplitMix64 {
+    fn next(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+        z ^ (z >> 31)
+    }
+    fn below(&mut self, n: u64) -> u64 {
+        self.next() % n
+    }
+}
+
+fn layout() -> MemoryLayout {
+    MemoryLayout {
+        nodes: vec![
+            NodeLayout {
+                nr_cpus: 2,
+                nr_pages: 16 * 1024,
+            },
+            NodeLayout {
+                nr_cpus: 2,
+                nr_pages: 8 * 1024,
+            },
+        ],
+        dma32_pages: 4096,
+    }
+}
+
+fn run(seed: u64, nr_ops: usize, policy: PcpPolicy, fraction: u32) {
+    let sysctl = VmSysctl {
+        percpu_pagelist_high_fraction: fraction,
+        ..VmSysctl::default()
+    };
+    let mut pa = PageAlloc::new(&layout(), sysctl, policy);
+    let boot: Vec<_> = pa
+        .zones
+        .iter()
+        .map(|z| (z.nr_free, z.nr_free_pages))
+        .collect();
+    let mut cx = Cx::new(VcpuId(0), CostTable::uniform(1));
+    let mut rng = SplitMix64(seed);
+    let mut used = vec![false; pa.mem.len() as usize];
+    let mut held: Vec<(Pfn, u8)> = Vec::new();
+    let mut failures = 0u64;
+    let orders = [0u8, 0, 0, 0, 1, 2, 3, 4, 9, 10];
+    for op in 0..nr_ops {
+        let cpu = VcpuId(rng.below(4) as u32);
+        cx.begin(cpu, SimTime(op as u64));
+        if held.is_empty() || rng.below(100) < 55 {
+            let order = orders[rng.below(orders.len() as u64) as usize];
+            let gfp = match rng.below(4) {
+                0 => Gfp::KERNEL,
+                1 => Gfp::RECLAIMABLE,
+                2 => Gfp::DMA32.or(Gfp::MOVABLE),
+                _ => Gfp::HIGHUSER_MOVABLE,
+            };
+            match pa.alloc_pages(&mut cx, gfp, order) {
+                Ok(pfn) => {
+                    assert_eq!(pfn.0 & ((1 << order) - 1), 0, "op {op}: unaligned block");
+                    let zi = pa.page_zone(pfn.0 as u32);
+                    if gfp.contains(Gfp::DMA32) {
+                        assert_eq!(
+                            pa.zones[zi].zone_type,
+                            ZoneType::Dma32,
+                            "op {op}: DMA32 request served from Normal"
+                        );
+                    }
+                    for p in pfn.0..pfn.0 + (1 << order) {
+                        assert!(!used[p as usize], "op {op}: pfn {p:#x} handed out twice");
+                        used[p as usize] = true;
+                    }
+                    held.push((pfn, order));
+                }
+                Err(_) => failures += 1,
+            }
+        } else {
+            let i = rng.below(held.len() as u64) as usize;
+            let (pfn, order) = held.swap_remove(i);
+            for p in pfn.0..pfn.0 + (1 << order) {
+                used[p as usize] = false;
+            }
+            pa.free_pages(&mut cx, pfn, order);
+        }
+        if op % 97 == 0 {
+            pa.check_invariants();
+        }
+    }
+    for (pfn, order) in held.drain(..) {
+        pa.free_pages(&mut cx, pfn, order);
+    }
+    pa.check_invariants();
+    for cpu in 0..pa.nr_cpus() {
+        pa.drain_pages(&mut cx, VcpuId(cpu));
+    }
+    pa.check_invariants();
+    assert_eq!(pa.nr_pcp_pages(), 0);
+    let end: Vec<_> = pa
+        .zones
+        .iter()
+        .map(|z| (z.nr_free, z.nr_free_pages))
+        .collect();
+    assert_eq!(boot, end, "seed {seed}: free areas differ from boot after freeing everything ({failures} failed allocations)");
+}
+
+#[test]
+fn buddy_and_pcp_match_a_bitmap_6_6() {
+    for seed in 1..=6 {
+        run(seed, 4000, PcpPolicy::default(), 0);
+    }
+}
+
+#[test]
+fn buddy_and_pcp_match_a_bitmap_small_high() {
+    for seed in 10..=13 {
+        run(
+            seed,
+            4000,
+            PcpPolicy {
+                prev_free_high_order: true,
+            },
+            8,
+        );
+    }
+}
+
+#[test]
+fn exhaustion_fails_cleanly_and_recovers() {
+    let mut pa = PageAlloc::new(&layout(), VmSysctl::default(), PcpPolicy::default());
+    let mut cx = Cx::new(VcpuId(1), CostTable::uniform(1));
+    let mut held = Vec::new();
+    let mut failed = 0;
+    for _ in 0..30_000 {
+        match pa.alloc_pages(&mut cx, Gfp::HIGHUSER_MOVABLE, 0) {
+            Ok(p) => held.push(p),
+            Err(_) => failed += 1,
+        }
+    }
+    assert!(failed > 0, "24576 pages cannot satisfy 30000 allocations");
+    assert_eq!(pa.vmstat.get(mm::vmstat::VmEvent::ALLOC_FAIL), failed);
+    // Allocations stop at the min watermark, not at zero.
+    let min_total: u64 = pa
+        .zones
+        .iter()
+        .map(|z| z.wmark_pages(mm::page_alloc::Wmark::Min))
+        .sum();
+    assert!(pa.nr_free_pages() + pa.nr_pcp_pages() + 64 >= min_total);
+    for p in held {
+        pa.free_pages(&mut cx, p, 0);
+    }
+    pa.check_invariants();
+}
