@@ -1,1 +1,228 @@
-fn main() {}
+//! `mmlab`: a laboratory for Linux memory-management policies.
+//!
+//! The only crate that reads files, parses arguments, prints or writes
+//! reports.
+
+mod experiment;
+mod report;
+mod runner;
+
+use anyhow::{bail, Context, Result};
+use clap::{Parser, Subcommand};
+use experiment::Experiment;
+use report::Format;
+use std::io::Write;
+use std::path::{Path, PathBuf};
+
+/// The built-in experiments, embedded so that `mmlab reproduce` works from
+/// any directory.
+const BUILTIN_EXPERIMENTS: &[(&str, &str)] = &[("page-churn", include_str!("../../../experiments/page-churn.toml"))];
+
+#[derive(Parser)]
+#[command(
+    name = "mmlab",
+    version,
+    about = "A laboratory for Linux memory-management policies",
+    long_about = "mmlab runs a faithful, deterministic model of the Linux kernel's memory-management \
+hot paths on virtual time, so that you can ask what a policy would do to a workload and get the \
+answer as the table you would post to linux-mm.",
+    after_help = "Examples:\n  mmlab reproduce                       run every built-in experiment\n  \
+mmlab reproduce page-churn            run one\n  mmlab run experiments/page-churn.toml --format markdown\n  \
+mmlab run my.toml --out results.json --seed 7\n  mmlab list                            knobs, presets, workloads, metrics, profiles"
+)]
+struct Cli {
+    #[command(subcommand)]
+    cmd: Cmd,
+}
+
+#[derive(clap::Args, Clone)]
+struct OutputArgs {
+    /// Output format of the tables.
+    #[arg(long, value_enum, default_value_t = Format::Text)]
+    format: Format,
+    /// Also write the JSON results document to FILE (atomically).
+    #[arg(long, value_name = "FILE")]
+    out: Option<PathBuf>,
+    /// Seed of every run (default: the experiment's).
+    #[arg(long)]
+    seed: Option<u64>,
+    /// No progress on stderr.
+    #[arg(long, short)]
+    quiet: bool,
+    /// Simulations to run at once (default: the host's cores).
+    #[arg(long, short)]
+    jobs: Option<usize>,
+}
+
+#[derive(Subcommand)]
+enum Cmd {
+    /// Run the built-in experiments (all, or the one named) and print their tables.
+    Reproduce {
+        /// A built-in experiment's name.
+        name: Option<String>,
+        #[command(flatten)]
+        out: OutputArgs,
+    },
+    /// Run an experiment file: machine × kernels × workloads → tables.
+    Run {
+        /// The experiment (TOML).
+        file: PathBuf,
+        #[command(flatten)]
+        out: OutputArgs,
+    },
+    /// Print the allocator's boot state for each kernel of an experiment, as /proc/zoneinfo.
+    Zoneinfo {
+        /// The experiment (TOML).
+        file: PathBuf,
+    },
+    /// List knobs, presets, workloads, metrics, profiles and built-in experiments.
+    List,
+    /// Measure the model's speed (PCP fast path) and memory per simulated page.
+    Bench {
+        /// Allocation+free pairs to time.
+        #[arg(long, default_value_t = 20_000_000)]
+        ops: u64,
+    },
+}
+
+fn main() {
+    if let Err(e) = real_main() {
+        eprintln!("mmlab: error: {e:#}");
+        std::process::exit(1);
+    }
+}
+
+fn real_main() -> Result<()> {
+    let cli = Cli::parse();
+    match cli.cmd {
+        Cmd::Reproduce { name, out } => {
+            let list: Vec<_> = match &name {
+                Some(n) => {
+                    let Some(e) = BUILTIN_EXPERIMENTS.iter().find(|(k, _)| k == n) else {
+                        let names: Vec<_> = BUILTIN_EXPERIMENTS.iter().map(|(k, _)| *k).collect();
+                        bail!("no built-in experiment \"{n}\"; built-in experiments: {}", names.join(", "));
+                    };
+                    vec![*e]
+                }
+                None => BUILTIN_EXPERIMENTS.to_vec(),
+            };
+            let mut docs = Vec::new();
+            for (n, text) in list {
+                let exp = Experiment::parse(text, Path::new(&format!("experiments/{n}.toml")))?;
+                docs.push(run_and_print(&exp, &out)?);
+            }
+            if let Some(path) = &out.out {
+                let doc = if docs.len() == 1 { docs.pop().expect("one") } else { serde_json::Value::Array(docs) };
+                write_atomically(path, &doc)?;
+            }
+        }
+        Cmd::Run { file, out } => {
+            let exp = Experiment::load(&file)?;
+            let doc = run_and_print(&exp, &out)?;
+            if let Some(path) = &out.out {
+                write_atomically(path, &doc)?;
+            }
+        }
+        Cmd::Zoneinfo { file } => {
+            let exp = Experiment::load(&file)?;
+            for k in &exp.kernels {
+                let pa = mm::page_alloc::PageAlloc::new(&exp.machine.memory_layout(), k.config.sysctl, k.config.pcp);
+                println!("# kernel {} ({})", k.name, k.config.preset.name());
+                print!("{}", mm::vmstat::zoneinfo(&pa));
+            }
+        }
+        Cmd::List => print!("{}", list_text()),
+        Cmd::Bench { ops } => bench(ops),
+    }
+    Ok(())
+}
+
+fn run_and_print(exp: &Experiment, out: &OutputArgs) -> Result<serde_json::Value> {
+    let seed = out.seed.unwrap_or(exp.seed);
+    let jobs = out.jobs.unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
+    let results = runner::run_experiment(exp, runner::RunOpts { seed, quiet: out.quiet, jobs })?;
+    let doc = report::results_json(exp, seed, &results);
+    let mut stdout = std::io::stdout().lock();
+    if out.format == Format::Json {
+        writeln!(stdout, "{}", serde_json::to_string_pretty(&doc)?)?;
+    } else {
+        write!(stdout, "{}", report::tables(exp, seed, &results, out.format))?;
+    }
+    Ok(doc)
+}
+
+/// Writes `doc` to `path` through a temporary file and a rename, so that a
+/// reader never sees half a document and a failure leaves the old one.
+fn write_atomically(path: &Path, doc: &serde_json::Value) -> Result<()> {
+    let tmp = path.with_extension("json.tmp");
+    let text = serde_json::to_string_pretty(doc)? + "\n";
+    std::fs::write(&tmp, text).with_context(|| format!("cannot write {}", tmp.display()))?;
+    std::fs::rename(&tmp, path).with_context(|| format!("cannot rename {} to {}", tmp.display(), path.display()))?;
+    Ok(())
+}
+
+fn list_text() -> String {
+    use std::fmt::Write as _;
+    let mut s = String::new();
+    let _ = writeln!(s, "Kernel presets:");
+    for p in mm::knobs::Preset::ALL {
+        let _ = writeln!(s, "  {}", p.name());
+    }
+    let _ = writeln!(s, "\nKnobs (set in [kernel.knobs] by their kernel names):");
+    for k in mm::knobs::KNOBS {
+        let _ = writeln!(s, "  {:<36} {}\n  {:<36} accepts {}", k.name, k.help, "", k.accepts);
+    }
+    let _ = writeln!(s, "\nWorkloads:");
+    for w in workloads::WORKLOADS {
+        let _ = writeln!(s, "  {:<14} {}", w.name, w.summary);
+        for (p, d, h) in w.params {
+            let _ = writeln!(s, "      {p:<18} (default {d}) {h}");
+        }
+    }
+    let _ = writeln!(s, "\nMetrics (report.metrics; any /proc/vmstat-named counter below also works):");
+    for (m, h) in report::METRICS {
+        let _ = writeln!(s, "  {m:<22} {h}");
+    }
+    let names: Vec<_> = mm::vmstat::VmEvent::ALL.iter().map(|e| e.name()).collect();
+    let _ = writeln!(s, "  counters: {}", names.join(", "));
+    let _ = writeln!(s, "\nCost profiles:");
+    for (n, _) in experiment::BUILTIN_PROFILES {
+        let _ = writeln!(s, "  {n}");
+    }
+    let _ = writeln!(s, "\nBuilt-in experiments (mmlab reproduce NAME):");
+    for (n, _) in BUILTIN_EXPERIMENTS {
+        let _ = writeln!(s, "  {n}");
+    }
+    s
+}
+
+/// The PCP fast path of the model on one host core: order-0 allocate and free
+/// on one CPU, refills and drains included; and the memory a simulated page
+/// costs.
+fn bench(ops: u64) {
+    use mm::cost::{CostTable, Cx};
+    use mm::page_alloc::{Gfp, MemoryLayout, NodeLayout, PageAlloc, VmSysctl};
+    let layout = MemoryLayout { nodes: vec![NodeLayout { nr_cpus: 4, nr_pages: 1 << 20 }], dma32_pages: 0 };
+    let mut pa = PageAlloc::new(&layout, VmSysctl::default(), mm::pcp::PcpPolicy::default());
+    let mut cx = Cx::new(mm::VcpuId(0), CostTable::uniform(1));
+    let mut held = Vec::with_capacity(64);
+    let start = std::time::Instant::now();
+    let mut done = 0u64;
+    while done < ops {
+        // Bursts of 32 keep the list moving through refills and drains.
+        for _ in 0..32 {
+            cx.begin(mm::VcpuId(0), mm::SimTime(done));
+            held.push(pa.alloc_pages(&mut cx, Gfp::HIGHUSER_MOVABLE, 0).expect("4 GiB is plenty"));
+        }
+        for p in held.drain(..) {
+            cx.begin(mm::VcpuId(0), mm::SimTime(done));
+            pa.free_pages(&mut cx, p, 0);
+        }
+        done += 32;
+    }
+    let secs = start.elapsed().as_secs_f64();
+    println!("PCP fast path (order-0 alloc+free pairs, 1 host core): {:.1} M pairs/s ({done} pairs in {secs:.2} s)", done as f64 / secs / 1e6);
+    let bpp = mm::page::MemMap::BYTES_PER_PAGE;
+    let tib_pages = (1u64 << 40) / mm::PAGE_SIZE;
+    println!("Page metadata: {bpp} bytes per simulated 4 KiB page; a 1 TiB machine needs {} of host memory (allocated zeroed, resident only as touched)", sim::machine::human_bytes(tib_pages * bpp as u64));
+}

@@ -1,1 +1,18 @@
-//! placeholder
+//! mmlab's deterministic engine: virtual CPUs, tasks, an event queue ordered
+//! by `(time, sequence)`, locks as timed resources with wait accounting, the
+//! cost model, and the seeded random streams.
+//!
+//! The engine drives the kernel model (crate `mm`) and never reads a wall
+//! clock, spawns a thread or iterates a hash table: the same tasks and seed
+//! give the same results, byte for byte.
+
+pub mod engine;
+pub mod machine;
+pub mod op;
+pub mod profile;
+pub mod rng;
+
+pub use engine::{Engine, LockStats, RunStats};
+pub use machine::{Machine, MachineError, NodeSpec};
+pub use op::{Block, ChanId, Op, OpResult, Program, TaskSpec};
+pub use rng::Rng;

@@ -1,1 +1,36 @@
-//! placeholder
+//! Programs that drive the model: each task is a lazy stream of operations.
+//!
+//! A workload is built from a name and parameters (as written in an
+//! experiment file) into tasks bound to vCPUs. Every workload documents what
+//! it models and where its parameters come from.
+
+pub mod page_churn;
+pub mod params;
+
+pub use params::{ParamError, ParamValue, Params};
+
+use sim::{Machine, TaskSpec};
+
+/// A workload the registry can build.
+pub struct WorkloadDef {
+    /// The name in experiment files.
+    pub name: &'static str,
+    /// One line on what it models.
+    pub summary: &'static str,
+    /// Its parameters: name, default, meaning.
+    pub params: &'static [(&'static str, &'static str, &'static str)],
+    build: fn(&Params, &Machine) -> Result<Vec<TaskSpec>, ParamError>,
+}
+
+/// Every workload.
+pub const WORKLOADS: &[WorkloadDef] = &[page_churn::DEF];
+
+/// Builds workload `name` with `params` for `machine`.
+pub fn build(name: &str, params: &Params, machine: &Machine) -> Result<Vec<TaskSpec>, ParamError> {
+    let def = WORKLOADS.iter().find(|w| w.name == name).ok_or_else(|| ParamError::UnknownWorkload {
+        name: name.to_string(),
+        valid: WORKLOADS.iter().map(|w| w.name).collect(),
+    })?;
+    params.check_known(def.params.iter().map(|p| p.0))?;
+    (def.build)(params, machine)
+}

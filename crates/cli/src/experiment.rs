@@ -1,0 +1,338 @@
+//! Experiment files (TOML): the machine, the cost profile, the kernels, the
+//! workloads, and what the report shows.
+
+use anyhow::{anyhow, bail, Context, Result};
+use mm::knobs::{KernelConfig, KnobValue, Preset};
+use serde::Deserialize;
+use sim::profile::{CostEntry, Profile};
+use sim::{Machine, NodeSpec};
+use std::collections::BTreeMap;
+use std::path::Path;
+
+/// An experiment as written in its file.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ExperimentFile {
+    pub name: String,
+    #[serde(default)]
+    pub description: String,
+    #[serde(default = "default_seed")]
+    pub seed: u64,
+    pub machine: MachineFile,
+    pub profile: String,
+    #[serde(rename = "kernel")]
+    pub kernels: Vec<KernelFile>,
+    #[serde(rename = "workload")]
+    pub workloads: Vec<WorkloadFile>,
+    #[serde(default)]
+    pub report: ReportFile,
+    /// The seed's published table, printed beside the model's.
+    #[serde(default)]
+    pub published: Option<PublishedFile>,
+}
+
+fn default_seed() -> u64 {
+    1
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct MachineFile {
+    pub name: String,
+    pub nodes: u32,
+    pub cpus_per_node: u32,
+    pub memory_per_node: Size,
+    #[serde(default)]
+    pub llc_per_node: Option<Size>,
+    #[serde(default)]
+    pub dma32: Option<Size>,
+    #[serde(default)]
+    pub source: String,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct KernelFile {
+    pub name: String,
+    pub preset: String,
+    #[serde(default)]
+    pub knobs: BTreeMap<String, toml::Value>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct WorkloadFile {
+    pub name: String,
+    #[serde(rename = "type")]
+    pub kind: String,
+    #[serde(default)]
+    pub params: BTreeMap<String, toml::Value>,
+}
+
+/// How values are shown.
+#[derive(Debug, Deserialize, Clone, Copy, PartialEq, Eq, Default)]
+#[serde(rename_all = "lowercase")]
+pub enum Mode {
+    /// The values themselves.
+    #[default]
+    Absolute,
+    /// Relative to the baseline kernel, which is 100.0.
+    Relative,
+    /// Percent change from the baseline kernel.
+    Change,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ReportFile {
+    #[serde(default = "default_metrics")]
+    pub metrics: Vec<String>,
+    #[serde(default)]
+    pub baseline: Option<String>,
+    #[serde(default)]
+    pub mode: Mode,
+}
+
+impl Default for ReportFile {
+    fn default() -> Self {
+        ReportFile { metrics: default_metrics(), baseline: None, mode: Mode::Absolute }
+    }
+}
+
+fn default_metrics() -> Vec<String> {
+    ["runtime_ns", "zone_lock_pct", "alloc_zone", "pcpu_drain"].iter().map(|s| s.to_string()).collect()
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PublishedFile {
+    pub source: String,
+    pub columns: Vec<String>,
+    pub rows: BTreeMap<String, Vec<f64>>,
+}
+
+/// A size such as `64GiB`, `45 MiB` or a plain number of bytes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Size(pub u64);
+
+impl<'de> Deserialize<'de> for Size {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> std::result::Result<Size, D::Error> {
+        #[derive(Deserialize)]
+        #[serde(untagged)]
+        enum Raw {
+            N(u64),
+            S(String),
+        }
+        match Raw::deserialize(d)? {
+            Raw::N(n) => Ok(Size(n)),
+            Raw::S(s) => parse_size(&s).map(Size).map_err(serde::de::Error::custom),
+        }
+    }
+}
+
+/// Parses `64GiB`, `4 KiB`, `2MB` (MB means MiB here, as in the kernel's
+/// messages) or a plain number of bytes.
+pub fn parse_size(s: &str) -> std::result::Result<u64, String> {
+    let t = s.trim();
+    let split = t.find(|c: char| !c.is_ascii_digit()).unwrap_or(t.len());
+    let (num, unit) = t.split_at(split);
+    let n: u64 = num.parse().map_err(|_| format!("invalid size \"{s}\": expected a number followed by B, KiB, MiB, GiB or TiB"))?;
+    let mult: u64 = match unit.trim() {
+        "" | "B" => 1,
+        "K" | "KB" | "KiB" | "k" => 1 << 10,
+        "M" | "MB" | "MiB" => 1 << 20,
+        "G" | "GB" | "GiB" => 1 << 30,
+        "T" | "TB" | "TiB" => 1 << 40,
+        u => return Err(format!("invalid size \"{s}\": unknown unit \"{u}\"; expected B, KiB, MiB, GiB or TiB")),
+    };
+    n.checked_mul(mult).ok_or_else(|| format!("invalid size \"{s}\": too large"))
+}
+
+/// A kernel to run: its name and configuration.
+#[derive(Debug, Clone)]
+pub struct Kernel {
+    pub name: String,
+    pub config: KernelConfig,
+    pub knobs: Vec<(String, KnobValue)>,
+}
+
+/// A workload to run.
+#[derive(Debug, Clone)]
+pub struct Workload {
+    pub name: String,
+    pub kind: String,
+    pub params: workloads::Params,
+}
+
+/// A validated experiment, ready to run.
+#[derive(Debug)]
+pub struct Experiment {
+    pub name: String,
+    pub description: String,
+    pub seed: u64,
+    pub machine: Machine,
+    pub machine_source: String,
+    pub profile: Profile,
+    pub kernels: Vec<Kernel>,
+    pub workloads: Vec<Workload>,
+    pub report: ReportFile,
+    pub published: Option<PublishedFile>,
+}
+
+/// The built-in cost profiles, embedded so that `mmlab` runs from anywhere.
+pub const BUILTIN_PROFILES: &[(&str, &str)] = &[
+    ("host-epyc-zen3", include_str!("../../../profiles/host-epyc-zen3.toml")),
+    ("haswell-ep", include_str!("../../../profiles/haswell-ep.toml")),
+];
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ProfileFile {
+    name: String,
+    description: String,
+    costs: BTreeMap<String, CostFile>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct CostFile {
+    ns: u64,
+    source: String,
+}
+
+/// Parses a profile file's text.
+pub fn parse_profile(text: &str, origin: &str) -> Result<Profile> {
+    let f: ProfileFile = toml::from_str(text).map_err(|e| anyhow!("{origin}: {e}"))?;
+    let p = Profile {
+        name: f.name,
+        description: f.description,
+        entries: f.costs.into_iter().map(|(k, c)| (k, CostEntry { ns: c.ns, source: c.source })).collect(),
+    };
+    p.validate().map_err(|e| anyhow!("{origin}: {e}"))?;
+    Ok(p)
+}
+
+fn load_profile(name: &str, base: &Path) -> Result<Profile> {
+    if let Some((_, text)) = BUILTIN_PROFILES.iter().find(|(n, _)| *n == name) {
+        return parse_profile(text, &format!("built-in profile {name}"));
+    }
+    let path = base.join(name);
+    if path.extension().is_some_and(|e| e == "toml") && path.exists() {
+        let text = std::fs::read_to_string(&path).with_context(|| format!("reading profile {}", path.display()))?;
+        return parse_profile(&text, &path.display().to_string());
+    }
+    let names: Vec<_> = BUILTIN_PROFILES.iter().map(|(n, _)| *n).collect();
+    bail!("unknown profile \"{name}\": expected a built-in profile ({}) or a path to a .toml profile relative to the experiment file", names.join(", "))
+}
+
+fn knob_value(v: &toml::Value) -> Option<KnobValue> {
+    match v {
+        toml::Value::Integer(i) => Some(KnobValue::Int(*i)),
+        toml::Value::String(s) => Some(KnobValue::Str(s.clone())),
+        toml::Value::Boolean(b) => Some(KnobValue::Int(*b as i64)),
+        _ => None,
+    }
+}
+
+/// Host memory in bytes (from /proc/meminfo; 16 GiB if unreadable).
+pub fn host_memory_bytes() -> u64 {
+    std::fs::read_to_string("/proc/meminfo")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find(|l| l.starts_with("MemTotal:"))
+                .and_then(|l| l.split_whitespace().nth(1))
+                .and_then(|kb| kb.parse::<u64>().ok())
+        })
+        .map(|kb| kb * 1024)
+        .unwrap_or(16 << 30)
+}
+
+impl Experiment {
+    /// Reads and validates an experiment file.
+    pub fn load(path: &Path) -> Result<Experiment> {
+        let text = std::fs::read_to_string(path).with_context(|| format!("cannot read experiment {}", path.display()))?;
+        Experiment::parse(&text, path)
+    }
+
+    /// Parses and validates an experiment's text; `path` names it in errors
+    /// and locates relative profile paths.
+    pub fn parse(text: &str, path: &Path) -> Result<Experiment> {
+        let origin = path.display().to_string();
+        let f: ExperimentFile = toml::from_str(text).map_err(|e| anyhow!("{origin}: {e}"))?;
+        let base = path.parent().unwrap_or(Path::new("."));
+        let m = &f.machine;
+        if m.nodes == 0 {
+            bail!("{origin}: machine.nodes = 0: a machine needs at least one node");
+        }
+        let machine = Machine {
+            name: m.name.clone(),
+            nodes: (0..m.nodes).map(|_| NodeSpec { cpus: m.cpus_per_node, memory_bytes: m.memory_per_node.0 }).collect(),
+            llc_bytes: m.llc_per_node.map_or(0, |s| s.0),
+            dma32_bytes: m.dma32.map_or(4 << 30, |s| s.0).min(m.memory_per_node.0),
+        };
+        machine.validate(host_memory_bytes()).map_err(|e| anyhow!("{origin}: machine \"{}\": {e}", m.name))?;
+        let profile = load_profile(&f.profile, base).map_err(|e| anyhow!("{origin}: profile: {e}"))?;
+        if f.kernels.is_empty() {
+            bail!("{origin}: no [[kernel]] given; expected at least one");
+        }
+        if f.workloads.is_empty() {
+            bail!("{origin}: no [[workload]] given; expected at least one");
+        }
+        let mut kernels = Vec::new();
+        for k in &f.kernels {
+            let preset = Preset::from_name(&k.preset).ok_or_else(|| {
+                let names: Vec<_> = Preset::ALL.iter().map(|p| p.name()).collect();
+                anyhow!("{origin}: kernel \"{}\": unknown preset \"{}\"; valid presets: {}", k.name, k.preset, names.join(", "))
+            })?;
+            let mut config = preset.config();
+            let mut knobs = Vec::new();
+            for (name, v) in &k.knobs {
+                let kv = knob_value(v).ok_or_else(|| anyhow!("{origin}: kernel \"{}\": knob {name}: expected an integer or a string, found {v}", k.name))?;
+                config.set_knob(name, &kv).map_err(|e| anyhow!("{origin}: kernel \"{}\": {e}", k.name))?;
+                knobs.push((name.clone(), kv));
+            }
+            if kernels.iter().any(|x: &Kernel| x.name == k.name) {
+                bail!("{origin}: two kernels are named \"{}\"", k.name);
+            }
+            kernels.push(Kernel { name: k.name.clone(), config, knobs });
+        }
+        let mut wls = Vec::new();
+        for w in &f.workloads {
+            let mut params = workloads::Params::default();
+            for (k, v) in &w.params {
+                let pv = match v {
+                    toml::Value::Integer(i) => workloads::ParamValue::Int(*i),
+                    toml::Value::String(s) => workloads::ParamValue::Str(s.clone()),
+                    other => bail!("{origin}: workload \"{}\": parameter {k}: expected an integer or a string, found {other}", w.name),
+                };
+                params.0.insert(k.clone(), pv);
+            }
+            // Build once now so that bad parameters fail before anything runs.
+            workloads::build(&w.kind, &params, &machine).map_err(|e| anyhow!("{origin}: workload \"{}\": {e}", w.name))?;
+            wls.push(Workload { name: w.name.clone(), kind: w.kind.clone(), params });
+        }
+        if let Some(b) = &f.report.baseline {
+            if !kernels.iter().any(|k| &k.name == b) {
+                bail!("{origin}: report.baseline = \"{b}\" names no kernel of this experiment");
+            }
+        }
+        for metric in &f.report.metrics {
+            if !crate::report::is_metric(metric) {
+                bail!("{origin}: report.metrics: unknown metric \"{metric}\"; valid metrics: {}", crate::report::metric_names().join(", "));
+            }
+        }
+        Ok(Experiment {
+            name: f.name,
+            description: f.description,
+            seed: f.seed,
+            machine,
+            machine_source: m.source.clone(),
+            profile,
+            kernels,
+            workloads: wls,
+            report: f.report,
+            published: f.published,
+        })
+    }
+}

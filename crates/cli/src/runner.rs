@@ -1,0 +1,129 @@
+//! Runs an experiment's (kernel, workload) pairs, in parallel on the host's
+//! cores, each one a deterministic simulation of its own.
+
+use crate::experiment::{Experiment, Kernel, Workload};
+use crate::report::RunResult;
+use anyhow::{anyhow, Result};
+use mm::page_alloc::PageAlloc;
+use sim::Engine;
+use std::io::{IsTerminal, Write};
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+
+/// How to run.
+#[derive(Clone, Copy, Debug)]
+pub struct RunOpts {
+    /// The seed of every run.
+    pub seed: u64,
+    /// No progress on stderr.
+    pub quiet: bool,
+    /// Host threads (each runs whole simulations).
+    pub jobs: usize,
+}
+
+/// Runs one kernel on one workload.
+pub fn run_one(exp: &Experiment, k: &Kernel, w: &Workload, seed: u64) -> Result<RunResult> {
+    let layout = exp.machine.memory_layout();
+    let pa = PageAlloc::new(&layout, k.config.sysctl, k.config.pcp);
+    let mut eng = Engine::new(pa, exp.profile.table(), seed);
+    let tasks = workloads::build(&w.kind, &w.params, &exp.machine).map_err(|e| anyhow!("workload \"{}\": {e}", w.name))?;
+    for t in tasks {
+        eng.spawn(t);
+    }
+    let stats = eng.run();
+    Ok(RunResult { kernel: k.name.clone(), workload: w.name.clone(), stats, vmstat: eng.pa.vmstat.clone() })
+}
+
+/// Runs every (kernel, workload) pair; results come back in the
+/// experiment's order whatever the order they finish in.
+pub fn run_experiment(exp: &Experiment, opts: RunOpts) -> Result<Vec<RunResult>> {
+    let pairs: Vec<(&Kernel, &Workload)> = exp.workloads.iter().flat_map(|w| exp.kernels.iter().map(move |k| (k, w))).collect();
+    let n = pairs.len();
+    let jobs = opts.jobs.max(1).min(n);
+    let start = Instant::now();
+    let mut slots: Vec<Option<Result<RunResult>>> = (0..n).map(|_| None).collect();
+    let next = std::sync::atomic::AtomicUsize::new(0);
+    let (tx, rx) = mpsc::channel::<(usize, Result<RunResult>)>();
+    std::thread::scope(|s| {
+        for _ in 0..jobs {
+            let tx = tx.clone();
+            let pairs = &pairs;
+            let next = &next;
+            s.spawn(move || loop {
+                let i = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                if i >= pairs.len() {
+                    break;
+                }
+                let (k, w) = pairs[i];
+                let r = run_one(exp, k, w, opts.seed);
+                if tx.send((i, r)).is_err() {
+                    break;
+                }
+            });
+        }
+        drop(tx);
+        let mut progress = Progress::new(n, opts.quiet, &exp.name);
+        let mut done = 0;
+        loop {
+            match rx.recv_timeout(Duration::from_millis(200)) {
+                Ok((i, r)) => {
+                    let (k, w) = pairs[i];
+                    slots[i] = Some(r);
+                    done += 1;
+                    progress.update(done, &format!("{} × {}", k.name, w.name), start.elapsed());
+                }
+                Err(mpsc::RecvTimeoutError::Timeout) => progress.update(done, "", start.elapsed()),
+                Err(mpsc::RecvTimeoutError::Disconnected) => break,
+            }
+        }
+        progress.finish(start.elapsed());
+    });
+    slots.into_iter().map(|r| r.expect("every run reports")).collect()
+}
+
+/// A progress bar on stderr, shown only once a run has taken over a second.
+struct Progress {
+    total: usize,
+    quiet: bool,
+    tty: bool,
+    shown: bool,
+    name: String,
+    last_line: usize,
+}
+
+impl Progress {
+    fn new(total: usize, quiet: bool, name: &str) -> Progress {
+        Progress { total, quiet, tty: std::io::stderr().is_terminal(), shown: false, name: name.to_string(), last_line: usize::MAX }
+    }
+
+    fn update(&mut self, done: usize, what: &str, elapsed: Duration) {
+        if self.quiet || elapsed < Duration::from_secs(1) {
+            return;
+        }
+        self.shown = true;
+        let mut err = std::io::stderr().lock();
+        if self.tty {
+            let width = 30;
+            let filled = width * done / self.total.max(1);
+            let _ = write!(
+                err,
+                "\r{}: [{}{}] {done}/{} runs, {:.1}s {:<40}",
+                self.name,
+                "=".repeat(filled),
+                " ".repeat(width - filled),
+                self.total,
+                elapsed.as_secs_f64(),
+                what
+            );
+        } else if done != self.last_line && !what.is_empty() {
+            let _ = writeln!(err, "{}: {done}/{} runs done ({what}), {:.1}s", self.name, self.total, elapsed.as_secs_f64());
+            self.last_line = done;
+        }
+    }
+
+    fn finish(&mut self, elapsed: Duration) {
+        if self.shown && self.tty {
+            let _ = writeln!(std::io::stderr(), "\r{}: {} runs in {:.1}s{:60}", self.name, self.total, elapsed.as_secs_f64(), "");
+        }
+    }
+}

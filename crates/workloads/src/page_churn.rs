@@ -1,0 +1,191 @@
+//! Per-CPU page churn: bursts of page allocations and frees, half of them
+//! freed on another CPU.
+//!
+//! # What it models
+//!
+//! The allocation pattern that stresses the PCP: each task allocates a burst
+//! of pages (mostly order 0, some of orders 1–3 as slab and network buffers
+//! are), works for a while, frees part of the burst itself and hands the rest
+//! to a partner task on another CPU, which frees them there (a pipe or socket
+//! buffer consumed on the receiving CPU). Pages therefore drift from CPU to
+//! CPU: a freeing CPU's lists grow past `high` and drain to the zone, while
+//! an allocating CPU's lists run empty and refill from the zone, each time
+//! under `zone->lock`. The smaller `high`, the more often that happens.
+//!
+//! Parameters are synthetic: they set the size of the pressure, not a
+//! particular application. Defaults give a burst of 1 MiB per task.
+
+use crate::params::{ParamError, Params};
+use crate::WorkloadDef;
+use mm::page_alloc::Gfp;
+use sim::{Block, ChanId, Machine, Op, OpResult, Program, Rng, TaskSpec};
+
+pub(crate) const DEF: WorkloadDef = WorkloadDef {
+    name: "page-churn",
+    summary: "bursts of page allocations per CPU, part freed by a partner task on another CPU",
+    params: &[
+        ("tasks", "one per CPU", "number of tasks, bound round-robin to CPUs"),
+        ("iterations", "100", "bursts per task"),
+        ("burst", "256", "blocks allocated per burst"),
+        ("high_order_pct", "10", "percent of blocks of order 1-3 (uniform), the rest order 0"),
+        ("remote_free_pct", "50", "percent of each burst freed by the partner task"),
+        ("think_ns", "20000", "user time between allocating and freeing a burst"),
+    ],
+    build,
+};
+
+/// The parameters of one run.
+#[derive(Clone, Copy, Debug)]
+pub struct ChurnParams {
+    /// Bursts per task.
+    pub iterations: u32,
+    /// Blocks per burst.
+    pub burst: u32,
+    /// Percent of blocks of order 1–3.
+    pub high_order_pct: u32,
+    /// Percent of each burst the partner frees.
+    pub remote_free_pct: u32,
+    /// Compute time between allocating and freeing.
+    pub think_ns: u64,
+}
+
+fn build(p: &Params, m: &Machine) -> Result<Vec<TaskSpec>, ParamError> {
+    let nr_cpus = m.nr_cpus() as i64;
+    let tasks = p.int("tasks", nr_cpus, 1..=65_536)? as u32;
+    let cp = ChurnParams {
+        iterations: p.int("iterations", 100, 1..=10_000_000)? as u32,
+        burst: p.int("burst", 256, 1..=1_000_000)? as u32,
+        high_order_pct: p.int("high_order_pct", 10, 0..=100)? as u32,
+        remote_free_pct: p.int("remote_free_pct", 50, 0..=100)? as u32,
+        think_ns: p.int("think_ns", 20_000, 0..=1_000_000_000)? as u64,
+    };
+    Ok((0..tasks)
+        .map(|i| {
+            // Partners are neighbours (0-1, 2-3, ...); a lone last task frees
+            // everything itself.
+            let partner = if i ^ 1 < tasks { i ^ 1 } else { i };
+            TaskSpec {
+                program: Box::new(PageChurn::new(cp, i, partner)),
+                cpu: mm::VcpuId(i % nr_cpus as u32),
+            }
+        })
+        .collect())
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Phase {
+    Alloc,
+    Think,
+    FreeLocal,
+    Send,
+    Recv,
+    FreeRemote,
+}
+
+/// One page-churn task.
+pub struct PageChurn {
+    p: ChurnParams,
+    own_chan: ChanId,
+    partner_chan: ChanId,
+    iter: u32,
+    phase: Phase,
+    allocated: u32,
+    last_order: u8,
+    held: Vec<Block>,
+    remote: Vec<Block>,
+    alloc_failures: u64,
+}
+
+impl PageChurn {
+    /// Task `me`, whose partner is task `partner` (itself if none).
+    pub fn new(p: ChurnParams, me: u32, partner: u32) -> PageChurn {
+        PageChurn {
+            p,
+            own_chan: me,
+            partner_chan: partner,
+            iter: 0,
+            phase: Phase::Alloc,
+            allocated: 0,
+            last_order: 0,
+            held: Vec::with_capacity(p.burst as usize),
+            remote: Vec::new(),
+            alloc_failures: 0,
+        }
+    }
+
+    fn pick_order(&self, rng: &mut Rng) -> u8 {
+        if rng.percent(self.p.high_order_pct) {
+            1 + rng.below(3) as u8
+        } else {
+            0
+        }
+    }
+}
+
+impl Program for PageChurn {
+    fn next(&mut self, last: OpResult, rng: &mut Rng) -> Option<Op> {
+        match last {
+            OpResult::Alloc(Ok(pfn)) => self.held.push((pfn, self.last_order)),
+            OpResult::Alloc(Err(_)) => self.alloc_failures += 1,
+            OpResult::Received(blocks) => self.remote = blocks,
+            OpResult::Start | OpResult::Done => {}
+        }
+        loop {
+            match self.phase {
+                Phase::Alloc => {
+                    if self.iter == self.p.iterations {
+                        return None;
+                    }
+                    if self.allocated < self.p.burst {
+                        self.allocated += 1;
+                        self.last_order = self.pick_order(rng);
+                        // Order-0 user pages are movable; higher orders stand
+                        // for kernel buffers.
+                        let gfp = if self.last_order == 0 { Gfp::HIGHUSER_MOVABLE } else { Gfp::KERNEL };
+                        return Some(Op::AllocPages { gfp, order: self.last_order });
+                    }
+                    self.allocated = 0;
+                    self.phase = Phase::Think;
+                }
+                Phase::Think => {
+                    self.phase = Phase::FreeLocal;
+                    if self.p.think_ns > 0 {
+                        return Some(Op::Compute { ns: self.p.think_ns });
+                    }
+                }
+                Phase::FreeLocal => {
+                    let keep_remote = if self.partner_chan == self.own_chan {
+                        0
+                    } else {
+                        self.p.burst as usize * self.p.remote_free_pct as usize / 100
+                    };
+                    if self.held.len() > keep_remote {
+                        let b = self.held.pop().expect("held is not empty");
+                        return Some(Op::FreePages { block: b });
+                    }
+                    self.phase = Phase::Send;
+                }
+                Phase::Send => {
+                    if self.partner_chan == self.own_chan {
+                        self.phase = Phase::FreeRemote;
+                        continue;
+                    }
+                    self.phase = Phase::Recv;
+                    let blocks = std::mem::take(&mut self.held);
+                    return Some(Op::Send { chan: self.partner_chan, blocks });
+                }
+                Phase::Recv => {
+                    self.phase = Phase::FreeRemote;
+                    return Some(Op::Recv { chan: self.own_chan });
+                }
+                Phase::FreeRemote => {
+                    if let Some(b) = self.remote.pop() {
+                        return Some(Op::FreePages { block: b });
+                    }
+                    self.iter += 1;
+                    self.phase = Phase::Alloc;
+                }
+            }
+        }
+    }
+}
