@@ -20,7 +20,11 @@
 //! counters, and forks a child. The child maps the region, touches it and sends the
 //! `getrusage(RUSAGE_SELF)` minor-fault counts measured around each phase back through
 //! a pipe, so they count this pattern's faults and nothing else (not the fork, not the
-//! test harness). The parent snapshots the counters after reaping the child and
+//! test harness). Before the first measured phase the child writes 64 KiB of its stack
+//! and dry-runs the phase's code on a scratch buffer, because a freshly forked child
+//! otherwise takes a few faults of its own inside the phase: copy-on-write of stack
+//! pages, and first execution of text pages (`fork` does not copy the page-table
+//! entries of file-backed mappings). The parent snapshots the counters after reaping the child and
 //! restores the knobs. `/proc/vmstat` and the per-size stats are system-wide: a
 //! process that faults large folios meanwhile adds to them. Using a per-size knob of
 //! `madvise` with [`Advice::Hugepage`] instead of `always` makes the kernel choose
@@ -510,9 +514,29 @@ fn prefault_stack() {
     std::hint::black_box(&scratch);
 }
 
+/// Runs one measured touch phase over a small scratch buffer, sending nothing.
+///
+/// `fork` does not copy the page-table entries of file-backed mappings that have no
+/// anonymous pages, so the child faults on the first execution of every page of the
+/// binary's text (and of its read-only data) that it runs. A dry run of the exact
+/// code path of a phase takes those faults before the measured one.
+fn warm_up(plan: &ChildPlan, order: &[u32]) {
+    let mut scratch = [0u8; 4 * PAGE_SIZE];
+    let dry = ChildPlan {
+        len: scratch.len(),
+        out_fd: -1,
+        ..*plan
+    };
+    let base = scratch.as_mut_ptr();
+    // fd -1: the record's write fails with EBADF, which is the point.
+    measured_phase(-1, || touch_all(base, &dry, order));
+    std::hint::black_box(&scratch);
+}
+
 /// The child: returns its exit code. Allocates nothing.
 fn child_main(plan: &ChildPlan, order: &[u32], steps: &[Step]) -> i32 {
     prefault_stack();
+    warm_up(plan, order);
     match child_body(plan, order, steps) {
         Ok(()) => 0,
         Err(ChildErr(stage, e)) => {
@@ -572,6 +596,7 @@ fn child_body(plan: &ChildPlan, order: &[u32], steps: &[Step]) -> Result<(), Chi
                         sequential: true,
                         ..*plan
                     };
+                    warm_up(&writer, &[]);
                     measured_phase(plan.out_fd, || touch_all(base, &writer, &[]));
                     // SAFETY: leaves the grandchild without running destructors.
                     unsafe { libc::_exit(0) };
