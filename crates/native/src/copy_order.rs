@@ -26,7 +26,8 @@
 //! Each trial draws a target from [`SplitMix64`], flushes both buffers from the cache
 //! (`clflush`, so every copy starts from DRAM as a COW copy of a cold page would),
 //! copies with `copy_from_slice` per sub-page (glibc `memcpy`), then reads one byte
-//! per cache line of the target sub-page, and then of its neighbours. The orders are
+//! per cache line of the target sub-page, and then of its neighbours, as a dependent
+//! chain in a scrambled line order so that the time per line is a latency. The orders are
 //! interleaved trial by trial so that drift in the host (other tenants, frequency)
 //! hits them alike. The measuring thread is pinned to the first allowed CPU, the
 //! pressure thread to the second.
@@ -411,16 +412,27 @@ pub fn copy_subpages(src: &[u8], dst: &mut [u8], indices: &[usize]) {
     }
 }
 
-/// Reads one byte of every cache line of sub-pages `pages` of `buf`; returns the ns.
+/// Reads one byte of every cache line of sub-pages `pages` of `buf` as a dependent
+/// chain in a scrambled line order; returns the ns.
+///
+/// Each load's address depends on the previous load's value (through a zero the
+/// compiler cannot see), and the lines are visited in a fixed scrambled order, so
+/// neither memory-level parallelism nor the stream prefetcher hides the latency:
+/// the figure per line is the latency of wherever the copy left that line.
 fn time_read(buf: &[u8], pages: std::ops::Range<usize>) -> f64 {
     let bytes = &buf[pages.start * PAGE_SIZE..pages.end * PAGE_SIZE];
+    let nr_lines = bytes.len() / CACHE_LINE;
+    let zero = std::hint::black_box(0usize);
     let t0 = Instant::now();
-    let mut sum = 0u64;
-    for line in bytes.chunks_exact(CACHE_LINE) {
-        // black_box makes each load happen, in order, and not be merged away.
-        sum = sum.wrapping_add(u64::from(std::hint::black_box(line[0])));
+    let mut carry = 0usize;
+    for k in 0..nr_lines {
+        // 37 is odd, so k * 37 mod nr_lines (a power of two times 1..5) visits every
+        // line of a sub-page once when nr_lines is a power of two; for other counts
+        // some lines repeat, which only makes the figure more cache-friendly.
+        let line = (k * 37 + carry) % nr_lines;
+        carry = usize::from(bytes[line * CACHE_LINE]) & zero;
     }
-    std::hint::black_box(sum);
+    std::hint::black_box(carry);
     t0.elapsed().as_nanos() as f64
 }
 
