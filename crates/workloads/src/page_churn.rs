@@ -30,6 +30,7 @@ pub(crate) const DEF: WorkloadDef = WorkloadDef {
         ("high_order_pct", "10", "percent of blocks of order 1-3 (uniform), the rest order 0"),
         ("remote_free_pct", "50", "percent of each burst freed by the partner task"),
         ("think_ns", "20000", "user time between allocating and freeing a burst"),
+        ("work_per_page_ns", "0", "further user time per block of the burst (using the memory)"),
     ],
     build,
 };
@@ -47,6 +48,8 @@ pub struct ChurnParams {
     pub remote_free_pct: u32,
     /// Compute time between allocating and freeing.
     pub think_ns: u64,
+    /// Further compute time per block of the burst.
+    pub work_per_page_ns: u64,
 }
 
 fn build(p: &Params, m: &Machine) -> Result<Vec<TaskSpec>, ParamError> {
@@ -58,6 +61,7 @@ fn build(p: &Params, m: &Machine) -> Result<Vec<TaskSpec>, ParamError> {
         high_order_pct: p.int("high_order_pct", 10, 0..=100)? as u32,
         remote_free_pct: p.int("remote_free_pct", 50, 0..=100)? as u32,
         think_ns: p.int("think_ns", 20_000, 0..=1_000_000_000)? as u64,
+        work_per_page_ns: p.int("work_per_page_ns", 0, 0..=1_000_000_000)? as u64,
     };
     Ok((0..tasks)
         .map(|i| {
@@ -149,8 +153,9 @@ impl Program for PageChurn {
                 }
                 Phase::Think => {
                     self.phase = Phase::FreeLocal;
-                    if self.p.think_ns > 0 {
-                        return Some(Op::Compute { ns: self.p.think_ns });
+                    let ns = self.p.think_ns + self.p.work_per_page_ns * self.p.burst as u64;
+                    if ns > 0 {
+                        return Some(Op::Compute { ns });
                     }
                 }
                 Phase::FreeLocal => {
