@@ -22,7 +22,7 @@ pub struct Pfn(pub u64);
 impl Pfn {
     /// The pfn `nr` pages further on.
     #[inline]
-    pub fn add(self, nr: u64) -> Pfn {
+    pub fn offset(self, nr: u64) -> Pfn {
         Pfn(self.0 + nr)
     }
 }

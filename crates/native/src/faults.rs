@@ -175,7 +175,7 @@ impl FaultPattern {
     /// Checks the invariants stated on the type.
     pub fn validate(&self) -> Result<(), NativeError> {
         let bad = |what: String| Err(NativeError::InvalidConfig { what });
-        if self.len_bytes == 0 || self.len_bytes % PAGE_SIZE != 0 {
+        if self.len_bytes == 0 || !self.len_bytes.is_multiple_of(PAGE_SIZE) {
             return bad(format!(
                 "{}: len_bytes {} is not a positive multiple of 4096",
                 self.name, self.len_bytes
@@ -184,7 +184,7 @@ impl FaultPattern {
         if self.nr_pages() > u32::MAX as usize {
             return bad(format!("{}: more than 2^32 pages", self.name));
         }
-        if self.offset_bytes % PAGE_SIZE != 0 || self.offset_bytes >= PMD_SIZE {
+        if !self.offset_bytes.is_multiple_of(PAGE_SIZE) || self.offset_bytes >= PMD_SIZE {
             return bad(format!(
                 "{}: offset_bytes {} is not a multiple of 4096 below 2 MiB",
                 self.name, self.offset_bytes
@@ -201,7 +201,7 @@ impl FaultPattern {
                     || len_bytes % PAGE_SIZE != 0
                     || offset_bytes
                         .checked_add(len_bytes)
-                        .map_or(true, |end| end > self.len_bytes)
+                        .is_none_or(|end| end > self.len_bytes)
                 {
                     return bad(format!(
                         "{}: munmap range {offset_bytes}+{len_bytes} is not page-aligned inside the region",

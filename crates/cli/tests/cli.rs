@@ -1,0 +1,256 @@
+//! The `mmlab` binary as a user runs it: tables, the results document,
+//! determinism, and a clear error for every kind of bad input.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+fn mmlab(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_mmlab"))
+        .args(args)
+        .output()
+        .expect("mmlab runs")
+}
+
+fn fixture(name: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/fixtures")
+        .join(name)
+}
+
+fn stdout(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stdout).into_owned()
+}
+
+fn stderr(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stderr).into_owned()
+}
+
+/// Compares `actual` with the snapshot file; `UPDATE_SNAPSHOTS=1` rewrites it.
+fn snapshot(name: &str, actual: &str) {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/snapshots")
+        .join(name);
+    if std::env::var_os("UPDATE_SNAPSHOTS").is_some() {
+        std::fs::write(&path, actual).expect("write snapshot");
+        return;
+    }
+    let expected = std::fs::read_to_string(&path).unwrap_or_else(|_| {
+        panic!(
+            "missing snapshot {}; run with UPDATE_SNAPSHOTS=1",
+            path.display()
+        )
+    });
+    assert_eq!(
+        actual,
+        expected,
+        "output differs from snapshot {}",
+        path.display()
+    );
+}
+
+/// Writes an experiment variant to a temporary file and runs it.
+fn run_text(name: &str, text: &str) -> Output {
+    let dir = std::env::temp_dir().join(format!("mmlab-cli-test-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("temp dir");
+    let path = dir.join(name);
+    std::fs::write(&path, text).expect("write experiment");
+    mmlab(&["run", path.to_str().expect("utf-8 path"), "--quiet"])
+}
+
+fn small() -> String {
+    std::fs::read_to_string(fixture("small.toml")).expect("fixture")
+}
+
+#[test]
+fn table_snapshot_text_markdown_csv() {
+    let f = fixture("small.toml");
+    for (fmt, snap) in [
+        ("text", "small.txt"),
+        ("markdown", "small.md"),
+        ("csv", "small.csv"),
+    ] {
+        let o = mmlab(&["run", f.to_str().unwrap(), "--quiet", "--format", fmt]);
+        assert!(o.status.success(), "{}", stderr(&o));
+        snapshot(snap, &stdout(&o));
+    }
+}
+
+#[test]
+fn json_is_byte_identical_across_runs_and_has_the_documented_shape() {
+    let f = fixture("small.toml");
+    let dir = std::env::temp_dir().join(format!("mmlab-json-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let out = dir.join("r.json");
+    let a = mmlab(&[
+        "run",
+        f.to_str().unwrap(),
+        "--quiet",
+        "--format",
+        "json",
+        "--out",
+        out.to_str().unwrap(),
+    ]);
+    let b = mmlab(&[
+        "run",
+        f.to_str().unwrap(),
+        "--quiet",
+        "--format",
+        "json",
+        "--jobs",
+        "1",
+    ]);
+    assert!(
+        a.status.success() && b.status.success(),
+        "{}{}",
+        stderr(&a),
+        stderr(&b)
+    );
+    assert_eq!(
+        a.stdout, b.stdout,
+        "same experiment and seed must give byte-identical JSON"
+    );
+    let file = std::fs::read_to_string(&out).unwrap();
+    assert_eq!(file, stdout(&a), "--out writes the same document");
+    let v: serde_json::Value = serde_json::from_str(&file).unwrap();
+    for key in ["mmlab_version", "experiment", "seed", "profile", "results"] {
+        assert!(v.get(key).is_some(), "results document lacks \"{key}\"");
+    }
+    let r = &v["results"][0];
+    assert_eq!(r["kernel"], "base");
+    assert_eq!(r["workload"], "churn");
+    assert!(r["metrics"]["zone_lock_pct"].is_number());
+    assert!(r["vmstat"]["pgfree"].as_u64().unwrap() > 0);
+    // Another seed gives another run.
+    let c = mmlab(&[
+        "run",
+        f.to_str().unwrap(),
+        "--quiet",
+        "--format",
+        "json",
+        "--seed",
+        "99",
+    ]);
+    assert_ne!(a.stdout, c.stdout);
+}
+
+#[test]
+fn malformed_toml_names_file_line_and_column() {
+    let o = run_text("bad.toml", "name = \"x\"\nseed = \n");
+    assert!(!o.status.success());
+    let e = stderr(&o);
+    assert!(e.contains("bad.toml") && e.contains("line 2"), "{e}");
+}
+
+#[test]
+fn unknown_knob_lists_the_valid_ones() {
+    let t = small().replace(
+        "\"vm.percpu_pagelist_high_fraction\" = 8",
+        "\"vm.no_such_knob\" = 8",
+    );
+    let e = stderr(&run_text("knob.toml", &t));
+    assert!(
+        e.contains("kernel \"big-high\": unknown knob \"vm.no_such_knob\""),
+        "{e}"
+    );
+    assert!(
+        e.contains("valid knobs: vm.percpu_pagelist_high_fraction"),
+        "{e}"
+    );
+}
+
+#[test]
+fn knob_out_of_the_kernels_range_is_rejected() {
+    let t = small().replace(
+        "\"vm.percpu_pagelist_high_fraction\" = 8",
+        "\"vm.percpu_pagelist_high_fraction\" = 3",
+    );
+    let e = stderr(&run_text("range.toml", &t));
+    assert!(
+        e.contains("invalid value 3 for vm.percpu_pagelist_high_fraction"),
+        "{e}"
+    );
+    assert!(e.contains("0, or an integer from 8"), "{e}");
+}
+
+#[test]
+fn size_with_a_bad_unit_is_rejected() {
+    let t = small().replace("\"256MiB\"", "\"256 parsecs\"");
+    let e = stderr(&run_text("size.toml", &t));
+    assert!(
+        e.contains("unknown unit \"parsecs\"") && e.contains("line 11"),
+        "{e}"
+    );
+}
+
+#[test]
+fn machine_with_no_cpus_is_rejected() {
+    let t = small().replace("cpus_per_node = 4", "cpus_per_node = 0");
+    let e = stderr(&run_text("cpus.toml", &t));
+    assert!(e.contains("node 0 has 0 CPUs"), "{e}");
+}
+
+#[test]
+fn machine_too_large_for_the_host_says_how_much_it_needs() {
+    let t = small().replace("\"256MiB\"", "\"15TiB\"");
+    let e = stderr(&run_text("huge.toml", &t));
+    assert!(
+        e.contains("would need") && e.contains("of host memory"),
+        "{e}"
+    );
+}
+
+#[test]
+fn unknown_metric_workload_and_parameter_are_named() {
+    let e = stderr(&run_text(
+        "m.toml",
+        &small().replace("\"pgfree\"", "\"pgfreeeee\""),
+    ));
+    assert!(e.contains("unknown metric \"pgfreeeee\""), "{e}");
+    let e = stderr(&run_text(
+        "w.toml",
+        &small().replace("type = \"page-churn\"", "type = \"page-chrun\""),
+    ));
+    assert!(
+        e.contains("unknown workload \"page-chrun\"; valid workloads: page-churn"),
+        "{e}"
+    );
+    let e = stderr(&run_text(
+        "p.toml",
+        &small().replace("burst = 200", "brust = 200"),
+    ));
+    assert!(e.contains("unknown parameter \"brust\""), "{e}");
+}
+
+#[test]
+fn workload_larger_than_memory_counts_failed_allocations() {
+    // 4 tasks x 20000 blocks of up to order 3 cannot fit in 256 MiB.
+    let t = small()
+        .replace("burst = 200", "burst = 20000, high_order_pct = 50")
+        .replace("\"pgfree\"", "\"alloc_fail\"")
+        .replace("mode = \"relative\"", "mode = \"absolute\"");
+    let o = run_text("oom.toml", &t);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let out = stdout(&o);
+    let line = out
+        .lines()
+        .find(|l| l.starts_with("base"))
+        .expect("a base row");
+    let fails: u64 = line.split_whitespace().last().unwrap().parse().unwrap();
+    assert!(fails > 0, "expected failed allocations, got: {out}");
+}
+
+#[test]
+fn reproduce_names_unknown_experiments_and_list_shows_knobs() {
+    let e = stderr(&mmlab(&["reproduce", "nope"]));
+    assert!(
+        e.contains("no built-in experiment \"nope\"; built-in experiments: page-churn"),
+        "{e}"
+    );
+    let l = stdout(&mmlab(&["list"]));
+    assert!(
+        l.contains("vm.percpu_pagelist_high_fraction")
+            && l.contains("page-churn")
+            && l.contains("zone_lock_pct"),
+        "{l}"
+    );
+}
