@@ -80,12 +80,37 @@ enum Cmd {
     },
     /// List knobs, presets, workloads, metrics, profiles and built-in experiments.
     List,
+    /// Measure this host: real huge-page copies and the live kernel's fault counts.
+    Native {
+        #[command(subcommand)]
+        what: NativeCmd,
+    },
     /// Measure the model's speed (PCP fast path) and memory per simulated page.
     Bench {
         /// Allocation+free pairs to time.
         #[arg(long, default_value_t = 20_000_000)]
         ops: u64,
     },
+}
+
+#[derive(Subcommand)]
+enum NativeCmd {
+    /// 2 MiB copies sub-page by sub-page in sequential, target-last (process_huge_page)
+    /// and neighbourhood order, then the read latency of the target sub-page,
+    /// with and without a second thread streaming through the LLC.
+    CopyOrder {
+        /// Trials per (order, pressure) cell.
+        #[arg(long, default_value_t = 100)]
+        trials: usize,
+        /// Seed of the random targets.
+        #[arg(long, default_value_t = 1)]
+        seed: u64,
+    },
+    /// Copies of 2 MiB chunks and of a 256 MiB buffer with 1..nproc pinned threads.
+    ParallelCopy,
+    /// The live kernel's fault counts for the reference 1 GiB patterns (needs root
+    /// and writable THP knobs; restores every knob it changes).
+    Faults,
 }
 
 fn main() {
@@ -147,6 +172,7 @@ fn real_main() -> Result<()> {
         }
         Cmd::List => print!("{}", list_text()),
         Cmd::Bench { ops } => bench(ops),
+        Cmd::Native { what } => native_cmd(what)?,
     }
     Ok(())
 }
@@ -186,6 +212,37 @@ fn write_atomically(path: &Path, doc: &serde_json::Value) -> Result<()> {
     std::fs::write(&tmp, text).with_context(|| format!("cannot write {}", tmp.display()))?;
     std::fs::rename(&tmp, path)
         .with_context(|| format!("cannot rename {} to {}", tmp.display(), path.display()))?;
+    Ok(())
+}
+
+fn native_cmd(what: NativeCmd) -> Result<()> {
+    let table = match what {
+        NativeCmd::CopyOrder { trials, seed } => {
+            let cfg = native::copy_order::Config {
+                nr_trials: trials,
+                seed,
+                ..Default::default()
+            };
+            native::copy_order::run(&cfg)?.table()
+        }
+        NativeCmd::ParallelCopy => {
+            native::parallel_copy::run(&native::parallel_copy::Config::default())?.table()
+        }
+        NativeCmd::Faults => {
+            let mut out = String::new();
+            for (p, expected) in native::faults::reference_patterns() {
+                eprintln!("running {} ...", p.name);
+                let r = native::faults::run(&p)?;
+                out += &r.table();
+                out += &format!(
+                    "expected (LIVE-KERNEL.md): {expected} faults; measured {}\n\n",
+                    r.touch.nr_minflt
+                );
+            }
+            out
+        }
+    };
+    print!("{table}");
     Ok(())
 }
 

@@ -5,8 +5,7 @@
 //! The `mmlab native` command of the CLI crate is the real front end; this example
 //! exists so that the crate can be exercised on its own.
 
-use native::faults::{self, Advice, FaultPattern, GIB};
-use native::knobs::{ThpEnabled, ThpKnobs};
+use native::faults;
 use native::{copy_order, parallel_copy, NativeError};
 
 fn main() {
@@ -29,27 +28,11 @@ fn main() {
     }
 }
 
-/// The 1 GiB patterns of the issue tracker, sequential writes, literal knobs.
+/// The issue tracker's 1 GiB patterns on the live kernel.
 fn fault_tables() -> Result<String, NativeError> {
     let mut out = String::new();
-    let mut unaligned_64k = FaultPattern::new(
-        "64K only, +12K, 1 GiB-20K",
-        GIB - (20 << 10),
-        ThpKnobs::only(64, ThpEnabled::Always),
-    );
-    unaligned_64k.offset_bytes = 12 << 10;
-    let mut madv = FaultPattern::new("2M madvise", GIB, ThpKnobs::only(2048, ThpEnabled::Madvise));
-    madv.advice = Advice::Hugepage;
-    for p in [
-        FaultPattern::new("THP off", GIB, ThpKnobs::off()),
-        FaultPattern::new("16K only", GIB, ThpKnobs::only(16, ThpEnabled::Always)),
-        FaultPattern::new("64K only", GIB, ThpKnobs::only(64, ThpEnabled::Always)),
-        FaultPattern::new("2M only", GIB, ThpKnobs::only(2048, ThpEnabled::Always)),
-        unaligned_64k,
-        madv,
-    ] {
-        let r = faults::run(&p)?;
-        out += &r.table();
+    for (p, _) in faults::reference_patterns() {
+        out += &faults::run(&p)?.table();
         out.push('\n');
     }
     Ok(out)

@@ -710,3 +710,39 @@ mod tests {
         assert_ne!(a, s);
     }
 }
+
+/// The 1 GiB patterns of the issue tracker (sequential writes, one byte per
+/// 4 KiB), with literal knob settings, each with the live kernel's expected
+/// fault count measured on this host kind (LIVE-KERNEL.md).
+pub fn reference_patterns() -> Vec<(FaultPattern, u64)> {
+    use crate::knobs::{ThpEnabled, ThpKnobs};
+    let mut unaligned_64k = FaultPattern::new(
+        "64K only, +12K, 1 GiB-20K",
+        GIB - (20 << 10),
+        ThpKnobs::only(64, ThpEnabled::Always),
+    );
+    unaligned_64k.offset_bytes = 12 << 10;
+    let mut unaligned_2m = FaultPattern::new(
+        "2M only, +12K, 1 GiB-20K",
+        GIB - (20 << 10),
+        ThpKnobs::only(2048, ThpEnabled::Always),
+    );
+    unaligned_2m.offset_bytes = 12 << 10;
+    vec![
+        (FaultPattern::new("THP off", GIB, ThpKnobs::off()), 262_144),
+        (
+            FaultPattern::new("16K only", GIB, ThpKnobs::only(16, ThpEnabled::Always)),
+            65_536,
+        ),
+        (
+            FaultPattern::new("64K only", GIB, ThpKnobs::only(64, ThpEnabled::Always)),
+            16_384,
+        ),
+        (
+            FaultPattern::new("2M only", GIB, ThpKnobs::only(2048, ThpEnabled::Always)),
+            512,
+        ),
+        (unaligned_64k, 16_409),
+        (unaligned_2m, 1_529),
+    ]
+}
