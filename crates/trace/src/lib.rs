@@ -17,8 +17,11 @@
 //! - Nothing that comes from a file or the kernel can make this crate panic:
 //!   bad input is a typed error that names where it is.
 
+pub mod decode;
 pub mod event;
 pub mod format;
+pub mod sysinfo;
+pub mod tracefs;
 
 pub use event::{Event, EventKind, Header, Trailer};
 pub use format::{TraceError, TraceReader, TraceWriter};
