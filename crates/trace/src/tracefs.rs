@@ -155,7 +155,7 @@ pub fn parse_format(system: &str, text: &str) -> Result<EventFormat, FormatParse
     })
 }
 
-/// Parses `field:unsigned long pfn;	offset:8;	size:8;	signed:0;`.
+/// Parses `field:unsigned long pfn; offset:8; size:8; signed:0;`.
 fn parse_field_line(line: &str) -> Result<Field, String> {
     let mut decl = None;
     let mut offset = None;
