@@ -20,6 +20,7 @@
 pub mod decode;
 pub mod event;
 pub mod format;
+pub mod perf;
 pub mod record;
 pub mod sysinfo;
 pub mod tracefs;
