@@ -247,6 +247,111 @@ impl<'a> SectionReader<'a> {
     }
 }
 
+/// Checks that every section a perf.data header names lies inside the file,
+/// before the parser crate allocates buffers of the sizes it reads: a
+/// corrupted size must be an error, not an allocation of exabytes.
+fn validate_perf_file<R: Read + Seek>(r: &mut R) -> Result<(), String> {
+    use std::io::SeekFrom;
+    let len = r.seek(SeekFrom::End(0)).map_err(|e| e.to_string())?;
+    r.seek(SeekFrom::Start(0)).map_err(|e| e.to_string())?;
+    let mut head = [0u8; 104];
+    let mut got = 0;
+    while got < head.len() {
+        match r.read(&mut head[got..]) {
+            Ok(0) => break,
+            Ok(n) => got += n,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e.to_string()),
+        }
+    }
+    if got < 8 || (&head[..8] != b"PERFILE2" && &head[..8] != b"2ELIFREP") {
+        return Err(format!(
+            "expected the magic \"PERFILE2\" at byte 0, found {:?}",
+            String::from_utf8_lossy(&head[..got.min(8)])
+        ));
+    }
+    if &head[..8] == b"2ELIFREP" {
+        return Err("big-endian perf.data files are not supported".to_string());
+    }
+    if got < head.len() {
+        return Err(format!(
+            "file of {len} bytes ends inside the 104-byte perf header"
+        ));
+    }
+    let u = |at: usize| {
+        let mut b = [0u8; 8];
+        b.copy_from_slice(&head[at..at + 8]);
+        u64::from_le_bytes(b)
+    };
+    let check = |name: &str, offset: u64, size: u64| -> Result<(), String> {
+        match offset.checked_add(size) {
+            Some(end) if end <= len => Ok(()),
+            _ => Err(format!(
+                "{name} section at byte {offset} of {size} bytes lies outside the {len}-byte file"
+            )),
+        }
+    };
+    check("attrs", u(24), u(32))?;
+    check("data", u(40), u(48))?;
+    check("event types", u(56), u(64))?;
+    let table = u(40) + u(48);
+    // The feature bits, in order: the table has one entry per set bit.
+    let bits: Vec<u32> = (0..256u32)
+        .filter(|b| u(72 + 8 * (*b as usize / 64)) & (1 << (b % 64)) != 0)
+        .collect();
+    check("feature table", table, bits.len() as u64 * 16)?;
+    r.seek(SeekFrom::Start(table)).map_err(|e| e.to_string())?;
+    for bit in bits {
+        let mut e = [0u8; 16];
+        r.read_exact(&mut e).map_err(|e| e.to_string())?;
+        let mut b = [0u8; 8];
+        b.copy_from_slice(&e[..8]);
+        let offset = u64::from_le_bytes(b);
+        b.copy_from_slice(&e[8..]);
+        let size = u64::from_le_bytes(b);
+        check(&format!("feature {bit}"), offset, size)?;
+        if bit == 12 {
+            let here = r.stream_position().map_err(|e| e.to_string())?;
+            validate_event_desc(r, offset, size)?;
+            r.seek(SeekFrom::Start(here)).map_err(|e| e.to_string())?;
+        }
+    }
+    r.seek(SeekFrom::Start(0)).map_err(|e| e.to_string())?;
+    Ok(())
+}
+
+/// Walks `HEADER_EVENT_DESC` (nr, attr_size, then per event the attr, the
+/// number of ids, a name and the ids) and checks that it stays inside its
+/// section.
+fn validate_event_desc<R: Read + Seek>(r: &mut R, offset: u64, size: u64) -> Result<(), String> {
+    let err = |what: &str| format!("EVENT_DESC section: {what}");
+    let size = usize::try_from(size).map_err(|_| err("too large"))?;
+    r.seek(std::io::SeekFrom::Start(offset))
+        .map_err(|e| e.to_string())?;
+    let mut sec = vec![0u8; size];
+    r.read_exact(&mut sec).map_err(|e| e.to_string())?;
+    let u32_at = |at: usize| {
+        sec.get(at..at.checked_add(4)?)
+            .map(|b| u32::from_le_bytes([b[0], b[1], b[2], b[3]]) as usize)
+    };
+    let short = || err("ends inside an event description");
+    let nr = u32_at(0).ok_or_else(short)?;
+    let attr_size = u32_at(4).ok_or_else(short)?;
+    let mut pos = 8usize;
+    for _ in 0..nr {
+        pos = pos.checked_add(attr_size).ok_or_else(short)?;
+        let nr_ids = u32_at(pos).ok_or_else(short)?;
+        let str_len = u32_at(pos + 4).ok_or_else(short)?;
+        pos = pos
+            .checked_add(8)
+            .and_then(|p| p.checked_add(str_len))
+            .and_then(|p| p.checked_add(nr_ids.checked_mul(8)?))
+            .filter(|&p| p <= size)
+            .ok_or_else(short)?;
+    }
+    Ok(())
+}
+
 /// What each missing kind costs a replay.
 fn capability_loss(name: &str) -> &'static str {
     match name {
@@ -297,10 +402,23 @@ pub fn import_from<R: Read + Seek, W: Write>(
     output: &Path,
 ) -> Result<(ImportSummary, W), PerfImportError> {
     let path = || input.to_path_buf();
+    let mut reader = reader;
+    validate_perf_file(&mut reader)
+        .map_err(|what| PerfImportError::NotPerfData { path: path(), what })?;
+    // The parser crate has been seen to panic on damaged input that passes
+    // the checks above (an arithmetic overflow); a panic there must not take
+    // the caller down with it. This does not help under panic=abort.
+    let parsed = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        PerfFileReader::parse_file(reader)
+    }))
+    .map_err(|_| PerfImportError::NotPerfData {
+        path: path(),
+        what: "the perf.data parser failed on malformed headers".to_string(),
+    })?;
     let PerfFileReader {
         mut perf_file,
         mut record_iter,
-    } = PerfFileReader::parse_file(reader).map_err(|e| PerfImportError::NotPerfData {
+    } = parsed.map_err(|e| PerfImportError::NotPerfData {
         path: path(),
         what: e.to_string(),
     })?;
