@@ -327,16 +327,16 @@ struct Instance {
 
 impl Instance {
     fn cleanup(&mut self) {
-        if self.dir.as_os_str().is_empty() {
-            return;
-        }
         // Best effort on every step: a failing step must not keep the
-        // following ones from running.
-        let _ = write_file(&self.dir.join("tracing_on"), "0");
-        let _ = write_file(&self.dir.join("set_event"), "");
-        let _ = write_file(&self.dir.join("set_event_pid"), "");
-        let _ = fs::remove_dir(&self.dir);
-        self.dir = PathBuf::new();
+        // following ones from running. The unmount runs even when the
+        // instance was never created.
+        if !self.dir.as_os_str().is_empty() {
+            let _ = write_file(&self.dir.join("tracing_on"), "0");
+            let _ = write_file(&self.dir.join("set_event"), "");
+            let _ = write_file(&self.dir.join("set_event_pid"), "");
+            let _ = fs::remove_dir(&self.dir);
+            self.dir = PathBuf::new();
+        }
         if let Some(mnt) = self.unmount.take() {
             if let Ok(c) = CString::new(mnt.as_os_str().as_bytes()) {
                 // SAFETY: c is a valid NUL-terminated path.
