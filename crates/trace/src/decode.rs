@@ -1,0 +1,441 @@
+//! From raw tracepoint records to [`Event`]s, shared by the live recorder
+//! and the perf.data importer.
+//!
+//! # System calls
+//!
+//! A system call is two tracepoints, `sys_enter_<name>` with the arguments
+//! and `sys_exit_<name>` with the return value. The decoder keeps at most one
+//! pending entry per thread (a thread is in at most one system call) and
+//! emits the event at the exit. An exit without its entry (the recording
+//! started inside the call) or an entry without its exit (the task died, or
+//! the recording stopped) is counted in `nr_unpaired_syscalls`, not guessed.
+
+use std::collections::BTreeMap;
+
+use crate::event::{Event, EventKind};
+use crate::tracefs::{EventFormat, Field};
+
+/// The tracepoints mmlab records, as `system:name`.
+pub const RECORDED_EVENTS: &[&str] = &[
+    "kmem:mm_page_alloc",
+    "kmem:mm_page_free",
+    "kmem:mm_page_alloc_zone_locked",
+    "kmem:mm_page_pcpu_drain",
+    "exceptions:page_fault_user",
+    "syscalls:sys_enter_mmap",
+    "syscalls:sys_exit_mmap",
+    "syscalls:sys_enter_munmap",
+    "syscalls:sys_exit_munmap",
+    "syscalls:sys_enter_brk",
+    "syscalls:sys_exit_brk",
+    "syscalls:sys_enter_mremap",
+    "syscalls:sys_exit_mremap",
+    "syscalls:sys_enter_mprotect",
+    "syscalls:sys_exit_mprotect",
+    "syscalls:sys_enter_madvise",
+    "syscalls:sys_exit_madvise",
+    "sched:sched_process_fork",
+    "sched:sched_process_exec",
+    "sched:sched_process_exit",
+];
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+enum Syscall {
+    Mmap,
+    Munmap,
+    Brk,
+    Mremap,
+    Mprotect,
+    Madvise,
+}
+
+impl Syscall {
+    fn from_name(name: &str) -> Option<Syscall> {
+        Some(match name {
+            "mmap" => Syscall::Mmap,
+            "munmap" => Syscall::Munmap,
+            "brk" => Syscall::Brk,
+            "mremap" => Syscall::Mremap,
+            "mprotect" => Syscall::Mprotect,
+            "madvise" => Syscall::Madvise,
+            _ => return None,
+        })
+    }
+
+    /// The argument names, in the order `EventKind` stores them.
+    fn arg_names(self) -> &'static [&'static str] {
+        match self {
+            Syscall::Mmap => &["addr", "len", "prot", "flags", "fd", "off"],
+            Syscall::Munmap => &["addr", "len"],
+            Syscall::Brk => &["brk"],
+            Syscall::Mremap => &["addr", "old_len", "new_len", "flags", "new_addr"],
+            Syscall::Mprotect => &["start", "len", "prot"],
+            Syscall::Madvise => &["start", "len_in", "behavior"],
+        }
+    }
+
+    fn event(self, a: &[u64; 6], ret: i64) -> EventKind {
+        match self {
+            Syscall::Mmap => EventKind::Mmap {
+                addr: a[0],
+                len: a[1],
+                prot: a[2],
+                flags: a[3],
+                fd: a[4],
+                off: a[5],
+                ret,
+            },
+            Syscall::Munmap => EventKind::Munmap {
+                addr: a[0],
+                len: a[1],
+                ret,
+            },
+            Syscall::Brk => EventKind::Brk { brk: a[0], ret },
+            Syscall::Mremap => EventKind::Mremap {
+                addr: a[0],
+                old_len: a[1],
+                new_len: a[2],
+                flags: a[3],
+                new_addr: a[4],
+                ret,
+            },
+            Syscall::Mprotect => EventKind::Mprotect {
+                start: a[0],
+                len: a[1],
+                prot: a[2],
+                ret,
+            },
+            Syscall::Madvise => EventKind::Madvise {
+                start: a[0],
+                len_in: a[1],
+                behavior: a[2] as i64,
+                ret,
+            },
+        }
+    }
+}
+
+/// How to turn one tracepoint id's record into an event.
+#[derive(Clone, Debug)]
+enum Handler {
+    PageAlloc {
+        pfn: Field,
+        order: Field,
+        migratetype: Field,
+        gfp_flags: Field,
+    },
+    PageFree {
+        pfn: Field,
+        order: Field,
+    },
+    ZoneLocked {
+        pfn: Field,
+        order: Field,
+        migratetype: Field,
+        percpu_refill: Field,
+    },
+    PcpuDrain {
+        pfn: Field,
+        order: Field,
+        migratetype: Field,
+    },
+    FaultUser {
+        address: Field,
+        ip: Field,
+        error_code: Field,
+    },
+    SysEnter {
+        call: Syscall,
+        args: Vec<Field>,
+    },
+    SysExit {
+        call: Syscall,
+        ret: Field,
+    },
+    Fork {
+        parent: Field,
+        child: Field,
+    },
+    Exec {
+        filename: Field,
+        pid: Field,
+    },
+    Exit {
+        pid: Field,
+    },
+}
+
+/// What one record turned into.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Decoded {
+    /// A complete event.
+    Event(Event),
+    /// A system-call entry, held until its exit.
+    Pending,
+    /// A record of a tracepoint mmlab does not use; the name says which.
+    Ignored(String),
+    /// A record too short for its own format (or an unknown id).
+    Malformed(String),
+    /// A system-call exit without its entry.
+    Unpaired,
+}
+
+/// Turns raw tracepoint records into events, given the formats of the
+/// tracepoints that may occur.
+pub struct Decoder {
+    handlers: BTreeMap<u32, (String, Option<Handler>)>,
+    pending: BTreeMap<i32, (Syscall, [u64; 6])>,
+    /// System call entries replaced before their exit, plus exits without an
+    /// entry.
+    pub nr_unpaired_syscalls: u64,
+}
+
+fn need(fmt: &EventFormat, name: &str) -> Option<Field> {
+    fmt.field(name).cloned()
+}
+
+fn handler_for(fmt: &EventFormat) -> Option<Handler> {
+    let f = |n| need(fmt, n);
+    Some(match (fmt.system.as_str(), fmt.name.as_str()) {
+        ("kmem", "mm_page_alloc") => Handler::PageAlloc {
+            pfn: f("pfn")?,
+            order: f("order")?,
+            migratetype: f("migratetype")?,
+            gfp_flags: f("gfp_flags")?,
+        },
+        ("kmem", "mm_page_free") => Handler::PageFree {
+            pfn: f("pfn")?,
+            order: f("order")?,
+        },
+        ("kmem", "mm_page_alloc_zone_locked") => Handler::ZoneLocked {
+            pfn: f("pfn")?,
+            order: f("order")?,
+            migratetype: f("migratetype")?,
+            percpu_refill: f("percpu_refill")?,
+        },
+        ("kmem", "mm_page_pcpu_drain") => Handler::PcpuDrain {
+            pfn: f("pfn")?,
+            order: f("order")?,
+            migratetype: f("migratetype")?,
+        },
+        ("exceptions", "page_fault_user") => Handler::FaultUser {
+            address: f("address")?,
+            ip: f("ip")?,
+            error_code: f("error_code")?,
+        },
+        ("syscalls", name) => {
+            if let Some(call) = name.strip_prefix("sys_enter_").and_then(Syscall::from_name) {
+                let args = call
+                    .arg_names()
+                    .iter()
+                    .map(|n| f(n))
+                    .collect::<Option<Vec<_>>>()?;
+                Handler::SysEnter { call, args }
+            } else if let Some(call) = name.strip_prefix("sys_exit_").and_then(Syscall::from_name) {
+                Handler::SysExit {
+                    call,
+                    ret: f("ret")?,
+                }
+            } else {
+                return None;
+            }
+        }
+        ("sched", "sched_process_fork") => Handler::Fork {
+            parent: f("parent_pid")?,
+            child: f("child_pid")?,
+        },
+        ("sched", "sched_process_exec") => Handler::Exec {
+            filename: f("filename")?,
+            pid: f("pid")?,
+        },
+        ("sched", "sched_process_exit") => Handler::Exit { pid: f("pid")? },
+        _ => return None,
+    })
+}
+
+impl Decoder {
+    /// A decoder for records of the given formats; records of other ids are
+    /// malformed.
+    pub fn new(formats: &[EventFormat]) -> Decoder {
+        let handlers = formats
+            .iter()
+            .map(|f| (f.id, (f.full_name(), handler_for(f))))
+            .collect();
+        Decoder {
+            handlers,
+            pending: BTreeMap::new(),
+            nr_unpaired_syscalls: 0,
+        }
+    }
+
+    /// Whether a format of this name is one the decoder turns into events
+    /// (its fields were all found).
+    pub fn handles(&self, full_name: &str) -> bool {
+        self.handlers
+            .values()
+            .any(|(n, h)| n == full_name && h.is_some())
+    }
+
+    /// Decodes one record. `pid` is the thread group when the source knows
+    /// it (perf does); otherwise pass `tid`.
+    pub fn decode(
+        &mut self,
+        ts_ns: u64,
+        cpu: u32,
+        pid: i32,
+        tid: i32,
+        id: u32,
+        data: &[u8],
+    ) -> Decoded {
+        let Some((name, handler)) = self.handlers.get(&id) else {
+            return Decoded::Malformed(format!("tracepoint id {id}"));
+        };
+        let Some(handler) = handler else {
+            return Decoded::Ignored(name.clone());
+        };
+        let short = || Decoded::Malformed(name.clone());
+        let u = |f: &Field| f.read_u64(data);
+        let i32f = |f: &Field| f.read_i64(data).map(|v| v as i32);
+        let kind = match handler {
+            Handler::PageAlloc {
+                pfn,
+                order,
+                migratetype,
+                gfp_flags,
+            } => {
+                let (Some(pfn), Some(order), Some(mt), Some(gfp)) =
+                    (u(pfn), u(order), i32f(migratetype), u(gfp_flags))
+                else {
+                    return short();
+                };
+                EventKind::PageAlloc {
+                    pfn,
+                    order: order as u32,
+                    migratetype: mt,
+                    gfp_flags: gfp,
+                }
+            }
+            Handler::PageFree { pfn, order } => {
+                let (Some(pfn), Some(order)) = (u(pfn), u(order)) else {
+                    return short();
+                };
+                EventKind::PageFree {
+                    pfn,
+                    order: order as u32,
+                }
+            }
+            Handler::ZoneLocked {
+                pfn,
+                order,
+                migratetype,
+                percpu_refill,
+            } => {
+                let (Some(pfn), Some(order), Some(mt), Some(refill)) =
+                    (u(pfn), u(order), i32f(migratetype), u(percpu_refill))
+                else {
+                    return short();
+                };
+                EventKind::PageAllocZoneLocked {
+                    pfn,
+                    order: order as u32,
+                    migratetype: mt,
+                    percpu_refill: refill != 0,
+                }
+            }
+            Handler::PcpuDrain {
+                pfn,
+                order,
+                migratetype,
+            } => {
+                let (Some(pfn), Some(order), Some(mt)) = (u(pfn), u(order), i32f(migratetype))
+                else {
+                    return short();
+                };
+                EventKind::PagePcpuDrain {
+                    pfn,
+                    order: order as u32,
+                    migratetype: mt,
+                }
+            }
+            Handler::FaultUser {
+                address,
+                ip,
+                error_code,
+            } => {
+                let (Some(address), Some(ip), Some(error_code)) =
+                    (u(address), u(ip), u(error_code))
+                else {
+                    return short();
+                };
+                EventKind::PageFaultUser {
+                    address,
+                    ip,
+                    error_code,
+                }
+            }
+            Handler::SysEnter { call, args } => {
+                let mut a = [0u64; 6];
+                for (slot, f) in a.iter_mut().zip(args) {
+                    let Some(v) = u(f) else {
+                        return short();
+                    };
+                    *slot = v;
+                }
+                if self.pending.insert(tid, (*call, a)).is_some() {
+                    self.nr_unpaired_syscalls += 1;
+                }
+                return Decoded::Pending;
+            }
+            Handler::SysExit { call, ret } => {
+                let Some(ret) = ret.read_i64(data) else {
+                    return short();
+                };
+                match self.pending.remove(&tid) {
+                    Some((entered, a)) if entered == *call => call.event(&a, ret),
+                    other => {
+                        // A different pending call cannot be this one's
+                        // entry; it stays unpaired too.
+                        self.nr_unpaired_syscalls += 1 + other.is_some() as u64;
+                        return Decoded::Unpaired;
+                    }
+                }
+            }
+            Handler::Fork { parent, child } => {
+                let (Some(parent), Some(child)) = (i32f(parent), i32f(child)) else {
+                    return short();
+                };
+                EventKind::Fork { parent, child }
+            }
+            Handler::Exec { filename, pid: p } => {
+                let (Some(filename), Some(p)) = (filename.read_str(data), i32f(p)) else {
+                    return short();
+                };
+                EventKind::Exec { pid: p, filename }
+            }
+            Handler::Exit { pid: p } => {
+                let Some(p) = i32f(p) else {
+                    return short();
+                };
+                // A thread that exits inside a system call never returns
+                // from it.
+                if self.pending.remove(&tid).is_some() {
+                    self.nr_unpaired_syscalls += 1;
+                }
+                EventKind::Exit { pid: p }
+            }
+        };
+        Decoded::Event(Event {
+            ts_ns,
+            cpu,
+            pid,
+            tid,
+            kind,
+        })
+    }
+
+    /// Counts entries still waiting for an exit as unpaired; call at the end.
+    pub fn finish(&mut self) {
+        self.nr_unpaired_syscalls += self.pending.len() as u64;
+        self.pending.clear();
+    }
+}

@@ -1,0 +1,301 @@
+//! The typed events of a recorded trace, and the header and trailer that
+//! describe the machine and the kernel they were recorded on.
+//!
+//! # What is recorded
+//!
+//! Only what mmlab replays: page allocator traffic (the `kmem:` tracepoints),
+//! user page faults (`exceptions:page_fault_user`), the system calls that
+//! shape an address space (with their return value, so a failed `mmap` is not
+//! replayed as a mapping) and the process lifecycle (`sched:` fork, exec and
+//! exit). Every field keeps the tracepoint's name.
+//!
+//! # Invariants
+//!
+//! - A trace's events are in non-decreasing `ts_ns` order when they come from
+//!   [`crate::record`] or [`crate::perf`]; ties keep the order of the CPU
+//!   number and then of the ring buffer, so the order is deterministic.
+//! - A system call event carries the timestamp of its *exit*: that is when
+//!   its effect on the address space is complete and its return value known.
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+
+/// One traced event: when, where, which task, and what.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Event {
+    /// Nanoseconds on the trace clock (`mono` for live recordings, perf's
+    /// clock for imports). Only differences are meaningful.
+    pub ts_ns: u64,
+    /// The CPU the event fired on.
+    pub cpu: u32,
+    /// The thread group id (the process); equal to `tid` when unknown.
+    pub pid: i32,
+    /// The thread id (`common_pid` in a tracepoint record).
+    pub tid: i32,
+    /// What happened.
+    pub kind: EventKind,
+}
+
+/// What happened, with the tracepoint's fields under their kernel names.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum EventKind {
+    /// `kmem:mm_page_alloc`: a block of `2^order` pages left the allocator.
+    PageAlloc {
+        pfn: u64,
+        order: u32,
+        migratetype: i32,
+        gfp_flags: u64,
+    },
+    /// `kmem:mm_page_free`: a block went back to the allocator.
+    PageFree { pfn: u64, order: u32 },
+    /// `kmem:mm_page_alloc_zone_locked`: an allocation that took the zone
+    /// lock, either for itself or to refill a per-CPU list (`percpu_refill`).
+    PageAllocZoneLocked {
+        pfn: u64,
+        order: u32,
+        migratetype: i32,
+        percpu_refill: bool,
+    },
+    /// `kmem:mm_page_pcpu_drain`: a page moved from a per-CPU list back to
+    /// the buddy lists.
+    PagePcpuDrain {
+        pfn: u64,
+        order: u32,
+        migratetype: i32,
+    },
+    /// `exceptions:page_fault_user`.
+    PageFaultUser {
+        address: u64,
+        ip: u64,
+        error_code: u64,
+    },
+    /// `mmap(addr, len, prot, flags, fd, off)`; `ret` is the mapped address
+    /// or a negative errno.
+    Mmap {
+        addr: u64,
+        len: u64,
+        prot: u64,
+        flags: u64,
+        fd: u64,
+        off: u64,
+        ret: i64,
+    },
+    /// `munmap(addr, len)`.
+    Munmap { addr: u64, len: u64, ret: i64 },
+    /// `brk(brk)`; `ret` is the new break.
+    Brk { brk: u64, ret: i64 },
+    /// `mremap(addr, old_len, new_len, flags, new_addr)`.
+    Mremap {
+        addr: u64,
+        old_len: u64,
+        new_len: u64,
+        flags: u64,
+        new_addr: u64,
+        ret: i64,
+    },
+    /// `mprotect(start, len, prot)`.
+    Mprotect {
+        start: u64,
+        len: u64,
+        prot: u64,
+        ret: i64,
+    },
+    /// `madvise(start, len_in, behavior)`.
+    Madvise {
+        start: u64,
+        len_in: u64,
+        behavior: i64,
+        ret: i64,
+    },
+    /// `sched:sched_process_fork`: `parent` created `child` (a process or a
+    /// thread: the tracepoint does not say which).
+    Fork { parent: i32, child: i32 },
+    /// `sched:sched_process_exec`.
+    Exec { pid: i32, filename: String },
+    /// `sched:sched_process_exit`: a task exited.
+    Exit { pid: i32 },
+}
+
+/// The number of distinct [`EventKind`] variants, for per-kind tables.
+pub const NR_EVENT_KINDS: usize = 14;
+
+impl EventKind {
+    /// A stable small number per variant; the trace format stores it.
+    pub fn code(&self) -> u8 {
+        match self {
+            EventKind::PageAlloc { .. } => 0,
+            EventKind::PageFree { .. } => 1,
+            EventKind::PageAllocZoneLocked { .. } => 2,
+            EventKind::PagePcpuDrain { .. } => 3,
+            EventKind::PageFaultUser { .. } => 4,
+            EventKind::Mmap { .. } => 5,
+            EventKind::Munmap { .. } => 6,
+            EventKind::Brk { .. } => 7,
+            EventKind::Mremap { .. } => 8,
+            EventKind::Mprotect { .. } => 9,
+            EventKind::Madvise { .. } => 10,
+            EventKind::Fork { .. } => 11,
+            EventKind::Exec { .. } => 12,
+            EventKind::Exit { .. } => 13,
+        }
+    }
+
+    /// The name of the tracepoint (or system call) the variant comes from,
+    /// indexed by [`EventKind::code`].
+    pub fn name_of_code(code: u8) -> &'static str {
+        const NAMES: [&str; NR_EVENT_KINDS] = [
+            "kmem:mm_page_alloc",
+            "kmem:mm_page_free",
+            "kmem:mm_page_alloc_zone_locked",
+            "kmem:mm_page_pcpu_drain",
+            "exceptions:page_fault_user",
+            "syscalls:mmap",
+            "syscalls:munmap",
+            "syscalls:brk",
+            "syscalls:mremap",
+            "syscalls:mprotect",
+            "syscalls:madvise",
+            "sched:sched_process_fork",
+            "sched:sched_process_exec",
+            "sched:sched_process_exit",
+        ];
+        NAMES.get(code as usize).copied().unwrap_or("unknown")
+    }
+
+    /// The tracepoint name of this event.
+    pub fn name(&self) -> &'static str {
+        Self::name_of_code(self.code())
+    }
+}
+
+/// Where a trace came from.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum TraceSource {
+    /// Recorded by [`crate::record::record`] running `cmd args...`.
+    Record {
+        cmd: String,
+        args: Vec<String>,
+        mechanism: String,
+    },
+    /// Imported by [`crate::perf::import`] from a perf.data file.
+    PerfImport {
+        file: String,
+        perf_version: Option<String>,
+        cmdline: Option<String>,
+    },
+    /// Written by a program or a test directly.
+    Synthetic { description: String },
+}
+
+/// One CPU's per-CPU pageset of a zone, as `/proc/zoneinfo` shows it.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Pageset {
+    pub cpu: u32,
+    pub count: u64,
+    pub high: u64,
+    pub batch: u64,
+    /// Present on kernels with PCP high auto-tuning (6.7 and later).
+    pub high_min: Option<u64>,
+    pub high_max: Option<u64>,
+}
+
+/// One zone of `/proc/zoneinfo`, in pages.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Zone {
+    pub node: u32,
+    pub name: String,
+    pub managed: u64,
+    pub present: u64,
+    pub spanned: u64,
+    pub min: u64,
+    pub low: u64,
+    pub high: u64,
+    pub pagesets: Vec<Pageset>,
+}
+
+/// The machine a trace was recorded on.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Machine {
+    pub nr_cpus: u32,
+    pub zones: Vec<Zone>,
+}
+
+/// The memory-management knobs in force during the recording.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Knobs {
+    /// `transparent_hugepage/enabled`: the selected value (`always`,
+    /// `madvise`, `never`).
+    pub thp_enabled: Option<String>,
+    /// `transparent_hugepage/hugepages-<size>/enabled` by directory name
+    /// (`hugepages-64kB` → `inherit`).
+    pub thp_sizes_enabled: BTreeMap<String, String>,
+    /// `vm.percpu_pagelist_high_fraction`.
+    pub percpu_pagelist_high_fraction: Option<u64>,
+}
+
+/// A snapshot of the kernel's own counters.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Counters {
+    /// `/proc/vmstat`, whole.
+    pub vmstat: BTreeMap<String, u64>,
+    /// `transparent_hugepage/hugepages-<size>/stats/*` by directory name,
+    /// then by counter name.
+    pub thp_stats: BTreeMap<String, BTreeMap<String, u64>>,
+}
+
+/// The trace header, written before the first event.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Header {
+    pub mmlab_version: String,
+    pub source: TraceSource,
+    /// `uname -r` of the kernel the trace comes from, when known.
+    pub kernel_release: Option<String>,
+    pub machine: Machine,
+    pub knobs: Knobs,
+    /// The clock the timestamps come from (`mono`, `perf`, ...).
+    pub trace_clock: String,
+    pub counters_before: Option<Counters>,
+}
+
+impl Header {
+    /// A header with nothing but its source, for tests and synthetic traces.
+    pub fn synthetic(description: &str) -> Header {
+        Header {
+            mmlab_version: env!("CARGO_PKG_VERSION").to_string(),
+            source: TraceSource::Synthetic {
+                description: description.to_string(),
+            },
+            kernel_release: None,
+            machine: Machine::default(),
+            knobs: Knobs::default(),
+            trace_clock: "none".to_string(),
+            counters_before: None,
+        }
+    }
+}
+
+/// The trace trailer, written after the last event: what is only known at
+/// the end.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Trailer {
+    /// Events in the file.
+    pub nr_events: u64,
+    /// Events the kernel could not store (ring-buffer overruns and drops,
+    /// perf's LOST records). Non-zero means the trace is incomplete.
+    pub nr_lost_events: u64,
+    /// System call entries without an exit, or exits without an entry: they
+    /// are not in the trace.
+    pub nr_unpaired_syscalls: u64,
+    /// Events of kinds mmlab does not know, by tracepoint name.
+    pub ignored_events: BTreeMap<String, u64>,
+    /// Event kinds a replay needs that the source did not contain (for an
+    /// import: tracepoints that were not recorded).
+    pub missing_event_kinds: Vec<String>,
+    pub counters_after: Option<Counters>,
+    /// Exit status of the recorded command, as the shell would print it.
+    pub exit_status: Option<String>,
+    /// Whether the recording was cut short by SIGINT.
+    pub interrupted: bool,
+}

@@ -1,0 +1,1260 @@
+//! The mmlab trace format: a compact, streaming, damage-tolerant binary file.
+//!
+//! # Layout
+//!
+//! ```text
+//! file    := magic "MMLABTR\0" | version u16 | reserved u16
+//!            | header_len u32 | header_crc u32 | header (JSON, header_len bytes)
+//!            | chunk* | trailer
+//! chunk   := 'C' | payload_len u32 | nr_events u32 | payload_crc u32 | payload
+//! trailer := 'T' | payload_len u32 | payload_crc u32 | payload (JSON)
+//! ```
+//!
+//! All integers in the framing are little-endian. A chunk's payload is a run
+//! of event records, each `kind u8 | ts_delta | cpu | pid | tid - pid | fields`,
+//! every number a LEB128 varint (signed ones zigzag-encoded). Timestamps,
+//! pfns and addresses are stored as differences from the previous record of
+//! the same chunk, which is what makes a typical event 6 to 10 bytes; the
+//! differences restart at every chunk, so each chunk decodes on its own.
+//!
+//! # Why chunks with checksums
+//!
+//! A recording cut short (the disk filled, the machine stopped) or a file
+//! damaged in transit must still give every event before the damage: the
+//! reader checks each chunk's CRC-32 before it yields any of the chunk's
+//! events, yields all whole chunks, and then reports where and what the
+//! damage is. Memory stays bounded by one chunk ([`MAX_CHUNK_BYTES`]).
+
+use std::fmt;
+use std::fs::{File, OpenOptions};
+use std::io::{self, BufReader, BufWriter, Read, Write};
+use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
+use std::path::Path;
+
+use crate::event::{Event, EventKind, Header, Trailer};
+
+/// The first eight bytes of every mmlab trace.
+pub const MAGIC: [u8; 8] = *b"MMLABTR\0";
+/// The format version this code writes and reads.
+pub const VERSION: u16 = 1;
+/// The writer closes a chunk once its payload reaches this size. 64 KiB keeps
+/// the loss on damage small while the framing costs under 0.03 %.
+pub const CHUNK_TARGET_BYTES: usize = 64 * 1024;
+/// The largest chunk or header a reader accepts: a corrupted length must not
+/// make the reader allocate gigabytes.
+pub const MAX_CHUNK_BYTES: u32 = 16 * 1024 * 1024;
+/// Longest exec filename stored; the kernel's own limit is `PATH_MAX`.
+const MAX_FILENAME_BYTES: u64 = 4096;
+
+const TAG_CHUNK: u8 = b'C';
+const TAG_TRAILER: u8 = b'T';
+
+/// Why a trace could not be read (or written).
+#[derive(Debug)]
+pub enum TraceError {
+    /// The operating system failed a read or write at `offset`.
+    Io { offset: u64, source: io::Error },
+    /// The file does not start with [`MAGIC`]: it is not an mmlab trace.
+    BadMagic { found: Vec<u8> },
+    /// The file is an mmlab trace of a version this code does not read.
+    UnsupportedVersion { found: u16, supported: u16 },
+    /// The file ends at `offset`, inside something: `expected` says what.
+    /// `record` is the number of events read before.
+    Truncated {
+        offset: u64,
+        record: u64,
+        expected: &'static str,
+    },
+    /// A chunk's (or the header's or trailer's) bytes do not match its
+    /// checksum.
+    ChecksumMismatch {
+        offset: u64,
+        record: u64,
+        what: &'static str,
+        stored: u32,
+        computed: u32,
+    },
+    /// Bytes that pass the checksum but do not decode (or an impossible
+    /// length): `what` says which expectation failed.
+    Corrupt {
+        offset: u64,
+        record: u64,
+        what: String,
+    },
+    /// The header or trailer JSON does not describe a trace.
+    Json {
+        offset: u64,
+        what: &'static str,
+        source: serde_json::Error,
+    },
+}
+
+impl fmt::Display for TraceError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            TraceError::Io { offset, source } => write!(f, "I/O error at byte {offset}: {source}"),
+            TraceError::BadMagic { found } => write!(
+                f,
+                "not an mmlab trace: expected magic {:?} at byte 0, found {:?}",
+                String::from_utf8_lossy(&MAGIC),
+                String::from_utf8_lossy(found)
+            ),
+            TraceError::UnsupportedVersion { found, supported } => {
+                write!(f, "mmlab trace version {found} is not supported (this build reads {supported})")
+            }
+            TraceError::Truncated { offset, record, expected } => write!(
+                f,
+                "trace truncated at byte {offset} after {record} events: expected {expected}"
+            ),
+            TraceError::ChecksumMismatch { offset, record, what, stored, computed } => write!(
+                f,
+                "{what} at byte {offset} (after {record} events) is damaged: checksum {stored:#010x} stored, {computed:#010x} computed"
+            ),
+            TraceError::Corrupt { offset, record, what } => {
+                write!(f, "corrupt trace at byte {offset}, event {record}: {what}")
+            }
+            TraceError::Json { offset, what, source } => {
+                write!(f, "{what} at byte {offset} is not valid: {source}")
+            }
+        }
+    }
+}
+
+impl std::error::Error for TraceError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            TraceError::Io { source, .. } => Some(source),
+            TraceError::Json { source, .. } => Some(source),
+            _ => None,
+        }
+    }
+}
+
+/// CRC-32 (IEEE 802.3, reflected, polynomial 0xEDB88320), the checksum of
+/// zlib and gzip, so a chunk can be checked with common tools.
+pub fn crc32(bytes: &[u8]) -> u32 {
+    const TABLE: [u32; 256] = {
+        let mut table = [0u32; 256];
+        let mut i = 0;
+        while i < 256 {
+            let mut c = i as u32;
+            let mut k = 0;
+            while k < 8 {
+                c = if c & 1 != 0 {
+                    0xEDB8_8320 ^ (c >> 1)
+                } else {
+                    c >> 1
+                };
+                k += 1;
+            }
+            table[i] = c;
+            i += 1;
+        }
+        table
+    };
+    let mut crc = !0u32;
+    for &b in bytes {
+        crc = TABLE[((crc ^ b as u32) & 0xff) as usize] ^ (crc >> 8);
+    }
+    !crc
+}
+
+fn put_varint(buf: &mut Vec<u8>, mut v: u64) {
+    while v >= 0x80 {
+        buf.push((v as u8) | 0x80);
+        v >>= 7;
+    }
+    buf.push(v as u8);
+}
+
+fn zigzag(v: i64) -> u64 {
+    ((v << 1) ^ (v >> 63)) as u64
+}
+
+fn unzigzag(v: u64) -> i64 {
+    ((v >> 1) as i64) ^ -((v & 1) as i64)
+}
+
+fn put_signed(buf: &mut Vec<u8>, v: i64) {
+    put_varint(buf, zigzag(v));
+}
+
+/// The state that record deltas are taken against; reset at every chunk.
+#[derive(Default, Clone, Copy)]
+struct DeltaState {
+    ts_ns: u64,
+    pfn: u64,
+    address: u64,
+}
+
+impl DeltaState {
+    fn put_pfn(&mut self, buf: &mut Vec<u8>, pfn: u64) {
+        put_signed(buf, pfn.wrapping_sub(self.pfn) as i64);
+        self.pfn = pfn;
+    }
+
+    fn put_addr(&mut self, buf: &mut Vec<u8>, address: u64) {
+        put_signed(buf, address.wrapping_sub(self.address) as i64);
+        self.address = address;
+    }
+}
+
+fn encode_event(buf: &mut Vec<u8>, st: &mut DeltaState, ev: &Event) {
+    buf.push(ev.kind.code());
+    put_signed(buf, ev.ts_ns.wrapping_sub(st.ts_ns) as i64);
+    st.ts_ns = ev.ts_ns;
+    put_varint(buf, ev.cpu as u64);
+    put_signed(buf, ev.pid as i64);
+    put_signed(buf, ev.tid as i64 - ev.pid as i64);
+    match &ev.kind {
+        EventKind::PageAlloc {
+            pfn,
+            order,
+            migratetype,
+            gfp_flags,
+        } => {
+            st.put_pfn(buf, *pfn);
+            put_varint(buf, *order as u64);
+            put_signed(buf, *migratetype as i64);
+            put_varint(buf, *gfp_flags);
+        }
+        EventKind::PageFree { pfn, order } => {
+            st.put_pfn(buf, *pfn);
+            put_varint(buf, *order as u64);
+        }
+        EventKind::PageAllocZoneLocked {
+            pfn,
+            order,
+            migratetype,
+            percpu_refill,
+        } => {
+            st.put_pfn(buf, *pfn);
+            put_varint(buf, *order as u64);
+            put_signed(buf, *migratetype as i64);
+            put_varint(buf, *percpu_refill as u64);
+        }
+        EventKind::PagePcpuDrain {
+            pfn,
+            order,
+            migratetype,
+        } => {
+            st.put_pfn(buf, *pfn);
+            put_varint(buf, *order as u64);
+            put_signed(buf, *migratetype as i64);
+        }
+        EventKind::PageFaultUser {
+            address,
+            ip,
+            error_code,
+        } => {
+            st.put_addr(buf, *address);
+            put_varint(buf, *ip);
+            put_varint(buf, *error_code);
+        }
+        EventKind::Mmap {
+            addr,
+            len,
+            prot,
+            flags,
+            fd,
+            off,
+            ret,
+        } => {
+            st.put_addr(buf, *addr);
+            for v in [*len, *prot, *flags, *fd, *off] {
+                put_varint(buf, v);
+            }
+            put_signed(buf, *ret);
+        }
+        EventKind::Munmap { addr, len, ret } => {
+            st.put_addr(buf, *addr);
+            put_varint(buf, *len);
+            put_signed(buf, *ret);
+        }
+        EventKind::Brk { brk, ret } => {
+            st.put_addr(buf, *brk);
+            put_signed(buf, *ret);
+        }
+        EventKind::Mremap {
+            addr,
+            old_len,
+            new_len,
+            flags,
+            new_addr,
+            ret,
+        } => {
+            st.put_addr(buf, *addr);
+            for v in [*old_len, *new_len, *flags, *new_addr] {
+                put_varint(buf, v);
+            }
+            put_signed(buf, *ret);
+        }
+        EventKind::Mprotect {
+            start,
+            len,
+            prot,
+            ret,
+        } => {
+            st.put_addr(buf, *start);
+            put_varint(buf, *len);
+            put_varint(buf, *prot);
+            put_signed(buf, *ret);
+        }
+        EventKind::Madvise {
+            start,
+            len_in,
+            behavior,
+            ret,
+        } => {
+            st.put_addr(buf, *start);
+            put_varint(buf, *len_in);
+            put_signed(buf, *behavior);
+            put_signed(buf, *ret);
+        }
+        EventKind::Fork { parent, child } => {
+            put_signed(buf, *parent as i64);
+            put_signed(buf, *child as i64);
+        }
+        EventKind::Exec { pid, filename } => {
+            put_signed(buf, *pid as i64);
+            let bytes = filename.as_bytes();
+            let len = bytes.len().min(MAX_FILENAME_BYTES as usize);
+            put_varint(buf, len as u64);
+            buf.extend_from_slice(&bytes[..len]);
+        }
+        EventKind::Exit { pid } => put_signed(buf, *pid as i64),
+    }
+}
+
+/// Writes an mmlab trace, one chunk at a time.
+///
+/// Invariant: at most one chunk of events is held in memory; [`TraceWriter::finish`]
+/// must be called to write the last chunk and the trailer (a writer dropped
+/// without it leaves a file that reads as truncated, which is what it is).
+pub struct TraceWriter<W: Write> {
+    out: W,
+    chunk: Vec<u8>,
+    nr_chunk_events: u32,
+    state: DeltaState,
+    nr_events: u64,
+    nr_bytes: u64,
+}
+
+impl TraceWriter<BufWriter<File>> {
+    /// Creates (or truncates) `path` with mode 0600, since a trace shows
+    /// addresses and the commands a user ran, and writes the header.
+    pub fn create(path: &Path, header: &Header) -> Result<Self, TraceError> {
+        let file = create_private(path).map_err(|source| TraceError::Io { offset: 0, source })?;
+        TraceWriter::new(BufWriter::with_capacity(256 * 1024, file), header)
+    }
+}
+
+/// Opens `path` for writing with mode 0600, also when it already existed
+/// with a wider mode.
+pub(crate) fn create_private(path: &Path) -> io::Result<File> {
+    let file = OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .mode(0o600)
+        .open(path)?;
+    file.set_permissions(std::fs::Permissions::from_mode(0o600))?;
+    Ok(file)
+}
+
+impl<W: Write> TraceWriter<W> {
+    /// Writes the magic, version and header to `out`.
+    pub fn new(mut out: W, header: &Header) -> Result<Self, TraceError> {
+        let json = serde_json::to_vec(header).map_err(|source| TraceError::Json {
+            offset: 20,
+            what: "trace header",
+            source,
+        })?;
+        let mut head = Vec::with_capacity(20 + json.len());
+        head.extend_from_slice(&MAGIC);
+        head.extend_from_slice(&VERSION.to_le_bytes());
+        head.extend_from_slice(&0u16.to_le_bytes());
+        head.extend_from_slice(&(json.len() as u32).to_le_bytes());
+        head.extend_from_slice(&crc32(&json).to_le_bytes());
+        head.extend_from_slice(&json);
+        out.write_all(&head)
+            .map_err(|source| TraceError::Io { offset: 0, source })?;
+        Ok(TraceWriter {
+            out,
+            chunk: Vec::with_capacity(CHUNK_TARGET_BYTES + 256),
+            nr_chunk_events: 0,
+            state: DeltaState::default(),
+            nr_events: 0,
+            nr_bytes: head.len() as u64,
+        })
+    }
+
+    /// Appends one event.
+    pub fn write(&mut self, ev: &Event) -> Result<(), TraceError> {
+        encode_event(&mut self.chunk, &mut self.state, ev);
+        self.nr_chunk_events += 1;
+        self.nr_events += 1;
+        if self.chunk.len() >= CHUNK_TARGET_BYTES {
+            self.flush_chunk()?;
+        }
+        Ok(())
+    }
+
+    /// Events written so far.
+    pub fn nr_events(&self) -> u64 {
+        self.nr_events
+    }
+
+    fn flush_chunk(&mut self) -> Result<(), TraceError> {
+        if self.nr_chunk_events == 0 {
+            return Ok(());
+        }
+        let mut frame = [0u8; 13];
+        frame[0] = TAG_CHUNK;
+        frame[1..5].copy_from_slice(&(self.chunk.len() as u32).to_le_bytes());
+        frame[5..9].copy_from_slice(&self.nr_chunk_events.to_le_bytes());
+        frame[9..13].copy_from_slice(&crc32(&self.chunk).to_le_bytes());
+        let offset = self.nr_bytes;
+        self.out
+            .write_all(&frame)
+            .and_then(|()| self.out.write_all(&self.chunk))
+            .map_err(|source| TraceError::Io { offset, source })?;
+        self.nr_bytes += (frame.len() + self.chunk.len()) as u64;
+        self.chunk.clear();
+        self.nr_chunk_events = 0;
+        self.state = DeltaState::default();
+        Ok(())
+    }
+
+    /// Writes the last chunk and the trailer (with `nr_events` filled in),
+    /// flushes, and returns the output and the total bytes written.
+    pub fn finish(mut self, trailer: &Trailer) -> Result<(W, u64), TraceError> {
+        self.flush_chunk()?;
+        let mut trailer = trailer.clone();
+        trailer.nr_events = self.nr_events;
+        let offset = self.nr_bytes;
+        let json = serde_json::to_vec(&trailer).map_err(|source| TraceError::Json {
+            offset,
+            what: "trace trailer",
+            source,
+        })?;
+        let mut frame = Vec::with_capacity(9 + json.len());
+        frame.push(TAG_TRAILER);
+        frame.extend_from_slice(&(json.len() as u32).to_le_bytes());
+        frame.extend_from_slice(&crc32(&json).to_le_bytes());
+        frame.extend_from_slice(&json);
+        self.out
+            .write_all(&frame)
+            .and_then(|()| self.out.flush())
+            .map_err(|source| TraceError::Io { offset, source })?;
+        self.nr_bytes += frame.len() as u64;
+        Ok((self.out, self.nr_bytes))
+    }
+}
+
+/// A cursor over one chunk's payload that turns a short read into an error
+/// naming the offset.
+struct Cursor<'a> {
+    bytes: &'a [u8],
+    pos: usize,
+    base_offset: u64,
+    record: u64,
+}
+
+impl Cursor<'_> {
+    fn corrupt(&self, what: String) -> TraceError {
+        TraceError::Corrupt {
+            offset: self.base_offset + self.pos as u64,
+            record: self.record,
+            what,
+        }
+    }
+
+    fn u8(&mut self, what: &str) -> Result<u8, TraceError> {
+        let b = *self
+            .bytes
+            .get(self.pos)
+            .ok_or_else(|| self.corrupt(format!("chunk ends inside an event: expected {what}")))?;
+        self.pos += 1;
+        Ok(b)
+    }
+
+    fn varint(&mut self, what: &str) -> Result<u64, TraceError> {
+        let mut v = 0u64;
+        for shift in (0..64).step_by(7) {
+            let b = self.u8(what)?;
+            v |= ((b & 0x7f) as u64) << shift;
+            if b & 0x80 == 0 {
+                if shift == 63 && b > 1 {
+                    break;
+                }
+                return Ok(v);
+            }
+        }
+        Err(self.corrupt(format!("varint for {what} is longer than 64 bits")))
+    }
+
+    fn signed(&mut self, what: &str) -> Result<i64, TraceError> {
+        Ok(unzigzag(self.varint(what)?))
+    }
+
+    fn u32(&mut self, what: &str) -> Result<u32, TraceError> {
+        let v = self.varint(what)?;
+        u32::try_from(v).map_err(|_| self.corrupt(format!("{what} {v} does not fit in 32 bits")))
+    }
+
+    fn i32(&mut self, what: &str) -> Result<i32, TraceError> {
+        let v = self.signed(what)?;
+        i32::try_from(v).map_err(|_| self.corrupt(format!("{what} {v} does not fit in 32 bits")))
+    }
+
+    fn pfn(&mut self, st: &mut DeltaState) -> Result<u64, TraceError> {
+        st.pfn = st.pfn.wrapping_add(self.signed("pfn")? as u64);
+        Ok(st.pfn)
+    }
+
+    fn addr(&mut self, st: &mut DeltaState, what: &str) -> Result<u64, TraceError> {
+        st.address = st.address.wrapping_add(self.signed(what)? as u64);
+        Ok(st.address)
+    }
+
+    fn decode_event(&mut self, st: &mut DeltaState) -> Result<Event, TraceError> {
+        let code = self.u8("event kind")?;
+        st.ts_ns = st.ts_ns.wrapping_add(self.signed("timestamp")? as u64);
+        let ts_ns = st.ts_ns;
+        let cpu = self.u32("cpu")?;
+        let pid = self.i32("pid")?;
+        let tid_delta = self.signed("tid")?;
+        let tid = i32::try_from(pid as i64 + tid_delta).map_err(|_| {
+            self.corrupt(format!(
+                "tid {} does not fit in 32 bits",
+                pid as i64 + tid_delta
+            ))
+        })?;
+        let kind = match code {
+            0 => EventKind::PageAlloc {
+                pfn: self.pfn(st)?,
+                order: self.u32("order")?,
+                migratetype: self.i32("migratetype")?,
+                gfp_flags: self.varint("gfp_flags")?,
+            },
+            1 => EventKind::PageFree {
+                pfn: self.pfn(st)?,
+                order: self.u32("order")?,
+            },
+            2 => EventKind::PageAllocZoneLocked {
+                pfn: self.pfn(st)?,
+                order: self.u32("order")?,
+                migratetype: self.i32("migratetype")?,
+                percpu_refill: self.varint("percpu_refill")? != 0,
+            },
+            3 => EventKind::PagePcpuDrain {
+                pfn: self.pfn(st)?,
+                order: self.u32("order")?,
+                migratetype: self.i32("migratetype")?,
+            },
+            4 => EventKind::PageFaultUser {
+                address: self.addr(st, "address")?,
+                ip: self.varint("ip")?,
+                error_code: self.varint("error_code")?,
+            },
+            5 => EventKind::Mmap {
+                addr: self.addr(st, "addr")?,
+                len: self.varint("len")?,
+                prot: self.varint("prot")?,
+                flags: self.varint("flags")?,
+                fd: self.varint("fd")?,
+                off: self.varint("off")?,
+                ret: self.signed("ret")?,
+            },
+            6 => EventKind::Munmap {
+                addr: self.addr(st, "addr")?,
+                len: self.varint("len")?,
+                ret: self.signed("ret")?,
+            },
+            7 => EventKind::Brk {
+                brk: self.addr(st, "brk")?,
+                ret: self.signed("ret")?,
+            },
+            8 => EventKind::Mremap {
+                addr: self.addr(st, "addr")?,
+                old_len: self.varint("old_len")?,
+                new_len: self.varint("new_len")?,
+                flags: self.varint("flags")?,
+                new_addr: self.varint("new_addr")?,
+                ret: self.signed("ret")?,
+            },
+            9 => EventKind::Mprotect {
+                start: self.addr(st, "start")?,
+                len: self.varint("len")?,
+                prot: self.varint("prot")?,
+                ret: self.signed("ret")?,
+            },
+            10 => EventKind::Madvise {
+                start: self.addr(st, "start")?,
+                len_in: self.varint("len_in")?,
+                behavior: self.signed("behavior")?,
+                ret: self.signed("ret")?,
+            },
+            11 => EventKind::Fork {
+                parent: self.i32("parent")?,
+                child: self.i32("child")?,
+            },
+            12 => {
+                let pid = self.i32("pid")?;
+                let len = self.varint("filename length")?;
+                if len > MAX_FILENAME_BYTES || self.pos + len as usize > self.bytes.len() {
+                    return Err(self.corrupt(format!(
+                        "exec filename of {len} bytes does not fit the chunk"
+                    )));
+                }
+                let bytes = &self.bytes[self.pos..self.pos + len as usize];
+                self.pos += len as usize;
+                EventKind::Exec {
+                    pid,
+                    filename: String::from_utf8_lossy(bytes).into_owned(),
+                }
+            }
+            13 => EventKind::Exit {
+                pid: self.i32("pid")?,
+            },
+            other => {
+                return Err(self.corrupt(format!("unknown event kind {other} (expected 0..=13)")))
+            }
+        };
+        Ok(Event {
+            ts_ns,
+            cpu,
+            pid,
+            tid,
+            kind,
+        })
+    }
+}
+
+/// Reads an mmlab trace as a stream of events.
+///
+/// Memory holds one chunk at a time, whatever the trace's length. After the
+/// first error the iterator ends; the events before the damage have all been
+/// yielded. A file that ends cleanly between chunks but without its trailer
+/// is reported as truncated after its last event.
+pub struct TraceReader<R: Read> {
+    input: R,
+    header: Header,
+    trailer: Option<Trailer>,
+    offset: u64,
+    nr_events: u64,
+    chunk: Vec<u8>,
+    chunk_offset: u64,
+    pos: usize,
+    chunk_events_left: u32,
+    state: DeltaState,
+    done: bool,
+}
+
+impl TraceReader<BufReader<File>> {
+    /// Opens the trace at `path` and reads its header.
+    pub fn open(path: &Path) -> Result<Self, TraceError> {
+        let file = File::open(path).map_err(|source| TraceError::Io { offset: 0, source })?;
+        TraceReader::new(BufReader::with_capacity(256 * 1024, file))
+    }
+}
+
+/// Reads exactly `buf.len()` bytes; `Ok(false)` on end of file before the
+/// first byte, `Truncated` on end of file after it.
+fn read_full<R: Read>(
+    input: &mut R,
+    buf: &mut [u8],
+    offset: u64,
+    record: u64,
+    expected: &'static str,
+) -> Result<bool, TraceError> {
+    let mut got = 0;
+    while got < buf.len() {
+        match input.read(&mut buf[got..]) {
+            Ok(0) if got == 0 => return Ok(false),
+            Ok(0) => {
+                return Err(TraceError::Truncated {
+                    offset: offset + got as u64,
+                    record,
+                    expected,
+                });
+            }
+            Ok(n) => got += n,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(source) => {
+                return Err(TraceError::Io {
+                    offset: offset + got as u64,
+                    source,
+                })
+            }
+        }
+    }
+    Ok(true)
+}
+
+fn le_u32(b: &[u8]) -> u32 {
+    u32::from_le_bytes([b[0], b[1], b[2], b[3]])
+}
+
+impl<R: Read> TraceReader<R> {
+    /// Reads and checks the magic, version and header.
+    pub fn new(mut input: R) -> Result<Self, TraceError> {
+        let mut head = [0u8; 20];
+        let mut got = 0;
+        // A short file is most often not a trace at all: report the magic
+        // when even that is incomplete or wrong.
+        while got < head.len() {
+            match input.read(&mut head[got..]) {
+                Ok(0) => break,
+                Ok(n) => got += n,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(source) => {
+                    return Err(TraceError::Io {
+                        offset: got as u64,
+                        source,
+                    })
+                }
+            }
+        }
+        if got < 8 || head[..8] != MAGIC {
+            return Err(TraceError::BadMagic {
+                found: head[..got.min(8)].to_vec(),
+            });
+        }
+        if got < head.len() {
+            return Err(TraceError::Truncated {
+                offset: got as u64,
+                record: 0,
+                expected: "the trace header",
+            });
+        }
+        let version = u16::from_le_bytes([head[8], head[9]]);
+        if version != VERSION {
+            return Err(TraceError::UnsupportedVersion {
+                found: version,
+                supported: VERSION,
+            });
+        }
+        let len = le_u32(&head[12..16]);
+        let stored = le_u32(&head[16..20]);
+        if len > MAX_CHUNK_BYTES {
+            return Err(TraceError::Corrupt {
+                offset: 12,
+                record: 0,
+                what: format!("header length {len} exceeds the limit of {MAX_CHUNK_BYTES} bytes"),
+            });
+        }
+        let mut json = vec![0u8; len as usize];
+        if !read_full(&mut input, &mut json, 20, 0, "the trace header")? && len > 0 {
+            return Err(TraceError::Truncated {
+                offset: 20,
+                record: 0,
+                expected: "the trace header",
+            });
+        }
+        let computed = crc32(&json);
+        if computed != stored {
+            return Err(TraceError::ChecksumMismatch {
+                offset: 20,
+                record: 0,
+                what: "trace header",
+                stored,
+                computed,
+            });
+        }
+        let header = serde_json::from_slice(&json).map_err(|source| TraceError::Json {
+            offset: 20,
+            what: "trace header",
+            source,
+        })?;
+        Ok(TraceReader {
+            input,
+            header,
+            trailer: None,
+            offset: 20 + len as u64,
+            nr_events: 0,
+            chunk: Vec::new(),
+            chunk_offset: 0,
+            pos: 0,
+            chunk_events_left: 0,
+            state: DeltaState::default(),
+            done: false,
+        })
+    }
+
+    /// The trace header.
+    pub fn header(&self) -> &Header {
+        &self.header
+    }
+
+    /// The trailer, once the iterator has reached the end of a whole file.
+    pub fn trailer(&self) -> Option<&Trailer> {
+        self.trailer.as_ref()
+    }
+
+    /// Events yielded so far.
+    pub fn nr_events_read(&self) -> u64 {
+        self.nr_events
+    }
+
+    /// Reads the next frame: a chunk (`Ok(true)`), or the trailer or a clean
+    /// end (`Ok(false)`).
+    fn next_frame(&mut self) -> Result<bool, TraceError> {
+        let mut tag = [0u8; 1];
+        if !read_full(
+            &mut self.input,
+            &mut tag,
+            self.offset,
+            self.nr_events,
+            "a chunk or the trailer",
+        )? {
+            return Err(TraceError::Truncated {
+                offset: self.offset,
+                record: self.nr_events,
+                expected: "a chunk or the trailer",
+            });
+        }
+        match tag[0] {
+            TAG_CHUNK => {
+                let mut frame = [0u8; 12];
+                if !read_full(
+                    &mut self.input,
+                    &mut frame,
+                    self.offset + 1,
+                    self.nr_events,
+                    "a chunk frame",
+                )? {
+                    return Err(TraceError::Truncated {
+                        offset: self.offset + 1,
+                        record: self.nr_events,
+                        expected: "a chunk frame",
+                    });
+                }
+                let len = le_u32(&frame[0..4]);
+                let nr = le_u32(&frame[4..8]);
+                let stored = le_u32(&frame[8..12]);
+                if len > MAX_CHUNK_BYTES || nr == 0 || nr > len {
+                    return Err(TraceError::Corrupt {
+                        offset: self.offset + 1,
+                        record: self.nr_events,
+                        what: format!(
+                            "chunk frame says {nr} events in {len} bytes (limit {MAX_CHUNK_BYTES})"
+                        ),
+                    });
+                }
+                self.chunk.resize(len as usize, 0);
+                let payload_offset = self.offset + 13;
+                if !read_full(
+                    &mut self.input,
+                    &mut self.chunk,
+                    payload_offset,
+                    self.nr_events,
+                    "a chunk payload",
+                )? {
+                    return Err(TraceError::Truncated {
+                        offset: payload_offset,
+                        record: self.nr_events,
+                        expected: "a chunk payload",
+                    });
+                }
+                let computed = crc32(&self.chunk);
+                if computed != stored {
+                    return Err(TraceError::ChecksumMismatch {
+                        offset: self.offset,
+                        record: self.nr_events,
+                        what: "chunk",
+                        stored,
+                        computed,
+                    });
+                }
+                self.chunk_offset = payload_offset;
+                self.offset = payload_offset + len as u64;
+                self.pos = 0;
+                self.chunk_events_left = nr;
+                self.state = DeltaState::default();
+                Ok(true)
+            }
+            TAG_TRAILER => {
+                let mut frame = [0u8; 8];
+                if !read_full(
+                    &mut self.input,
+                    &mut frame,
+                    self.offset + 1,
+                    self.nr_events,
+                    "the trailer frame",
+                )? {
+                    return Err(TraceError::Truncated {
+                        offset: self.offset + 1,
+                        record: self.nr_events,
+                        expected: "the trailer frame",
+                    });
+                }
+                let len = le_u32(&frame[0..4]);
+                let stored = le_u32(&frame[4..8]);
+                if len > MAX_CHUNK_BYTES {
+                    return Err(TraceError::Corrupt {
+                        offset: self.offset + 1,
+                        record: self.nr_events,
+                        what: format!(
+                            "trailer length {len} exceeds the limit of {MAX_CHUNK_BYTES} bytes"
+                        ),
+                    });
+                }
+                let mut json = vec![0u8; len as usize];
+                if !read_full(
+                    &mut self.input,
+                    &mut json,
+                    self.offset + 9,
+                    self.nr_events,
+                    "the trailer",
+                )? && len > 0
+                {
+                    return Err(TraceError::Truncated {
+                        offset: self.offset + 9,
+                        record: self.nr_events,
+                        expected: "the trailer",
+                    });
+                }
+                let computed = crc32(&json);
+                if computed != stored {
+                    return Err(TraceError::ChecksumMismatch {
+                        offset: self.offset,
+                        record: self.nr_events,
+                        what: "trailer",
+                        stored,
+                        computed,
+                    });
+                }
+                let trailer: Trailer =
+                    serde_json::from_slice(&json).map_err(|source| TraceError::Json {
+                        offset: self.offset + 9,
+                        what: "trace trailer",
+                        source,
+                    })?;
+                if trailer.nr_events != self.nr_events {
+                    return Err(TraceError::Corrupt {
+                        offset: self.offset,
+                        record: self.nr_events,
+                        what: format!(
+                            "trailer counts {} events but the file holds {}",
+                            trailer.nr_events, self.nr_events
+                        ),
+                    });
+                }
+                self.trailer = Some(trailer);
+                Ok(false)
+            }
+            other => Err(TraceError::Corrupt {
+                offset: self.offset,
+                record: self.nr_events,
+                what: format!(
+                    "expected a chunk ('C') or the trailer ('T'), found byte {other:#04x}"
+                ),
+            }),
+        }
+    }
+
+    fn next_event(&mut self) -> Result<Option<Event>, TraceError> {
+        if self.chunk_events_left == 0 {
+            if self.pos != self.chunk.len() {
+                return Err(TraceError::Corrupt {
+                    offset: self.chunk_offset + self.pos as u64,
+                    record: self.nr_events,
+                    what: format!(
+                        "{} bytes left over after the chunk's last event",
+                        self.chunk.len() - self.pos
+                    ),
+                });
+            }
+            if !self.next_frame()? {
+                return Ok(None);
+            }
+        }
+        let mut cur = Cursor {
+            bytes: &self.chunk,
+            pos: self.pos,
+            base_offset: self.chunk_offset,
+            record: self.nr_events,
+        };
+        let ev = cur.decode_event(&mut self.state)?;
+        self.pos = cur.pos;
+        self.chunk_events_left -= 1;
+        self.nr_events += 1;
+        Ok(Some(ev))
+    }
+}
+
+impl<R: Read> Iterator for TraceReader<R> {
+    type Item = Result<Event, TraceError>;
+
+    fn next(&mut self) -> Option<Self::Item> {
+        if self.done {
+            return None;
+        }
+        match self.next_event() {
+            Ok(Some(ev)) => Some(Ok(ev)),
+            Ok(None) => {
+                self.done = true;
+                None
+            }
+            Err(e) => {
+                self.done = true;
+                Some(Err(e))
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A seeded list of events of every kind (xorshift64*, Vigna 2016), so
+    /// that round trips cover large and negative deltas.
+    pub(crate) fn sample_events(seed: u64, n: usize) -> Vec<Event> {
+        let mut x = seed | 1;
+        let mut next = move || {
+            x ^= x >> 12;
+            x ^= x << 25;
+            x ^= x >> 27;
+            x.wrapping_mul(0x2545_F491_4F6C_DD1D)
+        };
+        let mut ts = 1_000_000u64;
+        (0..n)
+            .map(|i| {
+                ts += next() % 5000;
+                let r = next();
+                let kind = match i % 14 {
+                    0 => EventKind::PageAlloc {
+                        pfn: r % (1 << 36),
+                        order: (r % 11) as u32,
+                        migratetype: 1,
+                        gfp_flags: 0x140dca,
+                    },
+                    1 => EventKind::PageFree {
+                        pfn: r % (1 << 36),
+                        order: 0,
+                    },
+                    2 => EventKind::PageAllocZoneLocked {
+                        pfn: r >> 30,
+                        order: 3,
+                        migratetype: 0,
+                        percpu_refill: r & 1 == 1,
+                    },
+                    3 => EventKind::PagePcpuDrain {
+                        pfn: r >> 40,
+                        order: 0,
+                        migratetype: 2,
+                    },
+                    4 => EventKind::PageFaultUser {
+                        address: r & 0x7fff_ffff_f000,
+                        ip: r >> 20,
+                        error_code: 6,
+                    },
+                    5 => EventKind::Mmap {
+                        addr: 0,
+                        len: 1 << 30,
+                        prot: 3,
+                        flags: 0x22,
+                        fd: u64::MAX,
+                        off: 0,
+                        ret: (r >> 17) as i64,
+                    },
+                    6 => EventKind::Munmap {
+                        addr: r >> 16,
+                        len: 4096,
+                        ret: -22,
+                    },
+                    7 => EventKind::Brk {
+                        brk: r >> 20,
+                        ret: (r >> 20) as i64,
+                    },
+                    8 => EventKind::Mremap {
+                        addr: r >> 16,
+                        old_len: 4096,
+                        new_len: 8192,
+                        flags: 1,
+                        new_addr: 0,
+                        ret: -12,
+                    },
+                    9 => EventKind::Mprotect {
+                        start: r >> 16,
+                        len: 4096,
+                        prot: 1,
+                        ret: 0,
+                    },
+                    10 => EventKind::Madvise {
+                        start: r >> 16,
+                        len_in: 1 << 21,
+                        behavior: 14,
+                        ret: 0,
+                    },
+                    11 => EventKind::Fork {
+                        parent: 100,
+                        child: (r % 40000) as i32,
+                    },
+                    12 => EventKind::Exec {
+                        pid: 101,
+                        filename: format!("/usr/bin/prog{}", r % 100),
+                    },
+                    _ => EventKind::Exit {
+                        pid: (r % 40000) as i32,
+                    },
+                };
+                Event {
+                    ts_ns: ts,
+                    cpu: (r % 4) as u32,
+                    pid: 100 + (r % 3) as i32,
+                    tid: 100 + (r % 5) as i32,
+                    kind,
+                }
+            })
+            .collect()
+    }
+
+    pub(crate) fn write_to_vec(events: &[Event]) -> Vec<u8> {
+        let mut w = TraceWriter::new(Vec::new(), &Header::synthetic("test"))
+            .expect("writing to a Vec cannot fail");
+        for ev in events {
+            w.write(ev).expect("writing to a Vec cannot fail");
+        }
+        let trailer = Trailer {
+            nr_lost_events: 3,
+            ..Trailer::default()
+        };
+        w.finish(&trailer).expect("writing to a Vec cannot fail").0
+    }
+
+    #[test]
+    fn varint_and_zigzag_round_trip_extremes() {
+        for v in [0i64, 1, -1, 63, -64, i64::MAX, i64::MIN, 1 << 40] {
+            let mut buf = Vec::new();
+            put_signed(&mut buf, v);
+            let mut cur = Cursor {
+                bytes: &buf,
+                pos: 0,
+                base_offset: 0,
+                record: 0,
+            };
+            assert_eq!(cur.signed("v").expect("valid varint"), v);
+            assert_eq!(cur.pos, buf.len());
+        }
+    }
+
+    #[test]
+    fn crc32_matches_the_standard_check_value() {
+        // The check value of CRC-32/ISO-HDLC for "123456789".
+        assert_eq!(crc32(b"123456789"), 0xCBF4_3926);
+    }
+
+    #[test]
+    fn round_trip_preserves_every_event_and_the_trailer() {
+        let events = sample_events(7, 50_000);
+        let bytes = write_to_vec(&events);
+        let mut reader = TraceReader::new(&bytes[..]).expect("header is valid");
+        let back: Vec<Event> = reader
+            .by_ref()
+            .collect::<Result<_, _>>()
+            .expect("file is whole");
+        assert_eq!(back, events);
+        let trailer = reader.trailer().expect("trailer present");
+        assert_eq!(trailer.nr_events, 50_000);
+        assert_eq!(trailer.nr_lost_events, 3);
+        assert_eq!(reader.header().source, Header::synthetic("test").source);
+    }
+
+    #[test]
+    fn truncated_file_yields_whole_chunks_then_names_the_offset() {
+        let events = sample_events(3, 40_000);
+        let bytes = write_to_vec(&events);
+        let cut = bytes.len() * 2 / 3;
+        let mut got = 0usize;
+        let mut err = None;
+        for item in TraceReader::new(&bytes[..cut]).expect("header is whole") {
+            match item {
+                Ok(ev) => {
+                    assert_eq!(ev, events[got], "event {got} differs");
+                    got += 1;
+                }
+                Err(e) => err = Some(e),
+            }
+        }
+        assert!(got > 0 && got < events.len(), "got {got} events");
+        match err {
+            Some(TraceError::Truncated { offset, record, .. }) => {
+                assert!(offset <= cut as u64);
+                assert_eq!(record, got as u64);
+            }
+            other => panic!("expected Truncated, got {other:?}"),
+        }
+    }
+
+    #[test]
+    fn flipped_byte_is_caught_by_the_chunk_checksum() {
+        let events = sample_events(5, 30_000);
+        let mut bytes = write_to_vec(&events);
+        let at = bytes.len() / 2;
+        bytes[at] ^= 0x40;
+        let results: Vec<_> = TraceReader::new(&bytes[..])
+            .expect("header intact")
+            .collect();
+        let last = results.last().expect("at least the error");
+        assert!(
+            matches!(
+                last,
+                Err(TraceError::ChecksumMismatch { what: "chunk", .. })
+            ),
+            "got {last:?}"
+        );
+        let nr_ok = results.iter().filter(|r| r.is_ok()).count();
+        assert!(nr_ok < events.len());
+        for (i, r) in results.iter().take(nr_ok).enumerate() {
+            assert_eq!(r.as_ref().ok(), Some(&events[i]));
+        }
+    }
+
+    #[test]
+    fn foreign_file_is_rejected_by_magic() {
+        let err = TraceReader::new(&b"PERFILE2 and then some more bytes"[..]).err();
+        assert!(
+            matches!(err, Some(TraceError::BadMagic { .. })),
+            "got {err:?}"
+        );
+        let msg = err.map(|e| e.to_string()).unwrap_or_default();
+        assert!(msg.contains("not an mmlab trace"), "{msg}");
+    }
+
+    #[test]
+    fn missing_trailer_is_reported_after_the_last_event() {
+        let events = sample_events(9, 10);
+        let mut w = TraceWriter::new(Vec::new(), &Header::synthetic("t")).expect("vec");
+        for ev in &events {
+            w.write(ev).expect("vec");
+        }
+        w.flush_chunk().expect("vec");
+        let bytes = w.out;
+        let results: Vec<_> = TraceReader::new(&bytes[..]).expect("header").collect();
+        assert_eq!(results.len(), 11);
+        assert!(matches!(
+            results[10],
+            Err(TraceError::Truncated { record: 10, .. })
+        ));
+    }
+
+    #[test]
+    fn written_file_is_private_to_its_owner() {
+        let dir = std::env::temp_dir().join(format!("mmlab-trace-mode-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).expect("temp dir");
+        let path = dir.join("t.mmtrace");
+        std::fs::write(&path, b"old").expect("temp file");
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o644)).expect("chmod");
+        let w = TraceWriter::create(&path, &Header::synthetic("mode")).expect("create");
+        w.finish(&Trailer::default()).expect("finish");
+        let mode = std::fs::metadata(&path).expect("stat").permissions().mode() & 0o777;
+        assert_eq!(mode, 0o600);
+        let n = TraceReader::open(&path).expect("open").count();
+        assert_eq!(n, 0);
+        std::fs::remove_dir_all(&dir).expect("cleanup");
+    }
+}

@@ -1,0 +1,29 @@
+//! mmlab's recorded traces: the typed events of a real workload, the compact
+//! mmlab trace format that stores them, recording on the live kernel through
+//! a private tracefs instance, and import of perf.data files.
+//!
+//! # Code map
+//!
+//! - [`event`]: the [`Event`] enum and the trace [`Header`]/[`Trailer`].
+//! - [`format`]: [`TraceWriter`] and the streaming [`TraceReader`].
+//! - [`record`]: [`record::record`] on the live kernel (root and tracefs).
+//! - [`perf`]: [`perf::import`] of `perf record -e kmem:...` files.
+//! - `tracefs`: the ring-buffer page and tracepoint `format` parsers both of
+//!   the above share, and `decode`: tracepoint records to [`Event`]s.
+//!
+//! # Invariants
+//!
+//! - The same input file always gives the same events in the same order.
+//! - Nothing that comes from a file or the kernel can make this crate panic:
+//!   bad input is a typed error that names where it is.
+
+pub mod decode;
+pub mod event;
+pub mod format;
+pub mod perf;
+pub mod record;
+pub mod sysinfo;
+pub mod tracefs;
+
+pub use event::{Event, EventKind, Header, Trailer};
+pub use format::{TraceError, TraceReader, TraceWriter};
