@@ -85,6 +85,33 @@ enum Cmd {
         #[command(subcommand)]
         what: NativeCmd,
     },
+    /// Record a real workload on the live kernel into an mmlab trace (needs root and
+    /// tracefs; leaves tracing as it found it, also on Ctrl-C).
+    #[command(after_help = "Example:\n  mmlab record -o build.mmtrace -- make -j2")]
+    Record {
+        /// The trace file to write (mode 0600).
+        #[arg(short, long)]
+        output: PathBuf,
+        /// Mount tracefs at /sys/kernel/tracing if it is not mounted (and unmount it after).
+        #[arg(long, default_value_t = true, action = clap::ArgAction::Set)]
+        mount_tracefs: bool,
+        /// The command and its arguments.
+        #[arg(required = true, last = true)]
+        cmd: Vec<String>,
+    },
+    /// Import a perf.data file recorded with the kmem/exceptions/syscalls tracepoints.
+    Import {
+        /// The perf.data file.
+        input: PathBuf,
+        /// The mmlab trace to write.
+        #[arg(short, long)]
+        output: PathBuf,
+    },
+    /// Summarize an mmlab trace: header, events per kind, lost events.
+    TraceStats {
+        /// The trace.
+        file: PathBuf,
+    },
     /// Measure the model's speed (PCP fast path) and memory per simulated page.
     Bench {
         /// Allocation+free pairs to time.
@@ -173,6 +200,41 @@ fn real_main() -> Result<()> {
         Cmd::List => print!("{}", list_text()),
         Cmd::Bench { ops } => bench(ops),
         Cmd::Native { what } => native_cmd(what)?,
+        Cmd::Record {
+            output,
+            mount_tracefs,
+            cmd,
+        } => {
+            let opts = trace::record::RecordOptions {
+                mount_tracefs,
+                ..Default::default()
+            };
+            let sum = trace::record::record(&output, &cmd[0], &cmd[1..], &opts)?;
+            eprintln!(
+                "mmlab record: {} events ({} lost, {} unpaired syscalls) in {} bytes; command {} after {:.2}s",
+                sum.nr_events,
+                sum.nr_lost_events,
+                sum.nr_unpaired_syscalls,
+                sum.nr_trace_bytes,
+                sum.exit_status,
+                sum.command_wall.as_secs_f64()
+            );
+            for (k, n) in &sum.nr_events_by_kind {
+                eprintln!("  {k:<28} {n}");
+            }
+        }
+        Cmd::Import { input, output } => {
+            let sum = trace::perf::import(&input, &output)?;
+            eprintln!(
+                "mmlab import: {} events written to {}",
+                sum.nr_events,
+                output.display()
+            );
+            for line in sum.report() {
+                eprintln!("  {line}");
+            }
+        }
+        Cmd::TraceStats { file } => trace_stats(&file)?,
     }
     Ok(())
 }
@@ -212,6 +274,47 @@ fn write_atomically(path: &Path, doc: &serde_json::Value) -> Result<()> {
     std::fs::write(&tmp, text).with_context(|| format!("cannot write {}", tmp.display()))?;
     std::fs::rename(&tmp, path)
         .with_context(|| format!("cannot rename {} to {}", tmp.display(), path.display()))?;
+    Ok(())
+}
+
+fn trace_stats(path: &Path) -> Result<()> {
+    let mut r = trace::TraceReader::open(path)?;
+    let h = r.header().clone();
+    println!(
+        "trace {}: kernel {}, {} CPUs, {} zones",
+        path.display(),
+        h.kernel_release.as_deref().unwrap_or("unknown"),
+        h.machine.nr_cpus,
+        h.machine.zones.len()
+    );
+    let mut by_kind: std::collections::BTreeMap<&'static str, u64> =
+        std::collections::BTreeMap::new();
+    let mut err = None;
+    for ev in r.by_ref() {
+        match ev {
+            Ok(e) => *by_kind.entry(e.kind.name()).or_default() += 1,
+            Err(e) => {
+                err = Some(e);
+                break;
+            }
+        }
+    }
+    for (k, n) in &by_kind {
+        println!("  {k:<28} {n}");
+    }
+    if let Some(t) = r.trailer() {
+        println!(
+            "  lost events: {}, unpaired syscalls: {}",
+            t.nr_lost_events, t.nr_unpaired_syscalls
+        );
+    }
+    if let Some(e) = err {
+        bail!(
+            "{}: the trace is damaged after {} events: {e}",
+            path.display(),
+            r.nr_events_read()
+        );
+    }
     Ok(())
 }
 
