@@ -676,41 +676,6 @@ fn touch_all(base: *mut u8, plan: &ChildPlan, order: &[u32]) {
     }
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn validate_rejects_bad_patterns() {
-        let ok = FaultPattern::new("ok", 8 << 20, ThpKnobs::off());
-        ok.validate().unwrap();
-        let mut p = ok.clone();
-        p.len_bytes = 100;
-        assert!(p.validate().is_err());
-        let mut p = ok.clone();
-        p.offset_bytes = PMD_SIZE;
-        assert!(p.validate().is_err());
-        let mut p = ok.clone();
-        p.steps.push(Step::MunmapRetouch {
-            offset_bytes: 4 << 20,
-            len_bytes: 8 << 20,
-        });
-        assert!(p.validate().is_err());
-    }
-
-    #[test]
-    fn random_order_is_a_seeded_permutation() {
-        let mut p = FaultPattern::new("r", 4 << 20, ThpKnobs::off());
-        p.order = TouchOrder::Random { seed: 42 };
-        let a = p.touch_order();
-        assert_eq!(a, p.touch_order());
-        let mut s = a.clone();
-        s.sort_unstable();
-        assert_eq!(s, (0..1024).collect::<Vec<u32>>());
-        assert_ne!(a, s);
-    }
-}
-
 /// The 1 GiB patterns of the issue tracker (sequential writes, one byte per
 /// 4 KiB), with literal knob settings, each with the live kernel's expected
 /// fault count measured on this host kind (LIVE-KERNEL.md).
@@ -745,4 +710,39 @@ pub fn reference_patterns() -> Vec<(FaultPattern, u64)> {
         (unaligned_64k, 16_409),
         (unaligned_2m, 1_529),
     ]
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn validate_rejects_bad_patterns() {
+        let ok = FaultPattern::new("ok", 8 << 20, ThpKnobs::off());
+        ok.validate().unwrap();
+        let mut p = ok.clone();
+        p.len_bytes = 100;
+        assert!(p.validate().is_err());
+        let mut p = ok.clone();
+        p.offset_bytes = PMD_SIZE;
+        assert!(p.validate().is_err());
+        let mut p = ok.clone();
+        p.steps.push(Step::MunmapRetouch {
+            offset_bytes: 4 << 20,
+            len_bytes: 8 << 20,
+        });
+        assert!(p.validate().is_err());
+    }
+
+    #[test]
+    fn random_order_is_a_seeded_permutation() {
+        let mut p = FaultPattern::new("r", 4 << 20, ThpKnobs::off());
+        p.order = TouchOrder::Random { seed: 42 };
+        let a = p.touch_order();
+        assert_eq!(a, p.touch_order());
+        let mut s = a.clone();
+        s.sort_unstable();
+        assert_eq!(s, (0..1024).collect::<Vec<u32>>());
+        assert_ne!(a, s);
+    }
 }
