@@ -280,7 +280,7 @@ impl HugeOrderIter {
                 } else {
                     let j = step - nr_fringe;
                     let k = j / 2;
-                    if j % 2 == 0 {
+                    if j & 1 == 0 {
                         base + k
                     } else {
                         base + 2 * half - 1 - k
