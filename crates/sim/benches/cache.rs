@@ -79,7 +79,10 @@ fn small_llc() -> CacheConfig {
 }
 
 fn main() {
-    copy_stream(small_llc(), "1 MiB LLC only, 2 MiB copies (state in host cache)");
+    copy_stream(
+        small_llc(),
+        "1 MiB LLC only, 2 MiB copies (state in host cache)",
+    );
     copy_stream(
         CacheConfig::haswell_e5_2699_v3_llc_only(),
         "LLC only, 2 MiB copies (miss-dominated)",

@@ -18,15 +18,17 @@
 //! `nr_sets` need not be a power of two (a 45 MiB, 20-way LLC has 36,864
 //! sets).
 //!
-//! # Replacement: true LRU, move-to-front
+//! # Replacement: true LRU, age ranks
 //!
-//! Each set is a small array of `ways` tags (`u32`) kept in recency order,
-//! most recently used first. A hit moves the tag to the front; a miss drops
-//! the last tag (the least recently used) and puts the new one at the front.
-//! That is exact LRU with no age counters, and a set of 20 ways is 80 bytes,
-//! so a 45 MiB LLC's state is 2.9 MiB. Empty ways hold [`INVALID_TAG`] and
-//! always sit behind every valid way. The state is plain integers: no
-//! floating point, nothing random, so a run is reproducible byte for byte.
+//! Each way of a set has a tag (`u32`) and an age (`u8`): its rank in
+//! recency order, 0 for the most recently used up to `ways - 1`. A hit on a
+//! line of age `a` ages every younger line by one and makes the line 0; a
+//! miss replaces the line of age `ways - 1`. That is exact LRU, kept in one
+//! byte per way and updated by branch-free byte operations over the set, so
+//! a 45 MiB, 20-way LLC's state is 2.9 MiB of tags and 1.2 MiB of ages.
+//! Empty ways hold [`INVALID_TAG`] and are always older than every valid
+//! way, so they fill first. The state is plain integers: no floating point,
+//! nothing random, so a run is reproducible byte for byte.
 //!
 //! # Inclusion
 //!
@@ -187,7 +189,7 @@ fn nr_sets(level: &'static str, size: u64, ways: u32, line: u32) -> Result<u32, 
         return Err(CacheConfigError::BadWays { level, ways });
     }
     let set_bytes = ways as u64 * line as u64;
-    if size == 0 || size % set_bytes != 0 || size / set_bytes > u32::MAX as u64 {
+    if size == 0 || size / set_bytes * set_bytes != size || size / set_bytes > u32::MAX as u64 {
         return Err(CacheConfigError::SizeNotWholeSets {
             level,
             size_bytes: size,
@@ -381,14 +383,16 @@ impl SetAssoc {
         let n = nr_sets as usize * ways;
         SetAssoc {
             nr_sets,
-            sets_shift: nr_sets
-                .is_power_of_two()
-                .then(|| nr_sets.trailing_zeros()),
+            sets_shift: nr_sets.is_power_of_two().then(|| nr_sets.trailing_zeros()),
             ways,
             tags: vec![INVALID_TAG; n],
             age_stride,
             ages,
-            sharers: if track_sharers { vec![0; n] } else { Vec::new() },
+            sharers: if track_sharers {
+                vec![0; n]
+            } else {
+                Vec::new()
+            },
         }
     }
 
@@ -654,7 +658,10 @@ impl CacheModel {
 
     fn cursor(&self, line: u64) -> Cursor {
         Cursor {
-            l2: self.l2.first().map_or(Pos { set: 0, tag: 0 }, |c| c.pos(line)),
+            l2: self
+                .l2
+                .first()
+                .map_or(Pos { set: 0, tag: 0 }, |c| c.pos(line)),
             llc: self.llc[0].pos(line),
         }
     }
@@ -670,7 +677,13 @@ impl CacheModel {
     /// One line access by `cpu` on `socket`. The hot path: no division
     /// unless an eviction back-invalidates L2 copies.
     #[inline(always)]
-    fn access_line(&mut self, cpu: usize, socket: usize, cur: Cursor, st: &mut CacheStats) -> Level {
+    fn access_line(
+        &mut self,
+        cpu: usize,
+        socket: usize,
+        cur: Cursor,
+        st: &mut CacheStats,
+    ) -> Level {
         let has_l2 = !self.l2.is_empty();
         if has_l2 {
             if self.l2[cpu].touch(cur.l2, 0) {
@@ -804,13 +817,25 @@ impl CacheModel {
     /// `clear_page_erms`, a `rep stosb` over one base page): a write to each
     /// line of `pfn`.
     pub fn clear_page(&mut self, cpu: VcpuId, pfn: Pfn, stats: &mut CacheStats) {
-        self.access_range(cpu, pfn.0 << PAGE_SHIFT, PAGE_SIZE, AccessKind::Write, stats);
+        self.access_range(
+            cpu,
+            pfn.0 << PAGE_SHIFT,
+            PAGE_SIZE,
+            AccessKind::Write,
+            stats,
+        );
     }
 
     /// The cache traffic of the kernel's `copy_page()` (x86-64, one base
     /// page): each line of `src` read, then the same line of `dst` written.
     pub fn copy_page(&mut self, cpu: VcpuId, dst: Pfn, src: Pfn, stats: &mut CacheStats) {
-        self.copy_range(cpu, dst.0 << PAGE_SHIFT, src.0 << PAGE_SHIFT, PAGE_SIZE, stats);
+        self.copy_range(
+            cpu,
+            dst.0 << PAGE_SHIFT,
+            src.0 << PAGE_SHIFT,
+            PAGE_SIZE,
+            stats,
+        );
     }
 
     /// Drops every line of the base page `pfn` from every cache. A real
@@ -984,7 +1009,11 @@ mod tests {
         fn access(&mut self, cpu: usize, phys: u64) -> Level {
             let line = phys / self.cfg.line_bytes as u64;
             let socket = cpu / self.cfg.cpus_per_socket as usize;
-            let l2_set = if self.l2_sets > 0 { (line % self.l2_sets) as usize } else { 0 };
+            let l2_set = if self.l2_sets > 0 {
+                (line % self.l2_sets) as usize
+            } else {
+                0
+            };
             if !self.l2.is_empty() && Self::hit(&mut self.l2[cpu][l2_set], line) {
                 return Level::L2;
             }
@@ -1097,7 +1126,11 @@ mod tests {
                     let cpu = rng.below(cfg.nr_cpus() as u64) as usize;
                     let vcpu = VcpuId(cpu as u32);
                     let addr = rng.below(span);
-                    let kind = if rng.below(2) == 0 { AccessKind::Read } else { AccessKind::Write };
+                    let kind = if rng.below(2) == 0 {
+                        AccessKind::Read
+                    } else {
+                        AccessKind::Write
+                    };
                     match rng.below(10) {
                         0..=5 => {
                             let got = fast.access(vcpu, addr, kind);
@@ -1206,7 +1239,10 @@ mod tests {
             cache.access_range(VcpuId(1), 0, 128 << 10, AccessKind::Read, &mut st);
             assert_eq!((st.llc_hits, st.llc_misses), (2048, 0));
         }
-        assert_eq!(cache.total_stats().miss_rate_pct(), 2048.0 * 100.0 / (6.0 * 2048.0));
+        assert_eq!(
+            cache.total_stats().miss_rate_pct(),
+            2048.0 * 100.0 / (6.0 * 2048.0)
+        );
     }
 
     /// LRU's pathological case: a cyclic sweep over twice the capacity
@@ -1242,13 +1278,20 @@ mod tests {
                 inclusion,
             })
             .unwrap();
-            assert_eq!(cache.access(VcpuId(0), 0x1000, AccessKind::Read), Level::Memory);
+            assert_eq!(
+                cache.access(VcpuId(0), 0x1000, AccessKind::Read),
+                Level::Memory
+            );
             assert_eq!(cache.access(VcpuId(0), 0x1000, AccessKind::Read), Level::L2);
             let mut st = CacheStats::default();
             cache.access_range(VcpuId(1), 1 << 20, 256 << 10, AccessKind::Read, &mut st);
             cache.check_invariants();
             assert!(!cache.llc_contains(0, 0x1000));
-            assert_eq!(cache.l2_contains(VcpuId(0), 0x1000), l2_keeps, "{inclusion:?}");
+            assert_eq!(
+                cache.l2_contains(VcpuId(0), 0x1000),
+                l2_keeps,
+                "{inclusion:?}"
+            );
             let want = if l2_keeps { Level::L2 } else { Level::Memory };
             assert_eq!(cache.access(VcpuId(0), 0x1000, AccessKind::Read), want);
         }
@@ -1261,9 +1304,15 @@ mod tests {
             ..CacheConfig::haswell_e5_2699_v3_llc_only()
         })
         .unwrap();
-        assert_eq!(cache.access(VcpuId(0), 0x40, AccessKind::Read), Level::Memory);
+        assert_eq!(
+            cache.access(VcpuId(0), 0x40, AccessKind::Read),
+            Level::Memory
+        );
         assert_eq!(cache.access(VcpuId(35), 0x40, AccessKind::Read), Level::Llc);
-        assert_eq!(cache.access(VcpuId(36), 0x40, AccessKind::Read), Level::Memory);
+        assert_eq!(
+            cache.access(VcpuId(36), 0x40, AccessKind::Read),
+            Level::Memory
+        );
         assert_eq!(cache.stats(VcpuId(35)).llc_hits, 1);
         assert_eq!(cache.total_stats().llc_references(), 3);
     }
@@ -1281,7 +1330,10 @@ mod tests {
         cache.copy_page(VcpuId(3), Pfn(9), Pfn(8), &mut st);
         cache.flush();
         cache.check_invariants();
-        assert_eq!(cache.access(VcpuId(3), 9 << PAGE_SHIFT, AccessKind::Read), Level::Memory);
+        assert_eq!(
+            cache.access(VcpuId(3), 9 << PAGE_SHIFT, AccessKind::Read),
+            Level::Memory
+        );
     }
 
     #[test]
@@ -1306,7 +1358,10 @@ mod tests {
             cpus_per_socket: 65,
             ..good
         };
-        assert_eq!(bad.validate(), Err(CacheConfigError::TooManyCpusForSharerMask(65)));
+        assert_eq!(
+            bad.validate(),
+            Err(CacheConfigError::TooManyCpusForSharerMask(65))
+        );
     }
 
     /// Seed 000 in miniature: CPU 0 copies a 2 MiB huge page sub-page by
@@ -1341,7 +1396,10 @@ mod tests {
                 cache.access_range(VcpuId(0), t, PAGE_SIZE, AccessKind::Write, &mut touch);
                 target_hits[k] = touch.llc_hits;
             }
-            assert_eq!(target_hits[1], 64, "target-last copy, target {target}: all hot");
+            assert_eq!(
+                target_hits[1], 64,
+                "target-last copy, target {target}: all hot"
+            );
             // A target at the very end is last in address order too.
             let seq_want = if target == NR - 1 { 64 } else { 0 };
             assert_eq!(target_hits[0], seq_want, "sequential copy, target {target}");
