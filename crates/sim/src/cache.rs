@@ -441,15 +441,26 @@ impl SetAssoc {
     }
 
     /// The least recently used way of `set` (an empty one while any is).
+    /// The compare runs over fixed 16-byte chunks into a bit mask, which
+    /// compiles to a vector compare and a move-mask per chunk.
     #[inline(always)]
     fn lru_way(&self, set: u32) -> usize {
         let base = set as usize * self.age_stride;
         let oldest = (self.ways - 1) as u8;
-        let ages = &self.ages[base..base + self.ways];
-        match ages.iter().position(|&a| a == oldest) {
-            Some(way) => way,
-            None => panic!("set {set} has no way of age {oldest}: ages {ages:?}"),
+        let ages = &self.ages[base..base + self.age_stride];
+        let mut at: u64 = 0;
+        for (c, chunk) in ages.chunks_exact(AGE_CHUNK).enumerate() {
+            let mut m: u16 = 0;
+            for (i, &a) in chunk.iter().enumerate() {
+                m |= ((a == oldest) as u16) << i;
+            }
+            at |= (m as u64) << (c * AGE_CHUNK);
         }
+        assert!(
+            at != 0,
+            "set {set} has no way of age {oldest}: ages {ages:?}"
+        );
+        at.trailing_zeros() as usize
     }
 
     /// Looks the line up; on a hit makes it the most recently used and adds
@@ -644,16 +655,18 @@ impl CacheModel {
         self.stats.fill(CacheStats::default());
     }
 
-    /// The CPU's index and its socket, panicking on a CPU the machine lacks.
+    /// The CPU's index, its socket and its bit in the socket's sharer masks,
+    /// panicking on a CPU the machine lacks.
     #[inline(always)]
-    fn cpu_socket(&self, cpu: VcpuId) -> (usize, usize) {
+    fn cpu_socket(&self, cpu: VcpuId) -> (usize, usize, u64) {
         let c = cpu.idx();
         assert!(
             c < self.stats.len(),
             "{cpu:?} is not one of the machine's {} CPUs",
             self.stats.len()
         );
-        (c, c / self.cfg.cpus_per_socket as usize)
+        let cps = self.cfg.cpus_per_socket as usize;
+        (c, c / cps, 1u64 << (c % cps))
     }
 
     fn cursor(&self, line: u64) -> Cursor {
@@ -681,6 +694,7 @@ impl CacheModel {
         &mut self,
         cpu: usize,
         socket: usize,
+        sharer: u64,
         cur: Cursor,
         st: &mut CacheStats,
     ) -> Level {
@@ -692,7 +706,6 @@ impl CacheModel {
             }
             st.l2_misses += 1;
         }
-        let sharer = 1u64 << (cpu % self.cfg.cpus_per_socket as usize);
         let llc = &mut self.llc[socket];
         let level = if llc.touch(cur.llc, sharer) {
             st.llc_hits += 1;
@@ -734,10 +747,10 @@ impl CacheModel {
     /// One access by `cpu` to the line holding physical address `phys`.
     /// Updates the CPU's counters and returns where the line was found.
     pub fn access(&mut self, cpu: VcpuId, phys: u64, kind: AccessKind) -> Level {
-        let (c, socket) = self.cpu_socket(cpu);
+        let (c, socket, sharer) = self.cpu_socket(cpu);
         let cur = self.cursor(phys >> self.line_shift);
         let mut st = count_kind(kind, 1);
-        let level = self.access_line(c, socket, cur, &mut st);
+        let level = self.access_line(c, socket, sharer, cur, &mut st);
         self.stats[c] += st;
         level
     }
@@ -756,7 +769,7 @@ impl CacheModel {
         if len_bytes == 0 {
             return;
         }
-        let (c, socket) = self.cpu_socket(cpu);
+        let (c, socket, sharer) = self.cpu_socket(cpu);
         let first = start_phys >> self.line_shift;
         let last = (start_phys + len_bytes - 1) >> self.line_shift;
         // Checks that the last line can be tagged, so the loop need not.
@@ -764,7 +777,7 @@ impl CacheModel {
         let mut cur = self.cursor(first);
         let mut st = count_kind(kind, last - first + 1);
         for _ in first..=last {
-            self.access_line(c, socket, cur, &mut st);
+            self.access_line(c, socket, sharer, cur, &mut st);
             self.advance(&mut cur);
         }
         self.stats[c] += st;
@@ -792,7 +805,7 @@ impl CacheModel {
         if len_bytes == 0 {
             return;
         }
-        let (c, socket) = self.cpu_socket(cpu);
+        let (c, socket, sharer) = self.cpu_socket(cpu);
         let nr = len_bytes >> self.line_shift;
         self.cursor((src_phys >> self.line_shift) + nr - 1);
         self.cursor((dst_phys >> self.line_shift) + nr - 1);
@@ -804,8 +817,8 @@ impl CacheModel {
             ..CacheStats::default()
         };
         for _ in 0..nr {
-            self.access_line(c, socket, src, &mut st);
-            self.access_line(c, socket, dst, &mut st);
+            self.access_line(c, socket, sharer, src, &mut st);
+            self.access_line(c, socket, sharer, dst, &mut st);
             self.advance(&mut src);
             self.advance(&mut dst);
         }
