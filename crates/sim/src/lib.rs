@@ -6,6 +6,7 @@
 //! clock, spawns a thread or iterates a hash table: the same tasks and seed
 //! give the same results, byte for byte.
 
+pub mod cache;
 pub mod engine;
 pub mod machine;
 pub mod op;
