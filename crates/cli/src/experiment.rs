@@ -95,12 +95,19 @@ pub struct ReportFile {
 
 impl Default for ReportFile {
     fn default() -> Self {
-        ReportFile { metrics: default_metrics(), baseline: None, mode: Mode::Absolute }
+        ReportFile {
+            metrics: default_metrics(),
+            baseline: None,
+            mode: Mode::Absolute,
+        }
     }
 }
 
 fn default_metrics() -> Vec<String> {
-    ["runtime_ns", "zone_lock_pct", "alloc_zone", "pcpu_drain"].iter().map(|s| s.to_string()).collect()
+    ["runtime_ns", "zone_lock_pct", "alloc_zone", "pcpu_drain"]
+        .iter()
+        .map(|s| s.to_string())
+        .collect()
 }
 
 #[derive(Debug, Deserialize)]
@@ -136,16 +143,23 @@ pub fn parse_size(s: &str) -> std::result::Result<u64, String> {
     let t = s.trim();
     let split = t.find(|c: char| !c.is_ascii_digit()).unwrap_or(t.len());
     let (num, unit) = t.split_at(split);
-    let n: u64 = num.parse().map_err(|_| format!("invalid size \"{s}\": expected a number followed by B, KiB, MiB, GiB or TiB"))?;
+    let n: u64 = num.parse().map_err(|_| {
+        format!("invalid size \"{s}\": expected a number followed by B, KiB, MiB, GiB or TiB")
+    })?;
     let mult: u64 = match unit.trim() {
         "" | "B" => 1,
         "K" | "KB" | "KiB" | "k" => 1 << 10,
         "M" | "MB" | "MiB" => 1 << 20,
         "G" | "GB" | "GiB" => 1 << 30,
         "T" | "TB" | "TiB" => 1 << 40,
-        u => return Err(format!("invalid size \"{s}\": unknown unit \"{u}\"; expected B, KiB, MiB, GiB or TiB")),
+        u => {
+            return Err(format!(
+                "invalid size \"{s}\": unknown unit \"{u}\"; expected B, KiB, MiB, GiB or TiB"
+            ))
+        }
     };
-    n.checked_mul(mult).ok_or_else(|| format!("invalid size \"{s}\": too large"))
+    n.checked_mul(mult)
+        .ok_or_else(|| format!("invalid size \"{s}\": too large"))
 }
 
 /// A kernel to run: its name and configuration.
@@ -153,6 +167,8 @@ pub fn parse_size(s: &str) -> std::result::Result<u64, String> {
 pub struct Kernel {
     pub name: String,
     pub config: KernelConfig,
+    /// The knobs as written, for reports that list them (none yet).
+    #[allow(dead_code)]
     pub knobs: Vec<(String, KnobValue)>,
 }
 
@@ -168,9 +184,13 @@ pub struct Workload {
 #[derive(Debug)]
 pub struct Experiment {
     pub name: String,
+    /// Shown by reports to come.
+    #[allow(dead_code)]
     pub description: String,
     pub seed: u64,
     pub machine: Machine,
+    /// Where the machine's figures come from, for reports to come.
+    #[allow(dead_code)]
     pub machine_source: String,
     pub profile: Profile,
     pub kernels: Vec<Kernel>,
@@ -181,8 +201,14 @@ pub struct Experiment {
 
 /// The built-in cost profiles, embedded so that `mmlab` runs from anywhere.
 pub const BUILTIN_PROFILES: &[(&str, &str)] = &[
-    ("host-epyc-zen3", include_str!("../../../profiles/host-epyc-zen3.toml")),
-    ("haswell-ep", include_str!("../../../profiles/haswell-ep.toml")),
+    (
+        "host-epyc-zen3",
+        include_str!("../../../profiles/host-epyc-zen3.toml"),
+    ),
+    (
+        "haswell-ep",
+        include_str!("../../../profiles/haswell-ep.toml"),
+    ),
 ];
 
 #[derive(Debug, Deserialize)]
@@ -206,7 +232,19 @@ pub fn parse_profile(text: &str, origin: &str) -> Result<Profile> {
     let p = Profile {
         name: f.name,
         description: f.description,
-        entries: f.costs.into_iter().map(|(k, c)| (k, CostEntry { ns: c.ns, source: c.source })).collect(),
+        entries: f
+            .costs
+            .into_iter()
+            .map(|(k, c)| {
+                (
+                    k,
+                    CostEntry {
+                        ns: c.ns,
+                        source: c.source,
+                    },
+                )
+            })
+            .collect(),
     };
     p.validate().map_err(|e| anyhow!("{origin}: {e}"))?;
     Ok(p)
@@ -218,7 +256,8 @@ fn load_profile(name: &str, base: &Path) -> Result<Profile> {
     }
     let path = base.join(name);
     if path.extension().is_some_and(|e| e == "toml") && path.exists() {
-        let text = std::fs::read_to_string(&path).with_context(|| format!("reading profile {}", path.display()))?;
+        let text = std::fs::read_to_string(&path)
+            .with_context(|| format!("reading profile {}", path.display()))?;
         return parse_profile(&text, &path.display().to_string());
     }
     let names: Vec<_> = BUILTIN_PROFILES.iter().map(|(n, _)| *n).collect();
@@ -251,7 +290,8 @@ pub fn host_memory_bytes() -> u64 {
 impl Experiment {
     /// Reads and validates an experiment file.
     pub fn load(path: &Path) -> Result<Experiment> {
-        let text = std::fs::read_to_string(path).with_context(|| format!("cannot read experiment {}", path.display()))?;
+        let text = std::fs::read_to_string(path)
+            .with_context(|| format!("cannot read experiment {}", path.display()))?;
         Experiment::parse(&text, path)
     }
 
@@ -267,12 +307,20 @@ impl Experiment {
         }
         let machine = Machine {
             name: m.name.clone(),
-            nodes: (0..m.nodes).map(|_| NodeSpec { cpus: m.cpus_per_node, memory_bytes: m.memory_per_node.0 }).collect(),
+            nodes: (0..m.nodes)
+                .map(|_| NodeSpec {
+                    cpus: m.cpus_per_node,
+                    memory_bytes: m.memory_per_node.0,
+                })
+                .collect(),
             llc_bytes: m.llc_per_node.map_or(0, |s| s.0),
             dma32_bytes: m.dma32.map_or(4 << 30, |s| s.0).min(m.memory_per_node.0),
         };
-        machine.validate(host_memory_bytes()).map_err(|e| anyhow!("{origin}: machine \"{}\": {e}", m.name))?;
-        let profile = load_profile(&f.profile, base).map_err(|e| anyhow!("{origin}: profile: {e}"))?;
+        machine
+            .validate(host_memory_bytes())
+            .map_err(|e| anyhow!("{origin}: machine \"{}\": {e}", m.name))?;
+        let profile =
+            load_profile(&f.profile, base).map_err(|e| anyhow!("{origin}: profile: {e}"))?;
         if f.kernels.is_empty() {
             bail!("{origin}: no [[kernel]] given; expected at least one");
         }
@@ -283,19 +331,30 @@ impl Experiment {
         for k in &f.kernels {
             let preset = Preset::from_name(&k.preset).ok_or_else(|| {
                 let names: Vec<_> = Preset::ALL.iter().map(|p| p.name()).collect();
-                anyhow!("{origin}: kernel \"{}\": unknown preset \"{}\"; valid presets: {}", k.name, k.preset, names.join(", "))
+                anyhow!(
+                    "{origin}: kernel \"{}\": unknown preset \"{}\"; valid presets: {}",
+                    k.name,
+                    k.preset,
+                    names.join(", ")
+                )
             })?;
             let mut config = preset.config();
             let mut knobs = Vec::new();
             for (name, v) in &k.knobs {
                 let kv = knob_value(v).ok_or_else(|| anyhow!("{origin}: kernel \"{}\": knob {name}: expected an integer or a string, found {v}", k.name))?;
-                config.set_knob(name, &kv).map_err(|e| anyhow!("{origin}: kernel \"{}\": {e}", k.name))?;
+                config
+                    .set_knob(name, &kv)
+                    .map_err(|e| anyhow!("{origin}: kernel \"{}\": {e}", k.name))?;
                 knobs.push((name.clone(), kv));
             }
             if kernels.iter().any(|x: &Kernel| x.name == k.name) {
                 bail!("{origin}: two kernels are named \"{}\"", k.name);
             }
-            kernels.push(Kernel { name: k.name.clone(), config, knobs });
+            kernels.push(Kernel {
+                name: k.name.clone(),
+                config,
+                knobs,
+            });
         }
         let mut wls = Vec::new();
         for w in &f.workloads {
@@ -309,8 +368,13 @@ impl Experiment {
                 params.0.insert(k.clone(), pv);
             }
             // Build once now so that bad parameters fail before anything runs.
-            workloads::build(&w.kind, &params, &machine).map_err(|e| anyhow!("{origin}: workload \"{}\": {e}", w.name))?;
-            wls.push(Workload { name: w.name.clone(), kind: w.kind.clone(), params });
+            workloads::build(&w.kind, &params, &machine)
+                .map_err(|e| anyhow!("{origin}: workload \"{}\": {e}", w.name))?;
+            wls.push(Workload {
+                name: w.name.clone(),
+                kind: w.kind.clone(),
+                params,
+            });
         }
         if let Some(b) = &f.report.baseline {
             if !kernels.iter().any(|k| &k.name == b) {
@@ -319,7 +383,10 @@ impl Experiment {
         }
         for metric in &f.report.metrics {
             if !crate::report::is_metric(metric) {
-                bail!("{origin}: report.metrics: unknown metric \"{metric}\"; valid metrics: {}", crate::report::metric_names().join(", "));
+                bail!(
+                    "{origin}: report.metrics: unknown metric \"{metric}\"; valid metrics: {}",
+                    crate::report::metric_names().join(", ")
+                );
             }
         }
         Ok(Experiment {

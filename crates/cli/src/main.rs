@@ -16,7 +16,10 @@ use std::path::{Path, PathBuf};
 
 /// The built-in experiments, embedded so that `mmlab reproduce` works from
 /// any directory.
-const BUILTIN_EXPERIMENTS: &[(&str, &str)] = &[("page-churn", include_str!("../../../experiments/page-churn.toml"))];
+const BUILTIN_EXPERIMENTS: &[(&str, &str)] = &[(
+    "page-churn",
+    include_str!("../../../experiments/page-churn.toml"),
+)];
 
 #[derive(Parser)]
 #[command(
@@ -100,7 +103,10 @@ fn real_main() -> Result<()> {
                 Some(n) => {
                     let Some(e) = BUILTIN_EXPERIMENTS.iter().find(|(k, _)| k == n) else {
                         let names: Vec<_> = BUILTIN_EXPERIMENTS.iter().map(|(k, _)| *k).collect();
-                        bail!("no built-in experiment \"{n}\"; built-in experiments: {}", names.join(", "));
+                        bail!(
+                            "no built-in experiment \"{n}\"; built-in experiments: {}",
+                            names.join(", ")
+                        );
                     };
                     vec![*e]
                 }
@@ -112,7 +118,11 @@ fn real_main() -> Result<()> {
                 docs.push(run_and_print(&exp, &out)?);
             }
             if let Some(path) = &out.out {
-                let doc = if docs.len() == 1 { docs.pop().expect("one") } else { serde_json::Value::Array(docs) };
+                let doc = if docs.len() == 1 {
+                    docs.pop().expect("one")
+                } else {
+                    serde_json::Value::Array(docs)
+                };
                 write_atomically(path, &doc)?;
             }
         }
@@ -126,7 +136,11 @@ fn real_main() -> Result<()> {
         Cmd::Zoneinfo { file } => {
             let exp = Experiment::load(&file)?;
             for k in &exp.kernels {
-                let pa = mm::page_alloc::PageAlloc::new(&exp.machine.memory_layout(), k.config.sysctl, k.config.pcp);
+                let pa = mm::page_alloc::PageAlloc::new(
+                    &exp.machine.memory_layout(),
+                    k.config.sysctl,
+                    k.config.pcp,
+                );
                 println!("# kernel {} ({})", k.name, k.config.preset.name());
                 print!("{}", mm::vmstat::zoneinfo(&pa));
             }
@@ -139,14 +153,27 @@ fn real_main() -> Result<()> {
 
 fn run_and_print(exp: &Experiment, out: &OutputArgs) -> Result<serde_json::Value> {
     let seed = out.seed.unwrap_or(exp.seed);
-    let jobs = out.jobs.unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
-    let results = runner::run_experiment(exp, runner::RunOpts { seed, quiet: out.quiet, jobs })?;
+    let jobs = out
+        .jobs
+        .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
+    let results = runner::run_experiment(
+        exp,
+        runner::RunOpts {
+            seed,
+            quiet: out.quiet,
+            jobs,
+        },
+    )?;
     let doc = report::results_json(exp, seed, &results);
     let mut stdout = std::io::stdout().lock();
     if out.format == Format::Json {
         writeln!(stdout, "{}", serde_json::to_string_pretty(&doc)?)?;
     } else {
-        write!(stdout, "{}", report::tables(exp, seed, &results, out.format))?;
+        write!(
+            stdout,
+            "{}",
+            report::tables(exp, seed, &results, out.format)
+        )?;
     }
     Ok(doc)
 }
@@ -157,7 +184,8 @@ fn write_atomically(path: &Path, doc: &serde_json::Value) -> Result<()> {
     let tmp = path.with_extension("json.tmp");
     let text = serde_json::to_string_pretty(doc)? + "\n";
     std::fs::write(&tmp, text).with_context(|| format!("cannot write {}", tmp.display()))?;
-    std::fs::rename(&tmp, path).with_context(|| format!("cannot rename {} to {}", tmp.display(), path.display()))?;
+    std::fs::rename(&tmp, path)
+        .with_context(|| format!("cannot rename {} to {}", tmp.display(), path.display()))?;
     Ok(())
 }
 
@@ -170,7 +198,11 @@ fn list_text() -> String {
     }
     let _ = writeln!(s, "\nKnobs (set in [kernel.knobs] by their kernel names):");
     for k in mm::knobs::KNOBS {
-        let _ = writeln!(s, "  {:<36} {}\n  {:<36} accepts {}", k.name, k.help, "", k.accepts);
+        let _ = writeln!(
+            s,
+            "  {:<36} {}\n  {:<36} accepts {}",
+            k.name, k.help, "", k.accepts
+        );
     }
     let _ = writeln!(s, "\nWorkloads:");
     for w in workloads::WORKLOADS {
@@ -179,7 +211,10 @@ fn list_text() -> String {
             let _ = writeln!(s, "      {p:<18} (default {d}) {h}");
         }
     }
-    let _ = writeln!(s, "\nMetrics (report.metrics; any /proc/vmstat-named counter below also works):");
+    let _ = writeln!(
+        s,
+        "\nMetrics (report.metrics; any /proc/vmstat-named counter below also works):"
+    );
     for (m, h) in report::METRICS {
         let _ = writeln!(s, "  {m:<22} {h}");
     }
@@ -202,7 +237,13 @@ fn list_text() -> String {
 fn bench(ops: u64) {
     use mm::cost::{CostTable, Cx};
     use mm::page_alloc::{Gfp, MemoryLayout, NodeLayout, PageAlloc, VmSysctl};
-    let layout = MemoryLayout { nodes: vec![NodeLayout { nr_cpus: 4, nr_pages: 1 << 20 }], dma32_pages: 0 };
+    let layout = MemoryLayout {
+        nodes: vec![NodeLayout {
+            nr_cpus: 4,
+            nr_pages: 1 << 20,
+        }],
+        dma32_pages: 0,
+    };
     let mut pa = PageAlloc::new(&layout, VmSysctl::default(), mm::pcp::PcpPolicy::default());
     let mut cx = Cx::new(mm::VcpuId(0), CostTable::uniform(1));
     let mut held = Vec::with_capacity(64);
@@ -212,7 +253,10 @@ fn bench(ops: u64) {
         // Bursts of 32 keep the list moving through refills and drains.
         for _ in 0..32 {
             cx.begin(mm::VcpuId(0), mm::SimTime(done));
-            held.push(pa.alloc_pages(&mut cx, Gfp::HIGHUSER_MOVABLE, 0).expect("4 GiB is plenty"));
+            held.push(
+                pa.alloc_pages(&mut cx, Gfp::HIGHUSER_MOVABLE, 0)
+                    .expect("4 GiB is plenty"),
+            );
         }
         for p in held.drain(..) {
             cx.begin(mm::VcpuId(0), mm::SimTime(done));

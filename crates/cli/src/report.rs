@@ -21,15 +21,42 @@ pub enum MetricValue {
 /// The metrics mmlab computes for every run, with what they mean.
 pub const METRICS: &[(&str, &str)] = &[
     ("runtime_ns", "virtual time until the last task finished"),
-    ("busy_ns", "vCPU time spent computing or spinning, summed over vCPUs"),
-    ("zone_lock_pct", "time waiting for or holding zone->lock, % of busy vCPU time"),
-    ("zone_lock_wait_pct", "time spinning on zone->lock, % of busy vCPU time"),
-    ("zone_lock_contended", "zone->lock acquisitions that found it held"),
-    ("alloc_zone", "blocks taken from the buddy lists under zone->lock (mm_page_alloc_zone_locked)"),
-    ("pcpu_drain", "blocks moved from PCP lists to the buddy lists (mm_page_pcpu_drain)"),
-    ("free_high", "PCP drains caused by consecutive high-order frees"),
-    ("alloc_fail", "allocations that failed (the kernel would reclaim or OOM)"),
-    ("peak_pcp_pages", "most pages held on PCP lists at once (sampled)"),
+    (
+        "busy_ns",
+        "vCPU time spent computing or spinning, summed over vCPUs",
+    ),
+    (
+        "zone_lock_pct",
+        "time waiting for or holding zone->lock, % of busy vCPU time",
+    ),
+    (
+        "zone_lock_wait_pct",
+        "time spinning on zone->lock, % of busy vCPU time",
+    ),
+    (
+        "zone_lock_contended",
+        "zone->lock acquisitions that found it held",
+    ),
+    (
+        "alloc_zone",
+        "blocks taken from the buddy lists under zone->lock (mm_page_alloc_zone_locked)",
+    ),
+    (
+        "pcpu_drain",
+        "blocks moved from PCP lists to the buddy lists (mm_page_pcpu_drain)",
+    ),
+    (
+        "free_high",
+        "PCP drains caused by consecutive high-order frees",
+    ),
+    (
+        "alloc_fail",
+        "allocations that failed (the kernel would reclaim or OOM)",
+    ),
+    (
+        "peak_pcp_pages",
+        "most pages held on PCP lists at once (sampled)",
+    ),
     ("final_pcp_pages", "pages held on PCP lists at the end"),
     ("nr_ops", "operations the tasks executed"),
 ];
@@ -41,7 +68,11 @@ pub fn is_metric(name: &str) -> bool {
 
 /// Every valid metric name.
 pub fn metric_names() -> Vec<&'static str> {
-    METRICS.iter().map(|m| m.0).chain(VmEvent::ALL.iter().map(|e| e.name())).collect()
+    METRICS
+        .iter()
+        .map(|m| m.0)
+        .chain(VmEvent::ALL.iter().map(|e| e.name()))
+        .collect()
 }
 
 /// What one (kernel, workload) run produced.
@@ -72,7 +103,10 @@ impl RunResult {
             "final_pcp_pages" => MetricValue::Int(s.final_pcp_pages),
             "nr_ops" => MetricValue::Int(s.nr_ops),
             other => {
-                let e = VmEvent::ALL.iter().find(|e| e.name() == other).unwrap_or_else(|| panic!("unknown metric {other} passed validation"));
+                let e = VmEvent::ALL
+                    .iter()
+                    .find(|e| e.name() == other)
+                    .unwrap_or_else(|| panic!("unknown metric {other} passed validation"));
                 v(*e)
             }
         }
@@ -127,14 +161,22 @@ fn cell(v: MetricValue, base: Option<MetricValue>, mode: Mode) -> String {
         (MetricValue::Int(i), _, Mode::Absolute) | (MetricValue::Int(i), None, _) => i.to_string(),
         (MetricValue::Int(i), Some(MetricValue::Int(b)), Mode::Relative) => {
             if b == 0 {
-                if i == 0 { "100.0".into() } else { "-".into() }
+                if i == 0 {
+                    "100.0".into()
+                } else {
+                    "-".into()
+                }
             } else {
                 format!("{:.1}", 100.0 * i as f64 / b as f64)
             }
         }
         (MetricValue::Int(i), Some(MetricValue::Int(b)), Mode::Change) => {
             if b == 0 {
-                if i == 0 { "0.0%".into() } else { "-".into() }
+                if i == 0 {
+                    "0.0%".into()
+                } else {
+                    "-".into()
+                }
             } else {
                 format!("{:+.1}%", 100.0 * (i as f64 - b as f64) / b as f64)
             }
@@ -146,17 +188,31 @@ fn cell(v: MetricValue, base: Option<MetricValue>, mode: Mode) -> String {
 /// The tables of an experiment, one per workload, in `format`.
 pub fn tables(exp: &Experiment, seed: u64, results: &[RunResult], format: Format) -> String {
     let metrics = &exp.report.metrics;
-    let mode = if exp.report.baseline.is_some() { exp.report.mode } else { Mode::Absolute };
+    let mode = if exp.report.baseline.is_some() {
+        exp.report.mode
+    } else {
+        Mode::Absolute
+    };
     let mut out = String::new();
     for w in &exp.workloads {
         let rows: Vec<&RunResult> = results.iter().filter(|r| r.workload == w.name).collect();
-        let base = exp.report.baseline.as_ref().and_then(|b| rows.iter().find(|r| &r.kernel == b).copied());
-        let header: Vec<String> = std::iter::once("kernel".to_string()).chain(metrics.iter().cloned()).collect();
+        let base = exp
+            .report
+            .baseline
+            .as_ref()
+            .and_then(|b| rows.iter().find(|r| &r.kernel == b).copied());
+        let header: Vec<String> = std::iter::once("kernel".to_string())
+            .chain(metrics.iter().cloned())
+            .collect();
         let body: Vec<Vec<String>> = rows
             .iter()
             .map(|r| {
                 std::iter::once(r.kernel.clone())
-                    .chain(metrics.iter().map(|m| cell(r.metric(m), base.map(|b| b.metric(m)), mode)))
+                    .chain(
+                        metrics
+                            .iter()
+                            .map(|m| cell(r.metric(m), base.map(|b| b.metric(m)), mode)),
+                    )
                     .collect()
             })
             .collect();
@@ -170,8 +226,10 @@ pub fn tables(exp: &Experiment, seed: u64, results: &[RunResult], format: Format
             exp.profile.name,
             seed,
             match (mode, &exp.report.baseline) {
-                (Mode::Relative, Some(b)) => format!("; counts relative to {b} = 100.0, percentages absolute"),
-                (Mode::Change, Some(b)) => format!("; counts as % change from {b}, percentages absolute"),
+                (Mode::Relative, Some(b)) =>
+                    format!("; counts relative to {b} = 100.0, percentages absolute"),
+                (Mode::Change, Some(b)) =>
+                    format!("; counts as % change from {b}, percentages absolute"),
                 _ => String::new(),
             }
         );
@@ -179,13 +237,25 @@ pub fn tables(exp: &Experiment, seed: u64, results: &[RunResult], format: Format
     }
     if let Some(p) = &exp.published {
         if format != Format::Csv {
-            let header: Vec<String> = std::iter::once("kernel".to_string()).chain(p.columns.iter().cloned()).collect();
+            let header: Vec<String> = std::iter::once("kernel".to_string())
+                .chain(p.columns.iter().cloned())
+                .collect();
             let body: Vec<Vec<String>> = p
                 .rows
                 .iter()
-                .map(|(k, vs)| std::iter::once(k.clone()).chain(vs.iter().map(|v| format!("{v:.1}"))).collect())
+                .map(|(k, vs)| {
+                    std::iter::once(k.clone())
+                        .chain(vs.iter().map(|v| format!("{v:.1}")))
+                        .collect()
+                })
                 .collect();
-            render(&mut out, format, &format!("published: {}", p.source), &header, &body);
+            render(
+                &mut out,
+                format,
+                &format!("published: {}", p.source),
+                &header,
+                &body,
+            );
         }
     }
     out
@@ -195,7 +265,13 @@ fn render(out: &mut String, format: Format, title: &str, header: &[String], body
     match format {
         Format::Text | Format::Json => {
             let widths: Vec<usize> = (0..header.len())
-                .map(|c| std::iter::once(&header[c]).chain(body.iter().map(|r| &r[c])).map(|s| s.chars().count()).max().unwrap_or(0))
+                .map(|c| {
+                    std::iter::once(&header[c])
+                        .chain(body.iter().map(|r| &r[c]))
+                        .map(|s| s.chars().count())
+                        .max()
+                        .unwrap_or(0)
+                })
                 .collect();
             let _ = writeln!(out, "{title}\n");
             let line = |cells: &[String]| {
@@ -220,7 +296,9 @@ fn render(out: &mut String, format: Format, title: &str, header: &[String], body
         Format::Markdown => {
             let _ = writeln!(out, "**{title}**\n");
             let _ = writeln!(out, "| {} |", header.join(" | "));
-            let seps: Vec<&str> = (0..header.len()).map(|i| if i == 0 { ":---" } else { "---:" }).collect();
+            let seps: Vec<&str> = (0..header.len())
+                .map(|i| if i == 0 { ":---" } else { "---:" })
+                .collect();
             let _ = writeln!(out, "|{}|", seps.join("|"));
             for r in body {
                 let _ = writeln!(out, "| {} |", r.join(" | "));

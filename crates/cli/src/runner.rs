@@ -26,18 +26,28 @@ pub fn run_one(exp: &Experiment, k: &Kernel, w: &Workload, seed: u64) -> Result<
     let layout = exp.machine.memory_layout();
     let pa = PageAlloc::new(&layout, k.config.sysctl, k.config.pcp);
     let mut eng = Engine::new(pa, exp.profile.table(), seed);
-    let tasks = workloads::build(&w.kind, &w.params, &exp.machine).map_err(|e| anyhow!("workload \"{}\": {e}", w.name))?;
+    let tasks = workloads::build(&w.kind, &w.params, &exp.machine)
+        .map_err(|e| anyhow!("workload \"{}\": {e}", w.name))?;
     for t in tasks {
         eng.spawn(t);
     }
     let stats = eng.run();
-    Ok(RunResult { kernel: k.name.clone(), workload: w.name.clone(), stats, vmstat: eng.pa.vmstat.clone() })
+    Ok(RunResult {
+        kernel: k.name.clone(),
+        workload: w.name.clone(),
+        stats,
+        vmstat: eng.pa.vmstat.clone(),
+    })
 }
 
 /// Runs every (kernel, workload) pair; results come back in the
 /// experiment's order whatever the order they finish in.
 pub fn run_experiment(exp: &Experiment, opts: RunOpts) -> Result<Vec<RunResult>> {
-    let pairs: Vec<(&Kernel, &Workload)> = exp.workloads.iter().flat_map(|w| exp.kernels.iter().map(move |k| (k, w))).collect();
+    let pairs: Vec<(&Kernel, &Workload)> = exp
+        .workloads
+        .iter()
+        .flat_map(|w| exp.kernels.iter().map(move |k| (k, w)))
+        .collect();
     let n = pairs.len();
     let jobs = opts.jobs.max(1).min(n);
     let start = Instant::now();
@@ -78,7 +88,10 @@ pub fn run_experiment(exp: &Experiment, opts: RunOpts) -> Result<Vec<RunResult>>
         }
         progress.finish(start.elapsed());
     });
-    slots.into_iter().map(|r| r.expect("every run reports")).collect()
+    slots
+        .into_iter()
+        .map(|r| r.expect("every run reports"))
+        .collect()
 }
 
 /// A progress bar on stderr, shown only once a run has taken over a second.
@@ -93,7 +106,14 @@ struct Progress {
 
 impl Progress {
     fn new(total: usize, quiet: bool, name: &str) -> Progress {
-        Progress { total, quiet, tty: std::io::stderr().is_terminal(), shown: false, name: name.to_string(), last_line: usize::MAX }
+        Progress {
+            total,
+            quiet,
+            tty: std::io::stderr().is_terminal(),
+            shown: false,
+            name: name.to_string(),
+            last_line: usize::MAX,
+        }
     }
 
     fn update(&mut self, done: usize, what: &str, elapsed: Duration) {
@@ -116,14 +136,27 @@ impl Progress {
                 what
             );
         } else if done != self.last_line && !what.is_empty() {
-            let _ = writeln!(err, "{}: {done}/{} runs done ({what}), {:.1}s", self.name, self.total, elapsed.as_secs_f64());
+            let _ = writeln!(
+                err,
+                "{}: {done}/{} runs done ({what}), {:.1}s",
+                self.name,
+                self.total,
+                elapsed.as_secs_f64()
+            );
             self.last_line = done;
         }
     }
 
     fn finish(&mut self, elapsed: Duration) {
         if self.shown && self.tty {
-            let _ = writeln!(std::io::stderr(), "\r{}: {} runs in {:.1}s{:60}", self.name, self.total, elapsed.as_secs_f64(), "");
+            let _ = writeln!(
+                std::io::stderr(),
+                "\r{}: {} runs in {:.1}s{:60}",
+                self.name,
+                self.total,
+                elapsed.as_secs_f64(),
+                ""
+            );
         }
     }
 }

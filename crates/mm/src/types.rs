@@ -21,6 +21,7 @@ pub struct Pfn(pub u64);
 
 impl Pfn {
     /// The pfn `nr` pages further on.
+    #[allow(clippy::should_implement_trait)] // a pfn plus a count, not pfn + pfn
     #[inline]
     pub fn add(self, nr: u64) -> Pfn {
         Pfn(self.0 + nr)

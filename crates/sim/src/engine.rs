@@ -178,7 +178,12 @@ impl Engine {
     /// Adds a task; it starts at time 0 on its vCPU.
     pub fn spawn(&mut self, spec: TaskSpec) {
         let id = self.tasks.len();
-        assert!(spec.cpu.idx() < self.vcpus.len(), "task bound to vCPU {} of {}", spec.cpu.0, self.vcpus.len());
+        assert!(
+            spec.cpu.idx() < self.vcpus.len(),
+            "task bound to vCPU {} of {}",
+            spec.cpu.0,
+            self.vcpus.len()
+        );
         self.tasks.push(Task {
             program: spec.program,
             rng: Rng::stream(self.seed, id as u64 + 1),
@@ -222,8 +227,13 @@ impl Engine {
         while let Some(Reverse((t, _, v))) = self.queue.pop() {
             self.step(v, t);
         }
-        let stuck: Vec<usize> = (0..self.tasks.len()).filter(|&i| self.tasks[i].state != TaskState::Done).collect();
-        assert!(stuck.is_empty(), "deadlock: tasks {stuck:?} never finished (waiting on a channel nobody sends to)");
+        let stuck: Vec<usize> = (0..self.tasks.len())
+            .filter(|&i| self.tasks[i].state != TaskState::Done)
+            .collect();
+        assert!(
+            stuck.is_empty(),
+            "deadlock: tasks {stuck:?} never finished (waiting on a channel nobody sends to)"
+        );
         self.stats.busy_ns = self.vcpus.iter().map(|v| v.busy_ns).sum();
         self.stats.final_pcp_pages = self.pa.nr_pcp_pages();
         self.stats.clone()
@@ -260,7 +270,11 @@ impl Engine {
                             self.vcpus[vi].active = true;
                             return;
                         }
-                        let extra = if st.last_owner.is_some_and(|o| o != v) { handoff } else { 0 };
+                        let extra = if st.last_owner.is_some_and(|o| o != v) {
+                            handoff
+                        } else {
+                            0
+                        };
                         st.owner = Some(v);
                         st.acquired_at = t + extra;
                         let ls = &mut self.stats.locks[l.class as usize];
@@ -297,7 +311,11 @@ impl Engine {
     fn release(&mut self, l: LockId, v: u32, t: u64) {
         let handoff = self.handoff_ns(l);
         let st = self.lock_state(l);
-        debug_assert_eq!(st.owner, Some(v), "unlock by a vCPU that does not hold the lock");
+        debug_assert_eq!(
+            st.owner,
+            Some(v),
+            "unlock by a vCPU that does not hold the lock"
+        );
         let held = t - st.acquired_at;
         st.last_owner = Some(v);
         st.owner = None;
@@ -344,10 +362,10 @@ impl Engine {
             };
             task.nr_ops += 1;
             self.stats.nr_ops += 1;
-            if self.stats.nr_ops % self.pcp_sample_every == 0 {
+            if self.stats.nr_ops.is_multiple_of(self.pcp_sample_every) {
                 self.stats.peak_pcp_pages = self.stats.peak_pcp_pages.max(self.pa.nr_pcp_pages());
             }
-            if self.check_every > 0 && self.stats.nr_ops % self.check_every == 0 {
+            if self.check_every > 0 && self.stats.nr_ops.is_multiple_of(self.check_every) {
                 self.pa.check_invariants();
             }
             self.vcpus[vi].segs.clear();

@@ -102,7 +102,9 @@ impl Machine {
         }
         for (i, n) in self.nodes.iter().enumerate() {
             if n.cpus == 0 {
-                return Err(MachineError::Cpus(format!("node {i} has 0 CPUs; every node needs at least one")));
+                return Err(MachineError::Cpus(format!(
+                    "node {i} has 0 CPUs; every node needs at least one"
+                )));
             }
             if n.memory_bytes == 0 || n.memory_bytes % (2 << 20) != 0 {
                 return Err(MachineError::Memory(format!(
@@ -112,7 +114,10 @@ impl Machine {
             }
         }
         if self.nr_cpus() > MAX_CPUS {
-            return Err(MachineError::Cpus(format!("{} CPUs; the model supports at most {MAX_CPUS}", self.nr_cpus())));
+            return Err(MachineError::Cpus(format!(
+                "{} CPUs; the model supports at most {MAX_CPUS}",
+                self.nr_cpus()
+            )));
         }
         if self.memory_bytes() / PAGE_SIZE >= u32::MAX as u64 {
             return Err(MachineError::Memory(format!(
@@ -122,7 +127,10 @@ impl Machine {
         }
         // Leave half the host for everything else.
         if self.metadata_bytes() > host_bytes / 2 {
-            return Err(MachineError::TooLarge { needed_bytes: self.metadata_bytes(), host_bytes });
+            return Err(MachineError::TooLarge {
+                needed_bytes: self.metadata_bytes(),
+                host_bytes,
+            });
         }
         Ok(())
     }
@@ -133,7 +141,10 @@ impl Machine {
             nodes: self
                 .nodes
                 .iter()
-                .map(|n| NodeLayout { nr_cpus: n.cpus, nr_pages: n.memory_bytes / PAGE_SIZE })
+                .map(|n| NodeLayout {
+                    nr_cpus: n.cpus,
+                    nr_pages: n.memory_bytes / PAGE_SIZE,
+                })
                 .collect(),
             dma32_pages: self.dma32_bytes / PAGE_SIZE,
         }

@@ -48,7 +48,10 @@ impl fmt::Display for ProfileError {
                 write!(f, "{}", keys.join(", "))
             }
             ProfileError::Missing(ks) => write!(f, "missing costs: {}", ks.join(", ")),
-            ProfileError::NoSource(k) => write!(f, "cost \"{k}\" has no source; every cost must say where its figure comes from"),
+            ProfileError::NoSource(k) => write!(
+                f,
+                "cost \"{k}\" has no source; every cost must say where its figure comes from"
+            ),
         }
     }
 }
@@ -66,7 +69,11 @@ impl Profile {
                 return Err(ProfileError::NoSource(k.clone()));
             }
         }
-        let missing: Vec<_> = Cost::ALL.iter().map(|c| c.key()).filter(|k| !self.entries.contains_key(*k)).collect();
+        let missing: Vec<_> = Cost::ALL
+            .iter()
+            .map(|c| c.key())
+            .filter(|k| !self.entries.contains_key(*k))
+            .collect();
         if !missing.is_empty() {
             return Err(ProfileError::Missing(missing));
         }

@@ -27,10 +27,14 @@ pub const WORKLOADS: &[WorkloadDef] = &[page_churn::DEF];
 
 /// Builds workload `name` with `params` for `machine`.
 pub fn build(name: &str, params: &Params, machine: &Machine) -> Result<Vec<TaskSpec>, ParamError> {
-    let def = WORKLOADS.iter().find(|w| w.name == name).ok_or_else(|| ParamError::UnknownWorkload {
-        name: name.to_string(),
-        valid: WORKLOADS.iter().map(|w| w.name).collect(),
-    })?;
+    let def =
+        WORKLOADS
+            .iter()
+            .find(|w| w.name == name)
+            .ok_or_else(|| ParamError::UnknownWorkload {
+                name: name.to_string(),
+                valid: WORKLOADS.iter().map(|w| w.name).collect(),
+            })?;
     params.check_known(def.params.iter().map(|p| p.0))?;
     (def.build)(params, machine)
 }

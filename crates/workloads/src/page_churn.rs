@@ -24,13 +24,33 @@ pub(crate) const DEF: WorkloadDef = WorkloadDef {
     name: "page-churn",
     summary: "bursts of page allocations per CPU, part freed by a partner task on another CPU",
     params: &[
-        ("tasks", "one per CPU", "number of tasks, bound round-robin to CPUs"),
+        (
+            "tasks",
+            "one per CPU",
+            "number of tasks, bound round-robin to CPUs",
+        ),
         ("iterations", "100", "bursts per task"),
         ("burst", "256", "blocks allocated per burst"),
-        ("high_order_pct", "10", "percent of blocks of order 1-3 (uniform), the rest order 0"),
-        ("remote_free_pct", "50", "percent of each burst freed by the partner task"),
-        ("think_ns", "20000", "user time between allocating and freeing a burst"),
-        ("work_per_page_ns", "0", "further user time per block of the burst (using the memory)"),
+        (
+            "high_order_pct",
+            "10",
+            "percent of blocks of order 1-3 (uniform), the rest order 0",
+        ),
+        (
+            "remote_free_pct",
+            "50",
+            "percent of each burst freed by the partner task",
+        ),
+        (
+            "think_ns",
+            "20000",
+            "user time between allocating and freeing a burst",
+        ),
+        (
+            "work_per_page_ns",
+            "0",
+            "further user time per block of the burst (using the memory)",
+        ),
     ],
     build,
 };
@@ -145,8 +165,15 @@ impl Program for PageChurn {
                         self.last_order = self.pick_order(rng);
                         // Order-0 user pages are movable; higher orders stand
                         // for kernel buffers.
-                        let gfp = if self.last_order == 0 { Gfp::HIGHUSER_MOVABLE } else { Gfp::KERNEL };
-                        return Some(Op::AllocPages { gfp, order: self.last_order });
+                        let gfp = if self.last_order == 0 {
+                            Gfp::HIGHUSER_MOVABLE
+                        } else {
+                            Gfp::KERNEL
+                        };
+                        return Some(Op::AllocPages {
+                            gfp,
+                            order: self.last_order,
+                        });
                     }
                     self.allocated = 0;
                     self.phase = Phase::Think;
@@ -177,11 +204,16 @@ impl Program for PageChurn {
                     }
                     self.phase = Phase::Recv;
                     let blocks = std::mem::take(&mut self.held);
-                    return Some(Op::Send { chan: self.partner_chan, blocks });
+                    return Some(Op::Send {
+                        chan: self.partner_chan,
+                        blocks,
+                    });
                 }
                 Phase::Recv => {
                     self.phase = Phase::FreeRemote;
-                    return Some(Op::Recv { chan: self.own_chan });
+                    return Some(Op::Recv {
+                        chan: self.own_chan,
+                    });
                 }
                 Phase::FreeRemote => {
                     if let Some(b) = self.remote.pop() {

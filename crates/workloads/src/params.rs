@@ -46,12 +46,22 @@ impl fmt::Display for ParamError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             ParamError::UnknownWorkload { name, valid } => {
-                write!(f, "unknown workload \"{name}\"; valid workloads: {}", valid.join(", "))
+                write!(
+                    f,
+                    "unknown workload \"{name}\"; valid workloads: {}",
+                    valid.join(", ")
+                )
             }
             ParamError::Unknown { name, valid } => {
-                write!(f, "unknown parameter \"{name}\"; valid parameters: {}", valid.join(", "))
+                write!(
+                    f,
+                    "unknown parameter \"{name}\"; valid parameters: {}",
+                    valid.join(", ")
+                )
             }
-            ParamError::Invalid { name, expected } => write!(f, "parameter \"{name}\": expected {expected}"),
+            ParamError::Invalid { name, expected } => {
+                write!(f, "parameter \"{name}\": expected {expected}")
+            }
         }
     }
 }
@@ -60,17 +70,28 @@ impl std::error::Error for ParamError {}
 
 impl Params {
     /// Fails on a parameter not in `known`.
-    pub fn check_known<'a>(&self, known: impl Iterator<Item = &'static str> + Clone) -> Result<(), ParamError> {
+    pub fn check_known(
+        &self,
+        known: impl Iterator<Item = &'static str> + Clone,
+    ) -> Result<(), ParamError> {
         for k in self.0.keys() {
             if !known.clone().any(|n| n == k) {
-                return Err(ParamError::Unknown { name: k.clone(), valid: known.collect() });
+                return Err(ParamError::Unknown {
+                    name: k.clone(),
+                    valid: known.collect(),
+                });
             }
         }
         Ok(())
     }
 
     /// An integer parameter in `range`, or `default` if absent.
-    pub fn int(&self, name: &'static str, default: i64, range: std::ops::RangeInclusive<i64>) -> Result<i64, ParamError> {
+    pub fn int(
+        &self,
+        name: &'static str,
+        default: i64,
+        range: std::ops::RangeInclusive<i64>,
+    ) -> Result<i64, ParamError> {
         let invalid = || ParamError::Invalid {
             name,
             expected: format!("an integer from {} to {}", range.start(), range.end()),
