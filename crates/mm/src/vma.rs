@@ -441,3 +441,95 @@ impl MmStruct {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::cost::CostTable;
+    use crate::page_alloc::{MemoryLayout, NodeLayout, VmSysctl};
+    use crate::types::VcpuId;
+
+    const P: u64 = PAGE_SIZE;
+
+    fn setup() -> (PageAlloc, Cx, MmStruct) {
+        let layout = MemoryLayout {
+            nodes: vec![NodeLayout {
+                nr_cpus: 1,
+                nr_pages: 1 << 16,
+            }],
+            dma32_pages: 0,
+        };
+        let mut pa = PageAlloc::new(&layout, VmSysctl::default(), Default::default());
+        let mut cx = Cx::new(VcpuId(0), CostTable::uniform(1));
+        let mm = MmStruct::new(&mut pa, &mut cx, MmapLayout::ThpAligned).unwrap();
+        (pa, cx, mm)
+    }
+
+    fn spans(mm: &MmStruct) -> Vec<(u64, u64)> {
+        mm.check_vmas();
+        mm.vmas.values().map(|v| (v.start, v.end)).collect()
+    }
+
+    #[test]
+    fn split_and_merge_scenario() {
+        let (mut pa, mut cx, mut mm) = setup();
+        let b = 0x1000_0000;
+        // AAAAAAAAAA      one mapping of 10 pages
+        mm.mmap(&mut pa, &mut cx, b, 10 * P, true).unwrap();
+        assert_eq!(spans(&mm), vec![(b, b + 10 * P)]);
+        // AAA BBBB AAA    MADV_HUGEPAGE in the middle splits it in three
+        mm.madvise(&mut pa, &mut cx, b + 3 * P, 4 * P, Advice::HugePage)
+            .unwrap();
+        assert_eq!(
+            spans(&mm),
+            vec![
+                (b, b + 3 * P),
+                (b + 3 * P, b + 7 * P),
+                (b + 7 * P, b + 10 * P)
+            ]
+        );
+        // AAAAAAAAAA      MADV_NOHUGEPAGE over all of it: equal flags merge back
+        mm.madvise(&mut pa, &mut cx, b, 10 * P, Advice::NoHugePage)
+            .unwrap();
+        assert_eq!(spans(&mm), vec![(b, b + 10 * P)]);
+        // AA  AAAAAA      munmap of two pages leaves a hole
+        mm.munmap(&mut pa, &mut cx, b + 2 * P, 2 * P).unwrap();
+        assert_eq!(spans(&mm), vec![(b, b + 2 * P), (b + 4 * P, b + 10 * P)]);
+        // AA  AAAAAA      madvise across the hole applies to both sides, ENOMEM
+        assert_eq!(
+            mm.madvise(&mut pa, &mut cx, b, 10 * P, Advice::HugePage),
+            Err(Errno::NoMem)
+        );
+        // AACCAAAAAA      a fixed mapping filling the hole merges all three
+        mm.mmap(&mut pa, &mut cx, b + 2 * P, 2 * P, true).unwrap();
+        mm.madvise(&mut pa, &mut cx, b + 2 * P, 2 * P, Advice::HugePage)
+            .unwrap();
+        assert_eq!(spans(&mm), vec![(b, b + 10 * P)]);
+    }
+
+    #[test]
+    fn errors_are_the_kernels() {
+        let (mut pa, mut cx, mut mm) = setup();
+        assert_eq!(mm.mmap(&mut pa, &mut cx, 0, 0, false), Err(Errno::Inval));
+        assert_eq!(
+            mm.mmap(&mut pa, &mut cx, 0x1001, P, true),
+            Err(Errno::Inval)
+        );
+        assert_eq!(
+            mm.mmap(&mut pa, &mut cx, 0, TASK_SIZE, false),
+            Err(Errno::NoMem)
+        );
+        assert_eq!(mm.munmap(&mut pa, &mut cx, 0x1001, P), Err(Errno::Inval));
+        assert_eq!(mm.munmap(&mut pa, &mut cx, 0x10000, 0), Err(Errno::Inval));
+    }
+
+    #[test]
+    fn top_down_placement_aligns_pmd_multiples() {
+        let (mut pa, mut cx, mut mm) = setup();
+        let a = mm.mmap(&mut pa, &mut cx, 0, 3 * P, false).unwrap();
+        assert_eq!(a + 3 * P, MMAP_BASE);
+        let b = mm.mmap(&mut pa, &mut cx, 0, 2 * PMD_SIZE, false).unwrap();
+        assert!(b.is_multiple_of(PMD_SIZE) && b + 2 * PMD_SIZE <= a);
+        assert_eq!(mm.maple_depth(), 1);
+    }
+}
