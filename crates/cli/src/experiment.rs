@@ -167,6 +167,7 @@ pub fn parse_size(s: &str) -> std::result::Result<u64, String> {
 pub struct Kernel {
     pub name: String,
     pub config: KernelConfig,
+    /// The knobs as written, for the results document.
     pub knobs: Vec<(String, KnobValue)>,
 }
 
@@ -185,6 +186,7 @@ pub struct Experiment {
     pub description: String,
     pub seed: u64,
     pub machine: Machine,
+    /// Where the machine's figures come from.
     pub machine_source: String,
     pub profile: Profile,
     pub kernels: Vec<Kernel>,

@@ -76,6 +76,24 @@ costs! {
     ClearPage = "clear_page_ns",
     /// Copying one 4 KiB page (`copy_page()`).
     CopyPage = "copy_page_ns",
+    /// Entry and exit of a user page fault: the exception, `handle_mm_fault()`
+    /// set-up and return to user space, without the VMA lookup, the page-table
+    /// walk's misses, the allocation or the clearing.
+    FaultEntry = "fault_entry_ns",
+    /// One level of a maple-tree walk (`mas_walk()`): one node, usually cached.
+    VmaLookupLevel = "vma_lookup_level_ns",
+    /// Setting one PTE or PMD entry, with the rmap and counter updates around
+    /// it (`set_pte_at()`, `folio_add_new_anon_rmap()`).
+    PteSet = "pte_set_ns",
+    /// Copying one PTE or PMD entry at fork (`copy_present_pte()`), with the
+    /// reference taken and the write-protect.
+    PteCopy = "pte_copy_ns",
+    /// Clearing one PTE or PMD entry and dropping its reference at unmap
+    /// (`zap_present_ptes()`).
+    PteZap = "pte_zap_ns",
+    /// A user access that needs no fault (a TLB hit or a page walk by the
+    /// hardware), charged per page touched.
+    Touch = "touch_ns",
 }
 
 /// A table of nanoseconds per [`Cost`], indexed by the cost.

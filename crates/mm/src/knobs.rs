@@ -18,6 +18,8 @@ pub struct KernelConfig {
     pub sysctl: VmSysctl,
     /// PCP behaviour.
     pub pcp: PcpPolicy,
+    /// Fault path: THP knob, THP copy-on-write, mmap placement.
+    pub mm: crate::memory::MmConfig,
 }
 
 /// A kernel release whose behaviour the model can follow.
@@ -25,16 +27,25 @@ pub struct KernelConfig {
 pub enum Preset {
     /// Linux 6.6: PCP `high` from the low watermark, no auto-tuning.
     Linux6_6,
+    /// Linux 4.18: THP copy-on-write copies the whole 2 MiB; no THP
+    /// alignment of anonymous mappings. PCP as in 6.6 (deviation).
+    Linux4_18,
+    /// Linux 6.18: THP copy-on-write splits the PMD; anonymous mappings of
+    /// 2 MiB multiples are 2 MiB-aligned. PCP as in 6.6 (deviation: no
+    /// auto-tuning yet).
+    Linux6_18,
 }
 
 impl Preset {
     /// Every preset.
-    pub const ALL: &'static [Preset] = &[Preset::Linux6_6];
+    pub const ALL: &'static [Preset] = &[Preset::Linux6_6, Preset::Linux4_18, Preset::Linux6_18];
 
     /// The preset's name in experiment files.
     pub fn name(self) -> &'static str {
         match self {
             Preset::Linux6_6 => "linux-6.6",
+            Preset::Linux4_18 => "linux-4.18",
+            Preset::Linux6_18 => "linux-6.18",
         }
     }
 
@@ -45,12 +56,21 @@ impl Preset {
 
     /// The configuration of this release with default knobs.
     pub fn config(self) -> KernelConfig {
-        match self {
-            Preset::Linux6_6 => KernelConfig {
-                preset: self,
-                sysctl: VmSysctl::default(),
-                pcp: PcpPolicy::default(),
+        use crate::memory::{MmConfig, ThpCow};
+        use crate::vma::MmapLayout;
+        let mm = match self {
+            Preset::Linux4_18 => MmConfig {
+                thp_cow: ThpCow::CopyHuge,
+                mmap_layout: MmapLayout::PageAligned,
+                ..MmConfig::default()
             },
+            Preset::Linux6_6 | Preset::Linux6_18 => MmConfig::default(),
+        };
+        KernelConfig {
+            preset: self,
+            sysctl: VmSysctl::default(),
+            pcp: PcpPolicy::default(),
+            mm,
         }
     }
 }
@@ -128,6 +148,7 @@ pub struct Knob {
     /// What it does.
     pub help: &'static str,
     set: fn(&mut KernelConfig, i64) -> bool,
+    set_str: Option<fn(&mut KernelConfig, &str) -> bool>,
 }
 
 /// Every knob the model knows.
@@ -145,6 +166,7 @@ pub const KNOBS: &[Knob] = &[
             }
             ok
         },
+        set_str: None,
     },
     Knob {
         name: "vm.min_free_kbytes",
@@ -157,6 +179,7 @@ pub const KNOBS: &[Knob] = &[
             }
             ok
         },
+        set_str: None,
     },
     Knob {
         name: "vm.watermark_scale_factor",
@@ -169,6 +192,20 @@ pub const KNOBS: &[Knob] = &[
             }
             ok
         },
+        set_str: None,
+    },
+    Knob {
+        name: "transparent_hugepage/enabled",
+        accepts: "always, madvise or never",
+        help: "PMD-size THP for every anonymous VMA, only for MADV_HUGEPAGE ones, or none",
+        set: |_, _| false,
+        set_str: Some(|c, s| match crate::memory::ThpEnabled::parse(s) {
+            Some(v) => {
+                c.mm.thp_enabled = v;
+                true
+            }
+            None => false,
+        }),
     },
 ];
 
@@ -194,7 +231,10 @@ impl KernelConfig {
                     Err(invalid())
                 }
             }
-            KnobValue::Str(_) => Err(invalid()),
+            KnobValue::Str(s) => match knob.set_str {
+                Some(f) if f(self, s) => Ok(()),
+                _ => Err(invalid()),
+            },
         }
     }
 }

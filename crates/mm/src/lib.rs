@@ -7,13 +7,15 @@
 //! reports the cost of each step through [`cost::Cx`], never knowing how it is
 //! driven.
 
-pub mod memory;
-pub mod types;
-
-pub use types::*;
 pub mod cost;
 pub mod knobs;
+pub mod memory;
 pub mod page;
 pub mod page_alloc;
 pub mod pcp;
+pub mod pgtable;
+pub mod types;
+pub mod vma;
 pub mod vmstat;
+
+pub use types::*;

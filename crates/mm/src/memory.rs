@@ -1,7 +1,650 @@
-//! Models mm/memory.c of Linux 6.x: the anonymous fault path, copy-on-write and
-//! the order in which the sub-pages of a huge page are cleared and copied.
+//! Anonymous page faults, copy-on-write, fork and exit (mm/memory.c and the
+//! PMD-THP parts of mm/huge_memory.c; Linux 6.18, with the 4.18 THP COW as a
+//! preset).
 //!
-//! For now it holds only [`huge_order`]; the fault path (`handle_mm_fault()`,
-//! `do_anonymous_page()`, `do_wp_page()`) will live here too.
+//! # Folios and their references
+//!
+//! A 4 KiB anonymous page is an order-0 block of the page allocator; a THP
+//! is an order-9 block. The head's `refcount` counts the 4 KiB mappings of
+//! its pages (a PMD mapping counts 512), its `entire_mapcount` the PMD
+//! mappings (see `page.rs`). Fork adds a reference per mapping and
+//! write-protects both sides; the first write then copies (or reuses the
+//! page if it is the last reference).
+//!
+//! # THP copy-on-write: two kernels
+//!
+//! Up to 5.7, `do_huge_pmd_wp_page()` allocated a new THP and copied all
+//! 2 MiB ([`ThpCow::CopyHuge`], preset `linux-4.18`). Since 5.8
+//! (commit 3917c80280c9, "thp: change CoW semantics for anon-THP") it splits
+//! the PMD (`thp_split_pmd`) and lets the PTE path copy the one 4 KiB page
+//! that was written ([`ThpCow::SplitPmd`], preset `linux-6.18`).
+//!
+//! Deviations:
+//! - The zero page and the huge zero page live outside the simulated memory
+//!   (the kernel's `empty_zero_page` is in .bss; the huge zero page is
+//!   allocated once, counted by `thp_zero_page_alloc`, and here never freed).
+//! - A PTE-mapped page of a large folio is reused on a write fault only when
+//!   it holds the folio's last reference; 6.18 also reuses a folio mapped
+//!   exclusively by this process.
+//! - A write to the huge zero page allocates a THP on both presets; if that
+//!   fails the PMD is split into zero-page PTEs.
+//! - No mTHP sizes other than PMD size, no khugepaged, no swap, no rmap walk.
+//!
+//! The order in which huge pages are cleared and copied is in [`huge_order`].
 
 pub mod huge_order;
+
+use crate::cost::{Cost, Cx};
+use crate::page_alloc::{Gfp, PageAlloc, PG_TAIL};
+use crate::pgtable::{
+    entry_pfn, mk_entry, present, Level, Slot, PAGE_ACCESSED, PAGE_DIRTY, PAGE_PRESENT, PAGE_PSE,
+    PAGE_RW, PAGE_SPECIAL, PMD_SIZE, PTRS_PER_TABLE,
+};
+use crate::types::{Pfn, HPAGE_PMD_ORDER, PAGE_SIZE};
+use crate::vma::{MmStruct, MmapLayout, VmFlags, Vma};
+use crate::vmstat::VmEvent;
+
+/// Pages in a PMD-size THP.
+const HPAGE_PMD_NR: u32 = 1 << HPAGE_PMD_ORDER;
+/// Marker pfn of the 4 KiB zero page (outside simulated memory).
+pub const ZERO_PFN: Pfn = Pfn(0xff_ffff_fffe);
+/// Marker pfn of the huge zero page (outside simulated memory).
+pub const HUGE_ZERO_PFN: Pfn = Pfn(0xff_ffff_fe00);
+
+/// `/sys/kernel/mm/transparent_hugepage/enabled`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ThpEnabled {
+    /// THP for every anonymous VMA.
+    Always,
+    /// THP only for `VM_HUGEPAGE` VMAs (`MADV_HUGEPAGE`); the host's default.
+    Madvise,
+    /// No THP.
+    Never,
+}
+
+impl ThpEnabled {
+    /// The sysfs word.
+    pub fn name(self) -> &'static str {
+        match self {
+            ThpEnabled::Always => "always",
+            ThpEnabled::Madvise => "madvise",
+            ThpEnabled::Never => "never",
+        }
+    }
+
+    /// The value whose sysfs word is `s`.
+    pub fn parse(s: &str) -> Option<ThpEnabled> {
+        [ThpEnabled::Always, ThpEnabled::Madvise, ThpEnabled::Never]
+            .into_iter()
+            .find(|v| v.name() == s)
+    }
+}
+
+/// What a write fault on a shared PMD-mapped THP does.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ThpCow {
+    /// Linux ≤ 5.7: allocate a THP and copy all 2 MiB.
+    CopyHuge,
+    /// Linux ≥ 5.8: split the PMD and copy one 4 KiB page.
+    SplitPmd,
+}
+
+/// The fault path's configuration: knobs and the preset's behaviour.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct MmConfig {
+    /// `transparent_hugepage/enabled`.
+    pub thp_enabled: ThpEnabled,
+    /// THP copy-on-write behaviour.
+    pub thp_cow: ThpCow,
+    /// Placement of new mappings.
+    pub mmap_layout: MmapLayout,
+}
+
+impl Default for MmConfig {
+    /// Linux 6.18 with the host's THP setting (`madvise`).
+    fn default() -> Self {
+        MmConfig {
+            thp_enabled: ThpEnabled::Madvise,
+            thp_cow: ThpCow::SplitPmd,
+            mmap_layout: MmapLayout::ThpAligned,
+        }
+    }
+}
+
+/// State of the fault path shared by all processes.
+#[derive(Clone, Debug, Default)]
+pub struct MmGlobal {
+    /// Configuration.
+    pub cfg: MmConfig,
+    /// True once the huge zero page exists (`huge_zero_folio`).
+    pub huge_zero_page: bool,
+}
+
+impl MmGlobal {
+    /// Global state for `cfg`.
+    pub fn new(cfg: MmConfig) -> MmGlobal {
+        MmGlobal {
+            cfg,
+            huge_zero_page: false,
+        }
+    }
+}
+
+/// Why a fault could not be handled (`VM_FAULT_*`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum VmFault {
+    /// No VMA, or a write to a read-only one (`VM_FAULT_SIGSEGV`).
+    Sigsegv,
+    /// No memory even for a 4 KiB page or a page table (`VM_FAULT_OOM`).
+    Oom,
+}
+
+fn folio_head(pa: &PageAlloc, pfn: Pfn) -> u32 {
+    let p = crate::page::pfn_idx(pfn);
+    if pa.mem.flags(p) & PG_TAIL != 0 {
+        pa.mem.private(p)
+    } else {
+        p
+    }
+}
+
+/// Drops `n` references of the folio `head`, freeing it at zero (`folio_put_refs()`).
+fn folio_put_refs(pa: &mut PageAlloc, cx: &mut Cx, head: u32, n: u32) {
+    let r = pa.mem.refcount(head);
+    assert!(r >= n, "folio {head:#x}: putting {n} references of {r}");
+    pa.mem.set_refcount(head, r - n);
+    if r == n {
+        let order = pa.mem.order(head);
+        pa.free_pages(cx, Pfn(head as u64), order);
+    }
+}
+
+fn folio_get_refs(pa: &mut PageAlloc, head: u32, n: u32) {
+    let r = pa.mem.refcount(head);
+    pa.mem.set_refcount(head, r + n);
+}
+
+/// Models `thp_vma_allowable_order()` for the PMD order plus the range check
+/// of `do_huge_pmd_anonymous_page()`: the knob allows THP for this VMA and
+/// the 2 MiB-aligned range around `addr` lies inside it.
+pub fn thp_vma_allowable(cfg: &MmConfig, vma: &Vma, addr: u64) -> bool {
+    if vma.flags.contains(VmFlags::NOHUGEPAGE) {
+        return false;
+    }
+    let on = match cfg.thp_enabled {
+        ThpEnabled::Always => true,
+        ThpEnabled::Madvise => vma.flags.contains(VmFlags::HUGEPAGE),
+        ThpEnabled::Never => false,
+    };
+    let haddr = addr & !(PMD_SIZE - 1);
+    on && haddr >= vma.start && haddr + PMD_SIZE <= vma.end
+}
+
+/// True if a user access to `addr` needs no fault: the page is mapped, and
+/// writable if `write`. Sets the accessed and dirty bits as the hardware does.
+pub fn access_ok(mm: &mut MmStruct, addr: u64, write: bool) -> bool {
+    let Some(pmd) = mm.pgt.lookup(addr, Level::Pmd) else {
+        return false;
+    };
+    let e = mm.pgt.get(pmd);
+    let slot = if present(e) && e & PAGE_PSE != 0 {
+        pmd
+    } else {
+        match mm.pgt.lookup(addr, Level::Pte) {
+            Some(s) => s,
+            None => return false,
+        }
+    };
+    let e = mm.pgt.get(slot);
+    if !present(e) || (write && e & PAGE_RW == 0) {
+        return false;
+    }
+    let bits = PAGE_ACCESSED | if write { PAGE_DIRTY } else { 0 };
+    if e & bits != bits {
+        mm.pgt.set(slot, e | bits);
+    }
+    true
+}
+
+/// Models `handle_mm_fault()` of 6.18 for anonymous private memory: counts
+/// the fault (`pgfault`, the task's `ru_minflt`), finds the VMA, walks and
+/// fills the page tables, and maps or copies a page.
+pub fn handle_mm_fault(
+    pa: &mut PageAlloc,
+    cx: &mut Cx,
+    g: &mut MmGlobal,
+    mm: &mut MmStruct,
+    addr: u64,
+    write: bool,
+) -> Result<(), VmFault> {
+    pa.vmstat.count(VmEvent::PGFAULT, 1);
+    cx.charge(Cost::FaultEntry);
+    let vma = mm.vma_lookup(cx, addr).ok_or(VmFault::Sigsegv)?;
+    if write && !vma.flags.contains(VmFlags::WRITE) {
+        return Err(VmFault::Sigsegv);
+    }
+    mm.nr_faults += 1;
+    let pmd = mm
+        .pgt
+        .walk_alloc(pa, cx, addr, Level::Pmd)
+        .map_err(|_| VmFault::Oom)?;
+    let e = mm.pgt.get(pmd);
+    if e == 0 && thp_vma_allowable(&g.cfg, &vma, addr) {
+        if do_huge_pmd_anonymous_page(pa, cx, g, mm, pmd, write) {
+            return Ok(());
+        }
+    } else if present(e) && e & PAGE_PSE != 0 {
+        if !(write && e & PAGE_RW == 0) {
+            // Spurious: another thread mapped it first; just mark it young.
+            mm.pgt
+                .set(pmd, e | PAGE_ACCESSED | if write { PAGE_DIRTY } else { 0 });
+            return Ok(());
+        }
+        if do_huge_pmd_wp_page(pa, cx, g, mm, pmd) {
+            return Ok(());
+        }
+    }
+    let pte = mm
+        .pgt
+        .walk_alloc(pa, cx, addr, Level::Pte)
+        .map_err(|_| VmFault::Oom)?;
+    let e = mm.pgt.get(pte);
+    if e == 0 {
+        do_anonymous_page(pa, cx, mm, pte, write)
+    } else if write && e & PAGE_RW == 0 {
+        do_wp_page(pa, cx, mm, pte)
+    } else {
+        mm.pgt
+            .set(pte, e | PAGE_ACCESSED | if write { PAGE_DIRTY } else { 0 });
+        Ok(())
+    }
+}
+
+/// Models `do_anonymous_page()` of 6.18 at order 0: a read maps the shared
+/// zero page; a write allocates a page, clears it and maps it writable.
+pub fn do_anonymous_page(
+    pa: &mut PageAlloc,
+    cx: &mut Cx,
+    mm: &mut MmStruct,
+    pte: Slot,
+    write: bool,
+) -> Result<(), VmFault> {
+    cx.charge(Cost::PteSet);
+    if !write {
+        mm.pgt.set(
+            pte,
+            mk_entry(ZERO_PFN, PAGE_PRESENT | PAGE_SPECIAL | PAGE_ACCESSED),
+        );
+        return Ok(());
+    }
+    let pfn = pa
+        .alloc_pages(cx, Gfp::HIGHUSER_MOVABLE, 0)
+        .map_err(|_| VmFault::Oom)?;
+    cx.charge(Cost::ClearPage);
+    pa.mem.set_refcount(crate::page::pfn_idx(pfn), 1);
+    mm.pgt.set(
+        pte,
+        mk_entry(pfn, PAGE_PRESENT | PAGE_RW | PAGE_ACCESSED | PAGE_DIRTY),
+    );
+    Ok(())
+}
+
+/// Models `do_huge_pmd_anonymous_page()` of 6.18. Returns false when the
+/// fault must fall back to PTEs (`VM_FAULT_FALLBACK`).
+pub fn do_huge_pmd_anonymous_page(
+    pa: &mut PageAlloc,
+    cx: &mut Cx,
+    g: &mut MmGlobal,
+    mm: &mut MmStruct,
+    pmd: Slot,
+    write: bool,
+) -> bool {
+    if !write {
+        // Read fault: the huge zero page, allocated on first use.
+        if mm.pgt.deposit(pa, cx, pmd).is_err() {
+            return false;
+        }
+        if !g.huge_zero_page {
+            g.huge_zero_page = true;
+            pa.vmstat.count(VmEvent::THP_ZERO_PAGE_ALLOC, 1);
+        }
+        cx.charge(Cost::PteSet);
+        mm.pgt.set(
+            pmd,
+            mk_entry(
+                HUGE_ZERO_PFN,
+                PAGE_PRESENT | PAGE_PSE | PAGE_SPECIAL | PAGE_ACCESSED,
+            ),
+        );
+        return true;
+    }
+    match alloc_thp(pa, cx, mm, pmd) {
+        Some(pfn) => {
+            cx.charge_n(Cost::ClearPage, HPAGE_PMD_NR as u64);
+            cx.charge(Cost::PteSet);
+            mm.pgt.set(
+                pmd,
+                mk_entry(
+                    pfn,
+                    PAGE_PRESENT | PAGE_RW | PAGE_PSE | PAGE_ACCESSED | PAGE_DIRTY,
+                ),
+            );
+            true
+        }
+        None => false,
+    }
+}
+
+/// Allocates a THP (`vma_alloc_folio(GFP_TRANSHUGE, HPAGE_PMD_ORDER)`) and
+/// the page table deposited with it; counts `thp_fault_alloc` or
+/// `thp_fault_fallback`.
+fn alloc_thp(pa: &mut PageAlloc, cx: &mut Cx, mm: &mut MmStruct, pmd: Slot) -> Option<Pfn> {
+    let Ok(pfn) = pa.alloc_pages(cx, Gfp::HIGHUSER_MOVABLE, HPAGE_PMD_ORDER) else {
+        pa.vmstat.count(VmEvent::THP_FAULT_FALLBACK, 1);
+        return None;
+    };
+    if mm.pgt.deposit(pa, cx, pmd).is_err() {
+        pa.free_pages(cx, pfn, HPAGE_PMD_ORDER);
+        pa.vmstat.count(VmEvent::THP_FAULT_FALLBACK, 1);
+        return None;
+    }
+    pa.vmstat.count(VmEvent::THP_FAULT_ALLOC, 1);
+    let head = crate::page::pfn_idx(pfn);
+    pa.mem.set_refcount(head, HPAGE_PMD_NR);
+    pa.mem.set_entire_mapcount(head, 1);
+    Some(pfn)
+}
+
+/// Models `do_huge_pmd_wp_page()`: a write to a write-protected PMD leaf.
+/// Returns false when the PMD was split and the PTE path must finish.
+pub fn do_huge_pmd_wp_page(
+    pa: &mut PageAlloc,
+    cx: &mut Cx,
+    g: &mut MmGlobal,
+    mm: &mut MmStruct,
+    pmd: Slot,
+) -> bool {
+    let e = mm.pgt.get(pmd);
+    if e & PAGE_SPECIAL != 0 {
+        // The huge zero page (do_huge_zero_wp_pmd() in 6.18).
+        mm.pgt.free_deposit(pa, cx, pmd);
+        mm.pgt.set(pmd, 0);
+        if do_huge_pmd_anonymous_page(pa, cx, g, mm, pmd, true) {
+            return true;
+        }
+        // Back to zero-page PTEs, as __split_huge_zero_page_pmd() leaves them.
+        mm.pgt.set(pmd, e);
+        mm.pgt
+            .deposit(pa, cx, pmd)
+            .expect("the table just freed is on this CPU's PCP list");
+        split_huge_pmd(pa, cx, mm, pmd);
+        return false;
+    }
+    let head = crate::page::pfn_idx(entry_pfn(e));
+    if pa.mem.refcount(head) == HPAGE_PMD_NR && pa.mem.entire_mapcount(head) == 1 {
+        // Only this PMD maps the folio: reuse it.
+        mm.pgt.set(pmd, e | PAGE_RW | PAGE_DIRTY | PAGE_ACCESSED);
+        return true;
+    }
+    match g.cfg.thp_cow {
+        ThpCow::SplitPmd => {
+            split_huge_pmd(pa, cx, mm, pmd);
+            false
+        }
+        ThpCow::CopyHuge => {
+            let Ok(pfn) = pa.alloc_pages(cx, Gfp::HIGHUSER_MOVABLE, HPAGE_PMD_ORDER) else {
+                pa.vmstat.count(VmEvent::THP_FAULT_FALLBACK, 1);
+                split_huge_pmd(pa, cx, mm, pmd);
+                return false;
+            };
+            pa.vmstat.count(VmEvent::THP_FAULT_ALLOC, 1);
+            cx.charge_n(Cost::CopyPage, HPAGE_PMD_NR as u64);
+            let new = crate::page::pfn_idx(pfn);
+            pa.mem.set_refcount(new, HPAGE_PMD_NR);
+            pa.mem.set_entire_mapcount(new, 1);
+            let m = pa.mem.entire_mapcount(head);
+            pa.mem.set_entire_mapcount(head, m - 1);
+            folio_put_refs(pa, cx, head, HPAGE_PMD_NR);
+            cx.charge(Cost::PteSet);
+            mm.pgt.set(
+                pmd,
+                mk_entry(
+                    pfn,
+                    PAGE_PRESENT | PAGE_RW | PAGE_PSE | PAGE_ACCESSED | PAGE_DIRTY,
+                ),
+            );
+            true
+        }
+    }
+}
+
+/// Models `__split_huge_pmd()`: replaces the PMD leaf at `pmd` by the
+/// deposited PTE table mapping the same pages with the same bits; counts
+/// `thp_split_pmd`. The folio keeps its references (one per PTE now).
+pub fn split_huge_pmd(pa: &mut PageAlloc, cx: &mut Cx, mm: &mut MmStruct, pmd: Slot) {
+    let e = mm.pgt.get(pmd);
+    debug_assert!(
+        present(e) && e & PAGE_PSE != 0,
+        "split of a PMD that is not a leaf"
+    );
+    pa.vmstat.count(VmEvent::THP_SPLIT_PMD, 1);
+    let table = mm.pgt.withdraw(pmd);
+    let flags = e & (PAGE_PRESENT | PAGE_RW | PAGE_ACCESSED | PAGE_DIRTY | PAGE_SPECIAL);
+    let special = e & PAGE_SPECIAL != 0;
+    let pfn = entry_pfn(e);
+    for i in 0..PTRS_PER_TABLE {
+        let p = if special {
+            ZERO_PFN
+        } else {
+            pfn.offset(i as u64)
+        };
+        mm.pgt.set(Slot { table, index: i }, mk_entry(p, flags));
+    }
+    cx.charge_n(Cost::PteSet, PTRS_PER_TABLE as u64);
+    if !special {
+        let head = crate::page::pfn_idx(pfn);
+        let m = pa.mem.entire_mapcount(head);
+        pa.mem.set_entire_mapcount(head, m - 1);
+    }
+    mm.pgt
+        .set(pmd, mk_entry(Pfn(table as u64), PAGE_PRESENT | PAGE_RW));
+}
+
+/// Models `do_wp_page()`: a write to a write-protected PTE. Reuses the page
+/// if this mapping holds its last reference (`wp_can_reuse_anon_folio()`),
+/// else copies it (`wp_page_copy()`; from the zero page: a cleared page).
+pub fn do_wp_page(
+    pa: &mut PageAlloc,
+    cx: &mut Cx,
+    mm: &mut MmStruct,
+    pte: Slot,
+) -> Result<(), VmFault> {
+    let e = mm.pgt.get(pte);
+    let special = e & PAGE_SPECIAL != 0;
+    let old_head = (!special).then(|| folio_head(pa, entry_pfn(e)));
+    if let Some(h) = old_head {
+        if pa.mem.refcount(h) == 1 {
+            mm.pgt.set(pte, e | PAGE_RW | PAGE_DIRTY | PAGE_ACCESSED);
+            return Ok(());
+        }
+    }
+    let pfn = pa
+        .alloc_pages(cx, Gfp::HIGHUSER_MOVABLE, 0)
+        .map_err(|_| VmFault::Oom)?;
+    cx.charge(if special {
+        Cost::ClearPage
+    } else {
+        Cost::CopyPage
+    });
+    pa.mem.set_refcount(crate::page::pfn_idx(pfn), 1);
+    if let Some(h) = old_head {
+        folio_put_refs(pa, cx, h, 1);
+    }
+    cx.charge(Cost::PteSet);
+    mm.pgt.set(
+        pte,
+        mk_entry(pfn, PAGE_PRESENT | PAGE_RW | PAGE_ACCESSED | PAGE_DIRTY),
+    );
+    Ok(())
+}
+
+/// Models `zap_page_range_single()`/`unmap_page_range()`: unmaps
+/// `[start, end)`, dropping the references of the pages; a PMD leaf only
+/// partly inside the range is split first. Page tables stay (see
+/// [`crate::pgtable::PageTables::free_pgd_range`]).
+pub fn zap_page_range(pa: &mut PageAlloc, cx: &mut Cx, mm: &mut MmStruct, start: u64, end: u64) {
+    let mut addr = start;
+    while addr < end {
+        let next = ((addr | (PMD_SIZE - 1)) + 1).min(end);
+        if let Some(pmd) = mm.pgt.lookup(addr, Level::Pmd) {
+            let e = mm.pgt.get(pmd);
+            if present(e) && e & PAGE_PSE != 0 {
+                if addr.is_multiple_of(PMD_SIZE) && next - addr == PMD_SIZE {
+                    cx.charge(Cost::PteZap);
+                    mm.pgt.set(pmd, 0);
+                    mm.pgt.free_deposit(pa, cx, pmd);
+                    if e & PAGE_SPECIAL == 0 {
+                        let head = crate::page::pfn_idx(entry_pfn(e));
+                        let m = pa.mem.entire_mapcount(head);
+                        pa.mem.set_entire_mapcount(head, m - 1);
+                        folio_put_refs(pa, cx, head, HPAGE_PMD_NR);
+                    }
+                    addr = next;
+                    continue;
+                }
+                split_huge_pmd(pa, cx, mm, pmd);
+            }
+            if present(mm.pgt.get(pmd)) {
+                let table = entry_pfn(mm.pgt.get(pmd)).0 as u32;
+                let mut a = addr;
+                while a < next {
+                    let slot = Slot {
+                        table,
+                        index: Level::Pte.index(a),
+                    };
+                    let e = mm.pgt.get(slot);
+                    if present(e) {
+                        cx.charge(Cost::PteZap);
+                        mm.pgt.set(slot, 0);
+                        if e & PAGE_SPECIAL == 0 {
+                            let h = folio_head(pa, entry_pfn(e));
+                            folio_put_refs(pa, cx, h, 1);
+                        }
+                    }
+                    a += PAGE_SIZE;
+                }
+            }
+        }
+        addr = next;
+    }
+}
+
+/// Models `dup_mmap()` + `copy_page_range()` for anonymous private memory:
+/// the child gets the parent's VMAs and page tables, both sides
+/// write-protected, each mapped folio one more reference (a PMD leaf: 512
+/// and one more entire mapping, with a page table deposited for the child).
+pub fn fork(pa: &mut PageAlloc, cx: &mut Cx, parent: &mut MmStruct) -> Result<MmStruct, VmFault> {
+    let mut child = MmStruct::new(pa, cx, parent.layout).map_err(|_| VmFault::Oom)?;
+    child.vmas = parent.vmas.clone();
+    let vmas: Vec<Vma> = parent.vmas.values().copied().collect();
+    let res = (|| {
+        for v in vmas {
+            let mut addr = v.start;
+            while addr < v.end {
+                let next = ((addr | (PMD_SIZE - 1)) + 1).min(v.end);
+                copy_pmd_range(pa, cx, parent, &mut child, addr, next)?;
+                addr = next;
+            }
+        }
+        Ok(())
+    })();
+    if let Err(e) = res {
+        exit_mmap(pa, cx, child);
+        return Err(e);
+    }
+    Ok(child)
+}
+
+fn copy_pmd_range(
+    pa: &mut PageAlloc,
+    cx: &mut Cx,
+    parent: &mut MmStruct,
+    child: &mut MmStruct,
+    addr: u64,
+    next: u64,
+) -> Result<(), VmFault> {
+    let Some(ppmd) = parent.pgt.lookup(addr, Level::Pmd) else {
+        return Ok(());
+    };
+    let e = parent.pgt.get(ppmd);
+    if !present(e) {
+        return Ok(());
+    }
+    let oom = |_| VmFault::Oom;
+    if e & PAGE_PSE != 0 {
+        // copy_huge_pmd()
+        let cpmd = child
+            .pgt
+            .walk_alloc(pa, cx, addr, Level::Pmd)
+            .map_err(oom)?;
+        child.pgt.deposit(pa, cx, cpmd).map_err(oom)?;
+        let wp = e & !PAGE_RW;
+        if e & PAGE_SPECIAL == 0 {
+            let head = crate::page::pfn_idx(entry_pfn(e));
+            folio_get_refs(pa, head, HPAGE_PMD_NR);
+            let m = pa.mem.entire_mapcount(head);
+            pa.mem.set_entire_mapcount(head, m + 1);
+        }
+        cx.charge(Cost::PteCopy);
+        parent.pgt.set(ppmd, wp);
+        child.pgt.set(cpmd, wp);
+        return Ok(());
+    }
+    let ptable = entry_pfn(e).0 as u32;
+    let mut a = addr;
+    let mut ctable = None;
+    while a < next {
+        let ps = Slot {
+            table: ptable,
+            index: Level::Pte.index(a),
+        };
+        let pe = parent.pgt.get(ps);
+        if present(pe) {
+            let ct = match ctable {
+                Some(t) => t,
+                None => {
+                    let s = child.pgt.walk_alloc(pa, cx, a, Level::Pte).map_err(oom)?;
+                    ctable = Some(s.table);
+                    s.table
+                }
+            };
+            let wp = pe & !PAGE_RW;
+            if pe & PAGE_SPECIAL == 0 {
+                let h = folio_head(pa, entry_pfn(pe));
+                folio_get_refs(pa, h, 1);
+            }
+            cx.charge(Cost::PteCopy);
+            parent.pgt.set(ps, wp);
+            child.pgt.set(
+                Slot {
+                    table: ct,
+                    index: ps.index,
+                },
+                wp,
+            );
+        }
+        a += PAGE_SIZE;
+    }
+    Ok(())
+}
+
+/// Models `exit_mmap()`: unmaps every VMA, frees every page table and the PGD.
+pub fn exit_mmap(pa: &mut PageAlloc, cx: &mut Cx, mut mm: MmStruct) {
+    let vmas: Vec<Vma> = mm.vmas.values().copied().collect();
+    for v in vmas {
+        zap_page_range(pa, cx, &mut mm, v.start, v.end);
+    }
+    mm.vmas.clear();
+    mm.pgt.free_pgd_range(pa, cx, 0, u64::MAX);
+    mm.pgt.free_pgd(pa, cx);
+}

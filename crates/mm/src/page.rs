@@ -11,9 +11,15 @@
 //! | word      | while free (buddy or PCP)      | while allocated                  |
 //! |-----------|--------------------------------|----------------------------------|
 //! | `flags`   | order, PG_buddy/PG_pcp, migratetype | order, PG_head, later folio flags |
-//! | `next`    | list link                      | reserved for the folio layer     |
-//! | `prev`    | list link                      | reserved for the folio layer     |
+//! | `next`    | list link                      | head: folio refcount (see below) |
+//! | `prev`    | list link                      | head: entire (PMD) mapcount      |
 //! | `private` | reserved                       | reserved for the folio layer     |
+//!
+//! The folio words of an allocated head (`memory.rs`): `next` counts the
+//! 4 KiB mappings of the folio's pages by user page tables, a PMD mapping
+//! counting 512 (the kernel's `_refcount` with one reference per mapped
+//! page); `prev` counts the PMD mappings (`_entire_mapcount`). A folio is
+//! freed when its refcount reaches zero.
 //!
 //! As in the kernel, the list links and the allocated-page fields share
 //! storage (the kernel's `struct page` is a union of such views). Pfns are
@@ -103,6 +109,30 @@ impl MemMap {
     #[inline]
     pub fn set_private(&mut self, pfn: u32, v: u32) {
         self.private[pfn as usize] = v;
+    }
+
+    /// The folio refcount of an allocated head (its `next` word).
+    #[inline]
+    pub fn refcount(&self, head: u32) -> u32 {
+        self.next[head as usize]
+    }
+
+    /// Sets the folio refcount of an allocated head.
+    #[inline]
+    pub fn set_refcount(&mut self, head: u32, v: u32) {
+        self.next[head as usize] = v;
+    }
+
+    /// The entire (PMD) mapcount of an allocated head (its `prev` word).
+    #[inline]
+    pub fn entire_mapcount(&self, head: u32) -> u32 {
+        self.prev[head as usize]
+    }
+
+    /// Sets the entire mapcount of an allocated head.
+    #[inline]
+    pub fn set_entire_mapcount(&mut self, head: u32, v: u32) {
+        self.prev[head as usize] = v;
     }
 
     /// The order stored in `pfn`'s flags (`buddy_order()` for a free head).

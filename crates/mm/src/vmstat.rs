@@ -53,6 +53,17 @@ vm_events! {
     /// PCP frees that drained because of consecutive high-order frees
     /// (`free_high` in `free_unref_page_commit()`); the seed's `free_high`.
     PCP_FREE_HIGH = "pcp_free_high",
+    /// Page faults handled (`pgfault`), as `handle_mm_fault()` counts them.
+    PGFAULT = "pgfault",
+    /// PMD-size THPs allocated by a fault (`thp_fault_alloc`).
+    THP_FAULT_ALLOC = "thp_fault_alloc",
+    /// THP faults that fell back to 4 KiB pages because the allocation
+    /// failed (`thp_fault_fallback`).
+    THP_FAULT_FALLBACK = "thp_fault_fallback",
+    /// PMD mappings of THPs split into PTE mappings (`thp_split_pmd`).
+    THP_SPLIT_PMD = "thp_split_pmd",
+    /// Allocations of the huge zero page (`thp_zero_page_alloc`).
+    THP_ZERO_PAGE_ALLOC = "thp_zero_page_alloc",
     /// Fallback allocations that took a block of another migratetype
     /// (tracepoint kmem:mm_page_alloc_extfrag).
     MM_PAGE_ALLOC_EXTFRAG = "mm_page_alloc_extfrag",
