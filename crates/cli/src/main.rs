@@ -16,10 +16,16 @@ use std::path::{Path, PathBuf};
 
 /// The built-in experiments, embedded so that `mmlab reproduce` works from
 /// any directory.
-const BUILTIN_EXPERIMENTS: &[(&str, &str)] = &[(
-    "page-churn",
-    include_str!("../../../experiments/page-churn.toml"),
-)];
+const BUILTIN_EXPERIMENTS: &[(&str, &str)] = &[
+    (
+        "page-churn",
+        include_str!("../../../experiments/page-churn.toml"),
+    ),
+    (
+        "pcp-autotune",
+        include_str!("../../../experiments/pcp-autotune.toml"),
+    ),
+];
 
 #[derive(Parser)]
 #[command(

@@ -266,12 +266,23 @@ pub fn tables(exp: &Experiment, seed: u64, results: &[RunResult], format: Format
             let header: Vec<String> = std::iter::once("kernel".to_string())
                 .chain(p.columns.iter().cloned())
                 .collect();
-            let body: Vec<Vec<String>> = p
-                .rows
+            // Rows in the experiment's kernel order, then any others.
+            let mut names: Vec<&String> = exp
+                .kernels
                 .iter()
-                .map(|(k, vs)| {
+                .map(|k| &k.name)
+                .filter(|n| p.rows.contains_key(*n))
+                .collect();
+            names.extend(
+                p.rows
+                    .keys()
+                    .filter(|k| !exp.kernels.iter().any(|x| &x.name == *k)),
+            );
+            let body: Vec<Vec<String>> = names
+                .into_iter()
+                .map(|k| {
                     std::iter::once(k.clone())
-                        .chain(vs.iter().map(|v| format!("{v:.1}")))
+                        .chain(p.rows[k].iter().map(|v| format!("{v:.1}")))
                         .collect()
                 })
                 .collect();

@@ -24,7 +24,11 @@ pub struct RunOpts {
 /// Runs one kernel on one workload.
 pub fn run_one(exp: &Experiment, k: &Kernel, w: &Workload, seed: u64) -> Result<RunResult> {
     let layout = exp.machine.memory_layout();
-    let pa = PageAlloc::new(&layout, k.config.sysctl, k.config.pcp);
+    let mut pa = PageAlloc::new(&layout, k.config.sysctl, k.config.pcp);
+    // Each CPU's share of its node's last-level cache (patch 2 of the PCP
+    // series computes it from cacheinfo).
+    let cpus_per_node = exp.machine.nodes.first().map_or(1, |n| n.cpus.max(1)) as u64;
+    pa.setup_pcp_cacheinfo(exp.machine.llc_bytes / cpus_per_node);
     let mut eng = Engine::new(pa, exp.profile.table(), seed);
     let tasks = workloads::build(&w.kind, &w.params, &exp.machine)
         .map_err(|e| anyhow!("workload \"{}\": {e}", w.name))?;

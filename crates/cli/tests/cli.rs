@@ -211,7 +211,7 @@ fn unknown_metric_workload_and_parameter_are_named() {
         &small().replace("type = \"page-churn\"", "type = \"page-chrun\""),
     ));
     assert!(
-        e.contains("unknown workload \"page-chrun\"; valid workloads: page-churn"),
+        e.contains("unknown workload \"page-chrun\"; valid workloads: kbuild, page-churn, stream"),
         "{e}"
     );
     let e = stderr(&run_text(
@@ -243,7 +243,7 @@ fn workload_larger_than_memory_counts_failed_allocations() {
 fn reproduce_names_unknown_experiments_and_list_shows_knobs() {
     let e = stderr(&mmlab(&["reproduce", "nope"]));
     assert!(
-        e.contains("no built-in experiment \"nope\"; built-in experiments: page-churn"),
+        e.contains("no built-in experiment \"nope\"; built-in experiments: page-churn, pcp-autotune"),
         "{e}"
     );
     let l = stdout(&mmlab(&["list"]));

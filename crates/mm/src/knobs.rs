@@ -31,14 +31,21 @@ pub enum Preset {
     /// alignment of anonymous mappings. PCP as in 6.6 (deviation).
     Linux4_18,
     /// Linux 6.18: THP copy-on-write splits the PMD; anonymous mappings of
-    /// 2 MiB multiples are 2 MiB-aligned. PCP as in 6.6 (deviation: no
-    /// auto-tuning yet).
+    /// 2 MiB multiples are 2 MiB-aligned; PCP auto-tuning with today's
+    /// growth rule (`ZONE_BELOW_HIGH`), `free_high` threshold and chunked drains.
     Linux6_18,
+    /// Linux 6.7: the PCP auto-tuning series as merged.
+    Linux6_7,
 }
 
 impl Preset {
     /// Every preset.
-    pub const ALL: &'static [Preset] = &[Preset::Linux6_6, Preset::Linux4_18, Preset::Linux6_18];
+    pub const ALL: &'static [Preset] = &[
+        Preset::Linux4_18,
+        Preset::Linux6_6,
+        Preset::Linux6_7,
+        Preset::Linux6_18,
+    ];
 
     /// The preset's name in experiment files.
     pub fn name(self) -> &'static str {
@@ -46,6 +53,7 @@ impl Preset {
             Preset::Linux6_6 => "linux-6.6",
             Preset::Linux4_18 => "linux-4.18",
             Preset::Linux6_18 => "linux-6.18",
+            Preset::Linux6_7 => "linux-6.7",
         }
     }
 
@@ -64,12 +72,17 @@ impl Preset {
                 mmap_layout: MmapLayout::PageAligned,
                 ..MmConfig::default()
             },
-            Preset::Linux6_6 | Preset::Linux6_18 => MmConfig::default(),
+            Preset::Linux6_6 | Preset::Linux6_7 | Preset::Linux6_18 => MmConfig::default(),
+        };
+        let pcp = match self {
+            Preset::Linux4_18 | Preset::Linux6_6 => PcpPolicy::default(),
+            Preset::Linux6_7 => PcpPolicy::linux_6_7(),
+            Preset::Linux6_18 => PcpPolicy::linux_6_18(),
         };
         KernelConfig {
             preset: self,
             sysctl: VmSysctl::default(),
-            pcp: PcpPolicy::default(),
+            pcp,
             mm,
         }
     }
@@ -189,6 +202,34 @@ pub const KNOBS: &[Knob] = &[
             let ok = (1..=3000).contains(&v);
             if ok {
                 c.sysctl.watermark_scale_factor = v as u64;
+            }
+            ok
+        },
+        set_str: None,
+    },
+    Knob {
+        name: "CONFIG_PCP_BATCH_SCALE_MAX",
+        accepts: "an integer from 0 to 6",
+        help: "build-time cap of the PCP batch scale factors (default 5; patch 4 of the \
+               PCP auto-tuning series onwards)",
+        set: |c, v| {
+            let ok = (0..=6).contains(&v);
+            if ok {
+                c.pcp.batch_scale_max = v as u8;
+            }
+            ok
+        },
+        set_str: None,
+    },
+    Knob {
+        name: "mmlab.pcp_autotune_patches",
+        accepts: "an integer from 0 to 10",
+        help: "model-only: apply the first N patches of the PCP high auto-tuning series \
+               (seed 003) on top of Linux 6.6's PCP; 10 is Linux 6.7",
+        set: |c, v| {
+            let ok = (0..=10).contains(&v);
+            if ok {
+                c.pcp.patches = v as u8;
             }
             ok
         },

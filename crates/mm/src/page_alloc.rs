@@ -980,6 +980,15 @@ impl PageAlloc {
             if z.zone_type > highest || (gfp.contains(Gfp::THISNODE) && z.node != node) {
                 continue;
             }
+            // Patch 8 of the PCP series: remember that the zone fell below its
+            // high watermark, so that PCP high shrinks until a drain lifts it.
+            if self.pcp_policy.has(8) && !z.flags.below_high {
+                cx.charge(Cost::WatermarkCheck);
+                if !z.watermark_ok(order, z.wmark_pages(Wmark::High), highest) {
+                    self.zones[zi].flags.below_high = true;
+                }
+            }
+            let z = &self.zones[zi];
             cx.charge(Cost::WatermarkCheck);
             if !z.watermark_ok(order, z.wmark_pages(mark), highest) {
                 continue;

@@ -1,5 +1,6 @@
-//! Per-CPU pagesets: models the PCP parts of mm/page_alloc.c of Linux 6.6,
-//! before the `high` auto-tuning series (seed 003).
+//! Per-CPU pagesets: models the PCP parts of mm/page_alloc.c, from Linux 6.6
+//! (before auto-tuning) through the ten patches of the PCP `high` auto-tuning
+//! series (seed 003, merged in 6.7) to today's form (6.18).
 //!
 //! # Why per-CPU lists
 //!
@@ -14,7 +15,38 @@
 //! memory held idle on the lists: the smaller `high`, the more often the zone
 //! lock is taken.
 //!
-//! # Deviations from Linux 6.6
+//! # The auto-tuning series, patch by patch
+//!
+//! [`PcpPolicy::patches`] applies the first N patches of the series on top of
+//! 6.6, so that each row of the seed's tables is a kernel of its own:
+//!
+//! 1. `PCPF_PREV_FREE_HIGH_ORDER`: drain everything on a high-order free only
+//!    if the previous free was high-order too (not on the lone order-1 frees
+//!    of process exit).
+//! 2. The per-CPU share of the LLC (`per_cpu_data_slice_size`), set by
+//!    [`PageAlloc::setup_pcp_cacheinfo`].
+//! 3. `PCPF_FREE_HIGH_BATCH`: with a slice larger than `3 * batch` pages, keep
+//!    `batch` pages before a high-order drain.
+//! 4. `CONFIG_PCP_BATCH_SCALE_MAX`: cap the free scale factor, and the pages
+//!    one high-order drain frees, at `batch << SCALE_MAX`.
+//! 5. `alloc_factor`: consecutive refills without a free in between take
+//!    doubling batches (`nr_pcp_alloc()`).
+//! 6. The framework: `high_min`/`high_max`, `high` clamped between them.
+//! 7. Tune `high`: grow by a batch on each refill, shrink on high-order drains
+//!    and under reclaim, decay by 1/8 a second from vmstat work.
+//! 8. Shrink `high` while the zone is below its high watermark (`ZONE_BELOW_HIGH`).
+//! 9. Avoid reducing `high` unnecessarily: decay never below what the CPU
+//!    holds minus one maximal batch.
+//! 10. `free_count` replaces `free_factor`: consecutive frees are counted in
+//!     pages, which detects high-order free bursts sooner.
+//!
+//! Deviation: the series as posted (the seed) differs in details from the
+//! merged 6.7 form; the model follows the merged code for each patch's idea
+//! (e.g. patch 9 posted a `count_min` tracker; merged 6.7 bounds the decay by
+//! `count - (batch << SCALE_MAX)` instead). Where a patch's intermediate code
+//! is not known exactly, the model uses the merged form of the same rule.
+//!
+//! # Deviations from the kernel
 //!
 //! - Deviation: the per-CPU lock is always available to its CPU (no
 //!   `pcp_spin_trylock()` failure): nothing in the model drains another
@@ -24,7 +56,8 @@
 use crate::cost::{Cost, Cx};
 use crate::page::{PageList, MT_SHIFT, ORDER_MASK, PG_PCP};
 use crate::page_alloc::{
-    MigrateType, PageAlloc, MIGRATE_PCPTYPES, PAGEBLOCK_ORDER, PAGE_ALLOC_COSTLY_ORDER,
+    MigrateType, PageAlloc, Wmark, ZoneType, MIGRATE_PCPTYPES, PAGEBLOCK_ORDER,
+    PAGE_ALLOC_COSTLY_ORDER,
 };
 use crate::vmstat::VmEvent;
 
@@ -35,19 +68,92 @@ pub const NR_PCP_LISTS: usize = NR_LOWORDER_PCP_LISTS + 1;
 /// `MIN_PERCPU_PAGELIST_HIGH_FRACTION`: the smallest nonzero
 /// `vm.percpu_pagelist_high_fraction`.
 pub const MIN_PERCPU_PAGELIST_HIGH_FRACTION: u32 = 8;
+/// Default of `CONFIG_PCP_BATCH_SCALE_MAX` (range 0..=6).
+pub const PCP_BATCH_SCALE_MAX_DEFAULT: u8 = 5;
 
 /// `PCPF_PREV_FREE_HIGH_ORDER`: the previous free on this CPU was of an
-/// order in 1..=3 (seed 003, patch 1).
+/// order in 1..=3 (patch 1).
 pub const PCPF_PREV_FREE_HIGH_ORDER: u8 = 1 << 0;
+/// `PCPF_FREE_HIGH_BATCH`: this CPU's share of the LLC holds more than
+/// `3 * batch` pages (patch 3).
+pub const PCPF_FREE_HIGH_BATCH: u8 = 1 << 1;
 
-/// Which PCP behaviours are in force. Linux 6.6 is the default; the auto-tuning
-/// series adds its patches here one by one.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+/// When `nr_pcp_alloc()` may grow `high`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum PcpGrowth {
+    /// Merged 6.7: unless kswapd is reclaiming (`ZONE_RECLAIM_ACTIVE`).
+    UnlessReclaimActive,
+    /// Today: unless the zone is below its high watermark (`ZONE_BELOW_HIGH`).
+    UnlessBelowHigh,
+}
+
+/// Which PCP behaviours are in force: Linux 6.6 plus the first `patches`
+/// patches of the auto-tuning series, and the later changes of today's kernel.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct PcpPolicy {
-    /// Seed 003 patch 1 ("avoid to drain PCP when process exit"): a free
-    /// drains everything only if the previous free was also of order 1..=3
-    /// (`PCPF_PREV_FREE_HIGH_ORDER`).
-    pub prev_free_high_order: bool,
+    /// Patches of the auto-tuning series applied (0 = Linux 6.6, 10 = 6.7).
+    pub patches: u8,
+    /// `CONFIG_PCP_BATCH_SCALE_MAX` (patch 4 onwards).
+    pub batch_scale_max: u8,
+    /// When refills grow `high` (patch 7 onwards).
+    pub growth: PcpGrowth,
+    /// Today's `free_high` threshold `free_count >= batch + high_min / 2`
+    /// (2025) instead of 6.7's `free_count >= batch`.
+    pub free_high_half_high_min: bool,
+    /// Today's draining in chunks of `batch` pages, releasing the zone lock
+    /// between chunks (`drain_pages_zone()`, `decay_pcp_high()`).
+    pub chunked_drain: bool,
+}
+
+impl Default for PcpPolicy {
+    /// Linux 6.6.
+    fn default() -> Self {
+        PcpPolicy::series(0)
+    }
+}
+
+impl PcpPolicy {
+    /// Linux 6.6 with the first `n` patches of the series (0..=10).
+    pub fn series(n: u8) -> PcpPolicy {
+        PcpPolicy {
+            patches: n.min(10),
+            batch_scale_max: PCP_BATCH_SCALE_MAX_DEFAULT,
+            growth: PcpGrowth::UnlessReclaimActive,
+            free_high_half_high_min: false,
+            chunked_drain: false,
+        }
+    }
+
+    /// Linux 6.7: the whole series as merged.
+    pub fn linux_6_7() -> PcpPolicy {
+        PcpPolicy::series(10)
+    }
+
+    /// Linux 6.18: the series plus later changes.
+    pub fn linux_6_18() -> PcpPolicy {
+        PcpPolicy {
+            growth: PcpGrowth::UnlessBelowHigh,
+            free_high_half_high_min: true,
+            chunked_drain: true,
+            ..PcpPolicy::series(10)
+        }
+    }
+
+    /// True if patch `n` of the series is applied.
+    #[inline]
+    pub fn has(&self, n: u8) -> bool {
+        self.patches >= n
+    }
+
+    /// `CONFIG_PCP_BATCH_SCALE_MAX` in force: unlimited (in effect) before patch 4.
+    #[inline]
+    fn scale_max(&self) -> u8 {
+        if self.has(4) {
+            self.batch_scale_max
+        } else {
+            u8::MAX
+        }
+    }
 }
 
 /// True if blocks of `order` are kept on PCP lists (`pcp_allowed_order()`).
@@ -76,22 +182,32 @@ pub fn pindex_to_order(pindex: usize) -> u8 {
     }
 }
 
-/// One CPU's pageset for one zone (`struct per_cpu_pages`, 6.6 layout).
+/// One CPU's pageset for one zone (`struct per_cpu_pages`).
 ///
-/// Invariant: `count` is the number of base pages on `lists`.
+/// Invariant: `count` is the number of base pages on `lists`; with tuning,
+/// `high_min <= high <= high_max` after every PCP operation.
 #[derive(Clone, Debug, Default)]
 pub struct PerCpuPages {
     /// Pages on the lists.
     pub count: i32,
     /// Drain to the zone when `count` reaches this.
     pub high: i32,
+    /// Lower bound of `high` (patch 6).
+    pub high_min: i32,
+    /// Upper bound of `high` (patch 6).
+    pub high_max: i32,
     /// Pages moved to or from the zone at a time.
     pub batch: i32,
-    /// Scale of the batch freed while freeing without allocating
-    /// (`free_factor`, 6.6).
-    pub free_factor: u8,
     /// `PCPF_*` flags.
     pub flags: u8,
+    /// Scale of the batch freed while freeing without allocating
+    /// (`free_factor`, before patch 10).
+    pub free_factor: u8,
+    /// Scale of the batch allocated while allocating without freeing (patch 5).
+    pub alloc_factor: u8,
+    /// Pages freed since the last allocation, halved on each allocation
+    /// (patch 10).
+    pub free_count: i32,
     /// The lists, by [`order_to_pindex`].
     pub lists: [PageList; NR_PCP_LISTS],
 }
@@ -110,9 +226,9 @@ pub fn zone_batchsize(managed_pages: u64) -> i32 {
     (pow - 1) as i32
 }
 
-/// Models `zone_highsize()` of 6.6: the zone's low watermark (or
-/// `managed / fraction` when `vm.percpu_pagelist_high_fraction` is set)
-/// shared among the node's CPUs, at least `4 * batch`.
+/// Models `zone_highsize()`: the zone's low watermark (or `managed /
+/// fraction` when a fraction is given) shared among the node's CPUs, at
+/// least `4 * batch`.
 pub fn zone_highsize(
     low_wmark: u64,
     managed_pages: u64,
@@ -139,26 +255,53 @@ impl PageAlloc {
         self.pageset_update_all();
     }
 
-    /// Recomputes `high` and `batch` after a sysctl changed
-    /// (`zone_pcp_update()`).
+    /// Recomputes `batch`, `high_min` and `high_max` (`zone_pcp_update()`).
+    /// With auto-tuning and no `vm.percpu_pagelist_high_fraction`, `high`
+    /// may move between the low-watermark share and an eighth of the zone;
+    /// a fraction pins both bounds to it, which turns tuning off.
     pub fn pageset_update_all(&mut self) {
         let nz = self.zones.len();
+        let fraction = self.sysctl.percpu_pagelist_high_fraction;
+        let tuning = self.pcp_policy.has(7);
         for zi in 0..nz {
             let z = &self.zones[zi];
             // A tiny zone computes a batch of 0; the pageset uses at least 1.
             let batch = zone_batchsize(z.managed_pages).max(1);
             let node_cpus = self.node_nr_cpus(z.node);
-            let high = zone_highsize(
-                z.wmark_pages(crate::page_alloc::Wmark::Low),
-                z.managed_pages,
-                self.sysctl.percpu_pagelist_high_fraction,
-                batch,
-                node_cpus,
-            );
+            let low = z.wmark_pages(Wmark::Low);
+            let high_min = zone_highsize(low, z.managed_pages, fraction, batch, node_cpus);
+            let high_max = if tuning && fraction == 0 {
+                zone_highsize(
+                    low,
+                    z.managed_pages,
+                    MIN_PERCPU_PAGELIST_HIGH_FRACTION,
+                    batch,
+                    node_cpus,
+                )
+            } else {
+                high_min
+            };
             for cpu in 0..self.nr_cpus() as usize {
                 let p = &mut self.pcp[cpu * nz + zi];
                 p.batch = batch;
-                p.high = high;
+                p.high_min = high_min;
+                p.high_max = high_max;
+                p.high = p.high.clamp(high_min, high_max);
+            }
+        }
+    }
+
+    /// Models `setup_pcp_cacheinfo()` / `zone_pcp_update_cacheinfo()`
+    /// (patches 2 and 3): sets `PCPF_FREE_HIGH_BATCH` where this CPU's share
+    /// of the last-level cache holds more than `3 * batch` pages.
+    pub fn setup_pcp_cacheinfo(&mut self, per_cpu_data_slice_bytes: u64) {
+        let on = self.pcp_policy.has(3);
+        let slice_pages = (per_cpu_data_slice_bytes / crate::types::PAGE_SIZE) as i64;
+        for p in &mut self.pcp {
+            if on && slice_pages > 3 * p.batch as i64 {
+                p.flags |= PCPF_FREE_HIGH_BATCH;
+            } else {
+                p.flags &= !PCPF_FREE_HIGH_BATCH;
             }
         }
     }
@@ -204,9 +347,58 @@ impl PageAlloc {
         i
     }
 
-    /// Models `rmqueue_pcplist()` and `__rmqueue_pcplist()` of 6.6: pops a
-    /// block from this CPU's list, refilling an empty list with a batch
-    /// scaled down by the order.
+    /// May `high` grow on a refill now (patch 7's growth rule)?
+    fn growth_allowed(&self, zi: usize) -> bool {
+        let f = self.zones[zi].flags;
+        match self.pcp_policy.growth {
+            PcpGrowth::UnlessReclaimActive => !f.reclaim_active,
+            PcpGrowth::UnlessBelowHigh => !f.below_high,
+        }
+    }
+
+    /// Models `nr_pcp_alloc()` (6.7+) and the batch scaling of 6.6's
+    /// `__rmqueue_pcplist()`: how many blocks a refill takes.
+    fn nr_pcp_alloc(&mut self, pi: usize, zi: usize, order: u8) -> i32 {
+        let pol = self.pcp_policy;
+        let grow = pol.has(7) && self.growth_allowed(zi);
+        let p = &mut self.pcp[pi];
+        let base = p.batch;
+        let mut high = p.high;
+        if pol.has(6) {
+            high = p.high.clamp(p.high_min, p.high_max);
+            p.high = high;
+            // A pageset that must not hoard pages takes one at a time.
+            if high < base {
+                return 1;
+            }
+        }
+        let mut batch = if pol.has(5) && order == 0 {
+            base << p.alloc_factor
+        } else {
+            base
+        };
+        // A larger high would have saved this trip to the zone.
+        if grow && p.high_min != p.high_max {
+            high = (high + batch).min(p.high_max);
+            p.high = high;
+        }
+        if pol.has(5) && order == 0 {
+            let max_nr_alloc = (high - p.count - base).max(base);
+            // Each refill without a free in between doubles the next one.
+            if batch <= max_nr_alloc && p.alloc_factor < pol.scale_max() {
+                p.alloc_factor += 1;
+            }
+            batch = batch.min(max_nr_alloc);
+        }
+        // A batch of 1 marks a pageset that must not hoard pages.
+        if batch > 1 {
+            batch = (batch >> order).max(2);
+        }
+        batch
+    }
+
+    /// Models `rmqueue_pcplist()` and `__rmqueue_pcplist()`: pops a block
+    /// from this CPU's list, refilling an empty list from the zone.
     pub(crate) fn rmqueue_pcplist(
         &mut self,
         cx: &mut Cx,
@@ -216,15 +408,15 @@ impl PageAlloc {
     ) -> Option<u32> {
         let pi = self.pcp_index(cx.cpu, zi);
         cx.charge(Cost::PcpLock);
-        // An allocation halves the scale of the next bulk free.
-        self.pcp[pi].free_factor >>= 1;
+        // An allocation damps the scale of the next bulk free.
+        if self.pcp_policy.has(10) {
+            self.pcp[pi].free_count >>= 1;
+        } else {
+            self.pcp[pi].free_factor >>= 1;
+        }
         let pindex = order_to_pindex(mt, order);
         if self.pcp[pi].lists[pindex].is_empty() {
-            let mut batch = self.pcp[pi].batch;
-            // A batch of 1 marks a pageset that must not hoard pages.
-            if batch > 1 {
-                batch = (batch >> order).max(2);
-            }
+            let batch = self.nr_pcp_alloc(pi, zi, order);
             let got = self.rmqueue_bulk(cx, zi, pi, order, batch, mt);
             self.pcp[pi].count += got << order;
             if got == 0 {
@@ -242,36 +434,106 @@ impl PageAlloc {
         Some(pfn)
     }
 
-    /// Models `nr_pcp_high()` of 6.6: the count at which to drain.
-    fn nr_pcp_high(&self, pi: usize, zi: usize, free_high: bool) -> i32 {
-        let p = &self.pcp[pi];
-        if p.high == 0 || free_high {
-            return 0;
+    /// Pages the CPU has been freeing in a row: `free_count` (patch 10) or
+    /// `batch << free_factor` before it.
+    fn free_amount(p: &PerCpuPages, pol: &PcpPolicy) -> i32 {
+        if pol.has(10) {
+            p.free_count
+        } else {
+            p.batch
+                .checked_shl(p.free_factor as u32)
+                .unwrap_or(i32::MAX)
+                .max(p.batch)
         }
-        if !self.zones[zi].flags.reclaim_active {
-            return p.high;
-        }
-        // Under reclaim, keep few pages on the lists.
-        (p.batch << 2).min(p.high)
     }
 
-    /// Models `nr_pcp_free()` of 6.6: how many pages to drain now.
-    fn nr_pcp_free(p: &mut PerCpuPages, high: i32, free_high: bool) -> i32 {
+    /// Models `nr_pcp_high()`: the count at which to drain now, adjusting
+    /// `high` on the way when it is tuned.
+    fn nr_pcp_high(&mut self, pi: usize, zi: usize, free_high: bool) -> i32 {
+        let pol = self.pcp_policy;
+        let flags = self.zones[zi].flags;
+        let p = &mut self.pcp[pi];
+        let batch = p.batch;
+        if !pol.has(6) {
+            if p.high == 0 || free_high {
+                return 0;
+            }
+            if !flags.reclaim_active {
+                return p.high;
+            }
+            // Under reclaim, keep few pages on the lists.
+            return (batch << 2).min(p.high);
+        }
+        let (hmin, hmax) = (p.high_min, p.high_max);
+        let mut high = p.high.clamp(hmin, hmax);
+        p.high = high;
+        if high == 0 {
+            return 0;
+        }
+        let tune = pol.has(7);
+        let big_batch = batch
+            .checked_shl(pol.scale_max().min(30) as u32)
+            .unwrap_or(i32::MAX);
+        if free_high {
+            if tune {
+                p.high = (high - big_batch).max(hmin);
+            }
+            return 0;
+        }
+        if flags.reclaim_active {
+            if tune {
+                let fc = Self::free_amount(p, &pol).max(batch);
+                p.high = (high - fc).max(hmin);
+            }
+            return (batch << 2).min(p.high);
+        }
+        if hmin == hmax {
+            return high;
+        }
+        if pol.has(8) && flags.below_high {
+            // Memory is short: shrink high by what is being freed, and drain
+            // now down to what the CPU holds.
+            let fc = Self::free_amount(p, &pol).max(batch);
+            p.high = (high - fc).max(hmin);
+            high = p.count.max(hmin);
+        } else if tune && p.count >= high {
+            // high should hold a whole freed batch.
+            let need_high = Self::free_amount(p, &pol).saturating_add(batch);
+            if p.high < need_high {
+                p.high = need_high.clamp(hmin, hmax);
+            }
+        }
+        high
+    }
+
+    /// Models `nr_pcp_free()`: how many pages to drain now.
+    fn nr_pcp_free(p: &mut PerCpuPages, pol: &PcpPolicy, high: i32, free_high: bool) -> i32 {
         let batch = p.batch;
         if free_high {
+            // Patch 4 bounds how long one drain holds the zone lock.
+            if pol.has(4) {
+                let cap = batch
+                    .checked_shl(pol.scale_max() as u32)
+                    .unwrap_or(i32::MAX);
+                return p.count.min(cap);
+            }
             return p.count;
         }
         if high < batch {
             return 1;
         }
-        let (min_nr_free, max_nr_free) = (batch, high - batch);
+        let (min_nr_free, max_nr_free) = (batch, (high - batch).max(batch));
+        if pol.has(10) {
+            // Free as many pages as were freed in a row.
+            return p.free_count.clamp(min_nr_free, max_nr_free);
+        }
         // Each consecutive drain without an allocation in between doubles
         // the amount freed.
-        let scaled = batch << p.free_factor;
-        if scaled < max_nr_free {
+        let scaled = batch.checked_shl(p.free_factor as u32).unwrap_or(i32::MAX);
+        if scaled < max_nr_free && p.free_factor < pol.scale_max().min(30) {
             p.free_factor += 1;
         }
-        scaled.clamp(min_nr_free, max_nr_free.max(min_nr_free))
+        scaled.clamp(min_nr_free, max_nr_free)
     }
 
     /// Models `free_unref_page()`: a block to the freeing CPU's list.
@@ -288,9 +550,9 @@ impl PageAlloc {
         self.free_unref_page_commit(cx, zi, pi, pfn, order, mt);
     }
 
-    /// Models `free_unref_page_commit()` of 6.6 (with seed 003 patch 1 as a
-    /// policy): adds the block at the list head and drains a batch when the
-    /// CPU holds `high` pages.
+    /// Models `free_unref_page_commit()` (6.6 to 6.7; `free_frozen_page_commit()`
+    /// today): adds the block at the list head and drains when the CPU holds
+    /// `high` pages.
     fn free_unref_page_commit(
         &mut self,
         cx: &mut Cx,
@@ -303,34 +565,112 @@ impl PageAlloc {
         let pindex = order_to_pindex(mt, order);
         self.mem
             .set_flags(pfn, PG_PCP | order as u32 | ((mt as u32) << MT_SHIFT));
-        let policy = self.pcp_policy;
+        let pol = self.pcp_policy;
         let p = &mut self.pcp[pi];
+        if pol.has(5) {
+            // A free damps the scale of the next refill.
+            p.alloc_factor >>= 1;
+        }
         p.lists[pindex].add(&mut self.mem, pfn);
         p.count += 1 << order;
         cx.charge(Cost::PcpListOp);
+        let batch = p.batch;
 
         // High-order pages other than THP fragment memory while they sit on
         // PCP lists, so a CPU that keeps freeing them without allocating gives
-        // them all back.
+        // them back.
         let high_order = order > 0 && order <= PAGE_ALLOC_COSTLY_ORDER;
-        let free_high = if policy.prev_free_high_order {
-            let prev = p.flags & PCPF_PREV_FREE_HIGH_ORDER != 0;
-            if high_order {
-                p.flags |= PCPF_PREV_FREE_HIGH_ORDER;
+        let mut free_high = false;
+        if high_order {
+            let freeing = if pol.has(10) {
+                let threshold = if pol.free_high_half_high_min {
+                    batch + p.high_min / 2
+                } else {
+                    batch
+                };
+                p.free_count >= threshold
             } else {
-                p.flags &= !PCPF_PREV_FREE_HIGH_ORDER;
-            }
-            high_order && p.free_factor != 0 && prev
+                p.free_factor != 0
+            };
+            let prev_ok = !pol.has(1) || p.flags & PCPF_PREV_FREE_HIGH_ORDER != 0;
+            let keep_batch_ok =
+                !pol.has(3) || p.flags & PCPF_FREE_HIGH_BATCH == 0 || p.count >= batch;
+            free_high = freeing && prev_ok && keep_batch_ok;
+            p.flags |= PCPF_PREV_FREE_HIGH_ORDER;
         } else {
-            high_order && p.free_factor != 0
-        };
+            p.flags &= !PCPF_PREV_FREE_HIGH_ORDER;
+        }
+        if pol.has(10) {
+            let cap = batch
+                .checked_shl(pol.scale_max() as u32)
+                .unwrap_or(i32::MAX);
+            if p.free_count < cap {
+                p.free_count += 1 << order;
+            }
+        }
         let high = self.nr_pcp_high(pi, zi, free_high);
         if self.pcp[pi].count >= high {
             if free_high {
                 self.vmstat.count(VmEvent::PCP_FREE_HIGH, 1);
             }
-            let n = Self::nr_pcp_free(&mut self.pcp[pi], high, free_high);
+            let n = Self::nr_pcp_free(&mut self.pcp[pi], &pol, high, free_high);
             self.free_pcppages_bulk(cx, zi, pi, n, pindex);
+            let z = &mut self.zones[zi];
+            if pol.has(8) && z.flags.below_high {
+                cx.charge(Cost::WatermarkCheck);
+                if z.watermark_ok(0, z.wmark_pages(Wmark::High), ZoneType::Normal) {
+                    z.flags.below_high = false;
+                }
+            }
+        }
+    }
+
+    /// Models `decay_pcp_high()` (patch 7; bounded by patch 9), run for every
+    /// zone from this CPU's vmstat work once a second: lowers `high` by an
+    /// eighth towards `high_min` and drains what is above it.
+    pub fn decay_pcp_high(&mut self, cx: &mut Cx, cpu: crate::types::VcpuId) {
+        let pol = self.pcp_policy;
+        if !pol.has(7) {
+            return;
+        }
+        for zi in 0..self.zones.len() {
+            let pi = self.pcp_index(cpu, zi);
+            let p = &mut self.pcp[pi];
+            let big_batch = p
+                .batch
+                .checked_shl(pol.scale_max().min(30) as u32)
+                .unwrap_or(i32::MAX);
+            if p.high > p.high_min {
+                let step = p.high - (p.high >> 3);
+                p.high = if pol.has(9) {
+                    // Never below what the CPU is actively using.
+                    (p.count.saturating_sub(big_batch))
+                        .max(step)
+                        .max(p.high_min)
+                } else {
+                    step.max(p.high_min)
+                };
+            }
+            let to_drain = p.count - p.high;
+            if to_drain > 0 {
+                cx.charge(Cost::PcpLock);
+                self.drain_in_chunks(cx, zi, pi, to_drain);
+            }
+        }
+    }
+
+    /// Frees `count` pages of a pageset, in `batch`-sized zone-lock sections
+    /// with today's policy or in one section before it.
+    fn drain_in_chunks(&mut self, cx: &mut Cx, zi: usize, pi: usize, mut count: i32) {
+        if !self.pcp_policy.chunked_drain {
+            self.free_pcppages_bulk(cx, zi, pi, count, 0);
+            return;
+        }
+        let batch = self.pcp[pi].batch.max(1);
+        while count > 0 && self.pcp[pi].count > 0 {
+            let n = count.min(batch);
+            self.free_pcppages_bulk(cx, zi, pi, n, 0);
+            count -= n;
         }
     }
 
@@ -399,7 +739,7 @@ impl PageAlloc {
             let count = self.pcp[pi].count;
             if count > 0 {
                 cx.charge(Cost::PcpLock);
-                self.free_pcppages_bulk(cx, zi, pi, count, 0);
+                self.drain_in_chunks(cx, zi, pi, count);
             }
         }
     }

@@ -131,15 +131,16 @@ fn buddy_and_pcp_match_a_bitmap_6_6() {
 #[test]
 fn buddy_and_pcp_match_a_bitmap_small_high() {
     for seed in 10..=13 {
-        run(
-            seed,
-            4000,
-            PcpPolicy {
-                prev_free_high_order: true,
-            },
-            8,
-        );
+        run(seed, 4000, PcpPolicy::series(1), 8);
     }
+}
+
+#[test]
+fn buddy_and_pcp_match_a_bitmap_every_patch_of_the_series() {
+    for n in 0..=10 {
+        run(100 + n as u64, 2500, PcpPolicy::series(n), 0);
+    }
+    run(200, 2500, PcpPolicy::linux_6_18(), 0);
 }
 
 #[test]

@@ -58,6 +58,8 @@ struct Vcpu {
     active: bool,
     busy_ns: u64,
     lock_wait_since: u64,
+    /// The per-CPU vmstat work is due and runs before the next operation.
+    kwork_pending: bool,
 }
 
 #[derive(Default)]
@@ -104,7 +106,30 @@ pub struct RunStats {
     pub peak_pcp_pages: u64,
     /// Pages on PCP lists at the end.
     pub final_pcp_pages: u64,
+    /// Each vCPU's PCP state for each zone, sampled when its vmstat work runs
+    /// (once a virtual second).
+    pub pcp_series: Vec<PcpSample>,
 }
+
+/// One sample of one CPU's pageset for one zone.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct PcpSample {
+    /// Virtual time of the sample.
+    pub time_ns: u64,
+    /// The CPU.
+    pub cpu: u32,
+    /// The zone's index in the allocator.
+    pub zone: u32,
+    /// Pages on the CPU's lists.
+    pub count: i32,
+    /// The CPU's `high`.
+    pub high: i32,
+}
+
+/// Marks an event as the firing of a vCPU's vmstat timer.
+const TIMER: u32 = 1 << 31;
+/// `sysctl_stat_interval`: the vmstat work runs once a second (HZ).
+pub const VMSTAT_INTERVAL_NS: u64 = 1_000_000_000;
 
 impl RunStats {
     /// Share of busy vCPU time spent waiting for or holding `class`, in percent.
@@ -142,6 +167,9 @@ pub struct Engine {
     seed: u64,
     check_every: u64,
     pcp_sample_every: u64,
+    live_tasks: usize,
+    idle_tail_ns: u64,
+    last_task_end: u64,
 }
 
 impl Engine {
@@ -166,6 +194,9 @@ impl Engine {
             seed,
             check_every: 0,
             pcp_sample_every: 64,
+            live_tasks: 0,
+            idle_tail_ns: 0,
+            last_task_end: 0,
         }
     }
 
@@ -173,6 +204,13 @@ impl Engine {
     /// For tests: the checker is O(pages).
     pub fn check_invariants_every(&mut self, n: u64) {
         self.check_every = n;
+    }
+
+    /// Keeps the machine running, idle, for `ns` after the last task ends, so
+    /// that periodic kernel work (PCP `high` decay) shows what it does to an
+    /// idle machine.
+    pub fn set_idle_tail_ns(&mut self, ns: u64) {
+        self.idle_tail_ns = ns;
     }
 
     /// Adds a task; it starts at time 0 on its vCPU.
@@ -224,8 +262,18 @@ impl Engine {
             }
         }
         self.stats.nr_tasks = self.tasks.len() as u64;
+        self.live_tasks = self.tasks.len();
+        for v in 0..self.vcpus.len() as u32 {
+            self.seq += 1;
+            self.queue
+                .push(Reverse((VMSTAT_INTERVAL_NS, self.seq, v | TIMER)));
+        }
         while let Some(Reverse((t, _, v))) = self.queue.pop() {
-            self.step(v, t);
+            if v & TIMER != 0 {
+                self.vmstat_timer(v & !TIMER, t);
+            } else {
+                self.step(v, t);
+            }
         }
         let stuck: Vec<usize> = (0..self.tasks.len())
             .filter(|&i| self.tasks[i].state != TaskState::Done)
@@ -308,6 +356,35 @@ impl Engine {
         }
     }
 
+    /// The per-CPU vmstat timer (`vmstat_update()`): marks the work due on
+    /// vCPU `v`, samples its pagesets, and re-arms while tasks run (and for
+    /// the idle tail after).
+    fn vmstat_timer(&mut self, v: u32, t: u64) {
+        let vi = v as usize;
+        for zi in 0..self.pa.zones.len() {
+            let p = &self.pa.pcp[self.pa.pcp_index(VcpuId(v), zi)];
+            self.stats.pcp_series.push(PcpSample {
+                time_ns: t,
+                cpu: v,
+                zone: zi as u32,
+                count: p.count,
+                high: p.high,
+            });
+        }
+        self.vcpus[vi].kwork_pending = true;
+        // An idle vCPU wakes for the work; a busy one runs it between
+        // operations, as a kworker would run when the task yields.
+        if !self.vcpus[vi].active && self.vcpus[vi].current.is_none() {
+            let at = t.max(self.vcpus[vi].time);
+            self.schedule(v, at);
+        }
+        let next = t + VMSTAT_INTERVAL_NS;
+        if self.live_tasks > 0 || next <= self.last_task_end + self.idle_tail_ns {
+            self.seq += 1;
+            self.queue.push(Reverse((next, self.seq, v | TIMER)));
+        }
+    }
+
     fn release(&mut self, l: LockId, v: u32, t: u64) {
         let handoff = self.handoff_ns(l);
         let st = self.lock_state(l);
@@ -341,6 +418,15 @@ impl Engine {
     /// vCPU has nothing to run.
     fn start_next_op(&mut self, v: u32, t: u64) -> bool {
         let vi = v as usize;
+        if self.vcpus[vi].kwork_pending {
+            self.vcpus[vi].kwork_pending = false;
+            self.vcpus[vi].segs.clear();
+            self.vcpus[vi].pos = 0;
+            self.cx.begin(VcpuId(v), SimTime(t));
+            self.pa.decay_pcp_high(&mut self.cx, VcpuId(v));
+            self.vcpus[vi].segs.extend_from_slice(self.cx.segs());
+            return true;
+        }
         loop {
             let tid = match self.vcpus[vi].current {
                 Some(tid) => tid,
@@ -358,6 +444,8 @@ impl Engine {
                 task.state = TaskState::Done;
                 self.vcpus[vi].current = None;
                 self.stats.runtime_ns = self.stats.runtime_ns.max(t);
+                self.live_tasks -= 1;
+                self.last_task_end = self.last_task_end.max(t);
                 continue;
             };
             task.nr_ops += 1;

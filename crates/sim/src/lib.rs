@@ -13,7 +13,7 @@ pub mod op;
 pub mod profile;
 pub mod rng;
 
-pub use engine::{Engine, LockStats, RunStats};
+pub use engine::{Engine, LockStats, PcpSample, RunStats};
 pub use machine::{Machine, MachineError, NodeSpec};
 pub use op::{Block, ChanId, Op, OpResult, Program, TaskSpec};
 pub use rng::Rng;

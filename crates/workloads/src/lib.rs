@@ -4,8 +4,10 @@
 //! experiment file) into tasks bound to vCPUs. Every workload documents what
 //! it models and where its parameters come from.
 
+pub mod kbuild;
 pub mod page_churn;
 pub mod params;
+pub mod stream;
 
 pub use params::{ParamError, ParamValue, Params};
 
@@ -23,7 +25,7 @@ pub struct WorkloadDef {
 }
 
 /// Every workload.
-pub const WORKLOADS: &[WorkloadDef] = &[page_churn::DEF];
+pub const WORKLOADS: &[WorkloadDef] = &[kbuild::DEF, page_churn::DEF, stream::DEF];
 
 /// Builds workload `name` with `params` for `machine`.
 pub fn build(name: &str, params: &Params, machine: &Machine) -> Result<Vec<TaskSpec>, ParamError> {

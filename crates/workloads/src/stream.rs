@@ -1,0 +1,211 @@
+//! Pairs of tasks passing buffers between CPUs: network and local-socket
+//! benchmarks as the page allocator sees them.
+//!
+//! # What it models
+//!
+//! - `netperf SCTP_STREAM_MANY` (seed 003: 64 pairs on a 128-CPU machine):
+//!   a sender allocates socket buffer pages (order 0, with orders 1–3 for
+//!   larger skb heads and fragments) on its CPU and queues them; the receiver
+//!   on another CPU consumes and frees them there. Pages move one way, so the
+//!   sender's lists run empty and the receiver's overflow.
+//! - `lmbench3 AF_UNIX` (16 pairs): a ping-pong where each side sends a
+//!   buffer and waits for the other's (`pingpong = 1`): high-order buffer
+//!   pages bounce between two CPUs.
+//!
+//! Deviation: the network stack itself (protocol processing, copies) is a
+//! fixed user/kernel time per message (`work_ns`), not modelled; only the
+//! page allocations and frees are. Sizes are synthetic.
+
+use crate::params::{ParamError, Params};
+use crate::WorkloadDef;
+use mm::page_alloc::Gfp;
+use sim::{Block, Machine, Op, OpResult, Program, Rng, TaskSpec};
+
+pub(crate) const DEF: WorkloadDef = WorkloadDef {
+    name: "stream",
+    summary: "sender/receiver pairs passing page buffers between CPUs (netperf, lmbench AF_UNIX)",
+    params: &[
+        (
+            "pairs",
+            "half the CPUs",
+            "sender/receiver pairs; pair i runs on CPUs 2i and 2i+1",
+        ),
+        ("messages", "2000", "messages each sender sends"),
+        ("blocks_per_message", "4", "blocks allocated per message"),
+        (
+            "high_order_pct",
+            "25",
+            "percent of blocks of order 1-3 (uniform), the rest order 0",
+        ),
+        (
+            "work_ns",
+            "2000",
+            "time per message on each side besides the allocator",
+        ),
+        (
+            "pingpong",
+            "0",
+            "1: each side sends and waits in turn (AF_UNIX ping-pong); 0: one-way stream",
+        ),
+    ],
+    build,
+};
+
+#[derive(Clone, Copy, Debug)]
+struct StreamParams {
+    messages: u32,
+    blocks: u32,
+    high_order_pct: u32,
+    work_ns: u64,
+    pingpong: bool,
+}
+
+fn build(p: &Params, m: &Machine) -> Result<Vec<TaskSpec>, ParamError> {
+    let nr_cpus = m.nr_cpus() as i64;
+    let pairs = p.int("pairs", (nr_cpus / 2).max(1), 1..=(nr_cpus / 2).max(1))? as u32;
+    let sp = StreamParams {
+        messages: p.int("messages", 2000, 1..=100_000_000)? as u32,
+        blocks: p.int("blocks_per_message", 4, 1..=100_000)? as u32,
+        high_order_pct: p.int("high_order_pct", 25, 0..=100)? as u32,
+        work_ns: p.int("work_ns", 2000, 0..=1_000_000_000)? as u64,
+        pingpong: p.int("pingpong", 0, 0..=1)? == 1,
+    };
+    let mut tasks = Vec::new();
+    for i in 0..pairs {
+        let (a, b) = (2 * i, 2 * i + 1);
+        tasks.push(TaskSpec {
+            program: Box::new(Side::new(sp, a, b, true)),
+            cpu: mm::VcpuId(a % nr_cpus as u32),
+        });
+        tasks.push(TaskSpec {
+            program: Box::new(Side::new(sp, b, a, false)),
+            cpu: mm::VcpuId(b % nr_cpus as u32),
+        });
+    }
+    Ok(tasks)
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Phase {
+    Alloc,
+    Work,
+    Send,
+    Recv,
+    Free,
+}
+
+/// One side of a pair.
+struct Side {
+    p: StreamParams,
+    me: u32,
+    peer: u32,
+    sends: bool,
+    receives: bool,
+    sent: u32,
+    received: u32,
+    phase: Phase,
+    order: u8,
+    buf: Vec<Block>,
+    rx: Vec<Block>,
+}
+
+impl Side {
+    fn new(p: StreamParams, me: u32, peer: u32, first: bool) -> Side {
+        // In a one-way stream the first side only sends and the second only
+        // receives; in a ping-pong both do both, the first one starting.
+        Side {
+            p,
+            me,
+            peer,
+            sends: first || p.pingpong,
+            receives: !first || p.pingpong,
+            sent: 0,
+            received: 0,
+            phase: if first { Phase::Alloc } else { Phase::Recv },
+            order: 0,
+            buf: Vec::new(),
+            rx: Vec::new(),
+        }
+    }
+
+    fn finished(&self) -> bool {
+        (!self.sends || self.sent == self.p.messages)
+            && (!self.receives || self.received == self.p.messages)
+    }
+}
+
+impl Program for Side {
+    fn next(&mut self, last: OpResult, rng: &mut Rng) -> Option<Op> {
+        match last {
+            OpResult::Alloc(Ok(pfn)) => self.buf.push((pfn, self.order)),
+            OpResult::Received(b) => self.rx = b,
+            _ => {}
+        }
+        loop {
+            match self.phase {
+                Phase::Alloc => {
+                    if !self.sends || self.sent == self.p.messages {
+                        if self.finished() {
+                            return None;
+                        }
+                        self.phase = Phase::Recv;
+                        continue;
+                    }
+                    if (self.buf.len() as u32) < self.p.blocks {
+                        self.order = if rng.percent(self.p.high_order_pct) {
+                            1 + rng.below(3) as u8
+                        } else {
+                            0
+                        };
+                        // Socket buffers are unmovable kernel memory.
+                        return Some(Op::AllocPages {
+                            gfp: Gfp::KERNEL,
+                            order: self.order,
+                        });
+                    }
+                    self.phase = Phase::Work;
+                }
+                Phase::Work => {
+                    self.phase = Phase::Send;
+                    if self.p.work_ns > 0 {
+                        return Some(Op::Compute { ns: self.p.work_ns });
+                    }
+                }
+                Phase::Send => {
+                    self.sent += 1;
+                    self.phase = if self.p.pingpong {
+                        Phase::Recv
+                    } else {
+                        Phase::Alloc
+                    };
+                    return Some(Op::Send {
+                        chan: self.peer,
+                        blocks: std::mem::take(&mut self.buf),
+                    });
+                }
+                Phase::Recv => {
+                    if !self.receives || self.received == self.p.messages {
+                        if self.finished() {
+                            return None;
+                        }
+                        self.phase = Phase::Alloc;
+                        continue;
+                    }
+                    self.phase = Phase::Free;
+                    return Some(Op::Recv { chan: self.me });
+                }
+                Phase::Free => {
+                    if let Some(b) = self.rx.pop() {
+                        return Some(Op::FreePages { block: b });
+                    }
+                    self.received += 1;
+                    self.phase = if self.p.pingpong {
+                        Phase::Alloc
+                    } else {
+                        Phase::Recv
+                    };
+                }
+            }
+        }
+    }
+}
