@@ -326,3 +326,6 @@ pub fn vma_lookup(
 ) -> Option<Vma> {
     find_vma(task, mm, vmstat, cx, addr).filter(|v| v.start <= addr)
 }
+
+#[cfg(test)]
+mod tests;
