@@ -82,6 +82,10 @@ costs! {
     FaultEntry = "fault_entry_ns",
     /// One level of a maple-tree walk (`mas_walk()`): one node, usually cached.
     VmaLookupLevel = "vma_lookup_level_ns",
+    /// One slot of the per-task VMA cache examined by `vmacache_find()`
+    /// (Linux 3.15–6.0): a load from `current->vmacache`, a NULL check and
+    /// the bounds compare against the VMA (usually an L1 hit).
+    VmacacheProbe = "vmacache_probe_ns",
     /// Setting one PTE or PMD entry, with the rmap and counter updates around
     /// it (`set_pte_at()`, `folio_add_new_anon_rmap()`).
     PteSet = "pte_set_ns",

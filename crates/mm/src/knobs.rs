@@ -20,6 +20,9 @@ pub struct KernelConfig {
     pub pcp: PcpPolicy,
     /// Fault path: THP knob, THP copy-on-write, mmap placement.
     pub mm: crate::memory::MmConfig,
+    /// The per-task VMA cache in front of `find_vma()` (Linux 3.15–6.0), or
+    /// none (Linux 6.1+).
+    pub vmacache: crate::vmacache::VmacachePolicy,
 }
 
 /// A kernel release whose behaviour the model can follow.
@@ -28,8 +31,12 @@ pub enum Preset {
     /// Linux 6.6: PCP `high` from the low watermark, no auto-tuning.
     Linux6_6,
     /// Linux 4.18: THP copy-on-write copies the whole 2 MiB; no THP
-    /// alignment of anonymous mappings. PCP as in 6.6 (deviation).
+    /// alignment of anonymous mappings; the VMA cache hashes by page
+    /// number. PCP as in 6.6 (deviation).
     Linux4_18,
+    /// Linux 4.19: as 4.18, but the VMA cache hashes by PMD (seed 002,
+    /// merged for 4.19).
+    Linux4_19,
     /// Linux 6.18: THP copy-on-write splits the PMD; anonymous mappings of
     /// 2 MiB multiples are 2 MiB-aligned; PCP auto-tuning with today's
     /// growth rule (`ZONE_BELOW_HIGH`), `free_high` threshold and chunked drains.
@@ -42,6 +49,7 @@ impl Preset {
     /// Every preset.
     pub const ALL: &'static [Preset] = &[
         Preset::Linux4_18,
+        Preset::Linux4_19,
         Preset::Linux6_6,
         Preset::Linux6_7,
         Preset::Linux6_18,
@@ -52,6 +60,7 @@ impl Preset {
         match self {
             Preset::Linux6_6 => "linux-6.6",
             Preset::Linux4_18 => "linux-4.18",
+            Preset::Linux4_19 => "linux-4.19",
             Preset::Linux6_18 => "linux-6.18",
             Preset::Linux6_7 => "linux-6.7",
         }
@@ -66,8 +75,9 @@ impl Preset {
     pub fn config(self) -> KernelConfig {
         use crate::memory::{MmConfig, ThpCow};
         use crate::vma::MmapLayout;
+        use crate::vmacache::VmacachePolicy;
         let mm = match self {
-            Preset::Linux4_18 => MmConfig {
+            Preset::Linux4_18 | Preset::Linux4_19 => MmConfig {
                 thp_cow: ThpCow::CopyHuge,
                 mmap_layout: MmapLayout::PageAligned,
                 ..MmConfig::default()
@@ -75,7 +85,7 @@ impl Preset {
             Preset::Linux6_6 | Preset::Linux6_7 | Preset::Linux6_18 => MmConfig::default(),
         };
         let pcp = match self {
-            Preset::Linux4_18 | Preset::Linux6_6 => PcpPolicy::default(),
+            Preset::Linux4_18 | Preset::Linux4_19 | Preset::Linux6_6 => PcpPolicy::default(),
             Preset::Linux6_7 => PcpPolicy::linux_6_7(),
             Preset::Linux6_18 => PcpPolicy::linux_6_18(),
         };
@@ -84,6 +94,11 @@ impl Preset {
             sysctl: VmSysctl::default(),
             pcp,
             mm,
+            vmacache: match self {
+                Preset::Linux4_18 => VmacachePolicy::Pfn,
+                Preset::Linux4_19 => VmacachePolicy::Pmd,
+                Preset::Linux6_6 | Preset::Linux6_7 | Preset::Linux6_18 => VmacachePolicy::None,
+            },
         }
     }
 }
@@ -248,6 +263,21 @@ pub const KNOBS: &[Knob] = &[
             None => false,
         }),
     },
+    Knob {
+        name: "mmlab.vmacache",
+        accepts: "pfn, pmd, lru or none",
+        help: "model-only knob, no kernel has it: the per-task VMA cache hashes by page \
+               (3.15-4.18), by PMD (4.19-6.0), keeps its 4 slots LRU-ordered (a review \
+               proposal, never merged), or is absent (6.1+)",
+        set: |_, _| false,
+        set_str: Some(|c, s| match crate::vmacache::VmacachePolicy::parse(s) {
+            Some(v) => {
+                c.vmacache = v;
+                true
+            }
+            None => false,
+        }),
+    },
 ];
 
 impl KernelConfig {
@@ -299,6 +329,23 @@ mod tests {
         c.set_knob("vm.percpu_pagelist_high_fraction", &KnobValue::Int(0))
             .unwrap();
         assert_eq!(c.sysctl.percpu_pagelist_high_fraction, 0);
+    }
+
+    #[test]
+    fn vmacache_presets_and_knob() {
+        use crate::vmacache::VmacachePolicy;
+        assert_eq!(Preset::Linux4_18.config().vmacache, VmacachePolicy::Pfn);
+        assert_eq!(Preset::Linux4_19.config().vmacache, VmacachePolicy::Pmd);
+        assert_eq!(Preset::Linux6_6.config().vmacache, VmacachePolicy::None);
+        assert_eq!(Preset::Linux6_18.config().vmacache, VmacachePolicy::None);
+        let mut c = Preset::Linux6_18.config();
+        c.set_knob("mmlab.vmacache", &KnobValue::Str("lru".into()))
+            .unwrap();
+        assert_eq!(c.vmacache, VmacachePolicy::Lru);
+        let e = c
+            .set_knob("mmlab.vmacache", &KnobValue::Str("fifo".into()))
+            .unwrap_err();
+        assert!(e.to_string().contains("pfn, pmd, lru or none"), "{e}");
     }
 
     #[test]

@@ -16,6 +16,7 @@ pub mod pcp;
 pub mod pgtable;
 pub mod types;
 pub mod vma;
+pub mod vmacache;
 pub mod vmstat;
 
 pub use types::*;

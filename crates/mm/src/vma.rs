@@ -140,6 +140,10 @@ pub struct MmStruct {
     pub nr_faults: u64,
     /// Placement of new mappings.
     pub layout: MmapLayout,
+    /// `mm->vmacache_seqnum` (Linux 3.15–6.0): bumped whenever a VMA leaves
+    /// the tree, so that every task's per-task VMA cache revalidates
+    /// ([`crate::vmacache`]).
+    pub vmacache_seqnum: u64,
 }
 
 fn page_align(len: u64) -> Option<u64> {
@@ -158,6 +162,7 @@ impl MmStruct {
             pgt: PageTables::new(pa, cx)?,
             nr_faults: 0,
             layout,
+            vmacache_seqnum: 0,
         })
     }
 
@@ -247,7 +252,13 @@ impl MmStruct {
 
     /// Merges VMAs around `[start, end)` with equal flags that touch
     /// (`vma_merge_new_range()`/`vma_modify()`'s merge step).
-    fn merge_range(&mut self, start: u64, end: u64) {
+    ///
+    /// `fresh` is the start of a VMA that `mmap()` inserted just now: no
+    /// lookup can have cached it, so its disappearing into the VMA below does
+    /// not invalidate the VMA caches (the kernel never allocated it: 4.19's
+    /// `vma_merge()` only extends the previous VMA). Every other VMA that
+    /// leaves the tree does.
+    fn merge_range(&mut self, start: u64, end: u64, fresh: Option<u64>) {
         let first = self
             .vmas
             .range(..start)
@@ -262,6 +273,9 @@ impl MmStruct {
                 let cv = self.vmas[&c];
                 if cv.end == v.start && cv.flags == v.flags {
                     self.vmas.remove(&k);
+                    if fresh != Some(k) {
+                        crate::vmacache::vmacache_invalidate(self);
+                    }
                     self.vmas.get_mut(&c).expect("vma").end = v.end;
                     continue;
                 }
@@ -307,7 +321,7 @@ impl MmStruct {
                 flags,
             },
         );
-        self.merge_range(addr, addr + len);
+        self.merge_range(addr, addr + len, Some(addr));
         Ok(addr)
     }
 
@@ -338,6 +352,9 @@ impl MmStruct {
         }
         for s in &gone {
             let v = self.vmas.remove(s).expect("vma");
+            // Detaching a VMA is what makes cached pointers to it stale
+            // (`detach_vmas_to_be_unmapped()` calls `vmacache_invalidate()`).
+            crate::vmacache::vmacache_invalidate(self);
             crate::memory::zap_page_range(pa, cx, self, v.start, v.end);
         }
         // Page tables may be freed up to the neighbouring VMAs (the kernel's
@@ -408,7 +425,7 @@ impl MmStruct {
                 for (_, v) in self.vmas.range_mut(addr..end) {
                     v.flags = v.flags.without(clear).or(set);
                 }
-                self.merge_range(addr, end);
+                self.merge_range(addr, end, None);
             }
         }
         if unmapped {

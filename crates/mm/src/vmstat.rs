@@ -67,6 +67,18 @@ vm_events! {
     /// Fallback allocations that took a block of another migratetype
     /// (tracepoint kmem:mm_page_alloc_extfrag).
     MM_PAGE_ALLOC_EXTFRAG = "mm_page_alloc_extfrag",
+    /// Calls of `vmacache_find()` (Linux 3.15–6.0, `vmacache_find_calls`;
+    /// the kernel counts it only with CONFIG_DEBUG_VM_VMACACHE).
+    VMACACHE_FIND_CALLS = "vmacache_find_calls",
+    /// `vmacache_find()` calls that returned a VMA (`vmacache_find_hits`).
+    VMACACHE_FIND_HITS = "vmacache_find_hits",
+    /// Hits in the first slot that `vmacache_find()` examined: the figure of
+    /// merit of the PMD-hash patch (seed 002; `mmlab` name).
+    VMACACHE_FIRST_SLOT_HITS = "vmacache_first_slot_hits",
+    /// Nanoseconds charged inside `vmacache_find()`, so that its share of
+    /// fault time can be reported as the seed's perf profile did (`mmlab`
+    /// name).
+    VMACACHE_FIND_NS = "vmacache_find_ns",
 }
 
 /// A set of counters.
