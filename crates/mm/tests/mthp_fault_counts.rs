@@ -420,3 +420,70 @@ fn simple_order_faults_more_than_v2() {
     assert_eq!(v2, 60 * 5);
     assert_eq!(simple, 60 * 15);
 }
+
+/// Memory where no block above order 0 is free: a fault under `policy` with
+/// 64, 32 and 16 KiB allowed. Returns the per-size `anon_fault_fallback` and
+/// the order of the folio that was mapped.
+fn fault_when_fragmented(policy: &str) -> ([u64; 3], u8) {
+    let mut cfg = Preset::Linux6_8.config();
+    cfg.set_knob("vm.min_free_kbytes", &KnobValue::Int(0))
+        .unwrap();
+    cfg.set_knob("mmlab.anon_folio_policy", &KnobValue::Str(policy.into()))
+        .unwrap();
+    if policy == "mthp" {
+        for kb in [16, 32, 64] {
+            cfg.set_knob(
+                &format!("transparent_hugepage/hugepages-{kb}kB/enabled"),
+                &KnobValue::Str("always".into()),
+            )
+            .unwrap();
+        }
+    }
+    let layout = MemoryLayout {
+        nodes: vec![NodeLayout {
+            nr_cpus: 2,
+            nr_pages: 16 << 20 >> 12,
+        }],
+        dma32_pages: 0,
+    };
+    let mut pa = PageAlloc::new(&layout, cfg.sysctl, cfg.pcp);
+    let mut cx = Cx::new(VcpuId(0), CostTable::uniform(1));
+    let mut g = MmGlobal::new(cfg.mm);
+    let mut mm = MmStruct::new(&mut pa, &mut cx, g.cfg.mmap_layout).unwrap();
+    let a = mm.mmap(&mut pa, &mut cx, 0, PMD_SIZE, false).unwrap();
+    // Take every page, then give back the even ones: free singletons only.
+    let mut taken = Vec::new();
+    while let Ok(p) = pa.alloc_pages(&mut cx, mm::page_alloc::Gfp::HIGHUSER_MOVABLE, 0) {
+        taken.push(p);
+    }
+    assert!(pa.nr_free_pages() + pa.nr_pcp_pages() == 0);
+    let (even, odd): (Vec<_>, Vec<_>) = taken.into_iter().partition(|p| p.0 % 2 == 0);
+    for p in &even {
+        pa.free_pages(&mut cx, *p, 0);
+    }
+    handle_mm_fault(&mut pa, &mut cx, &mut g, &mut mm, a + 80 * KIB, true).unwrap();
+    let pte = mm
+        .pgt
+        .lookup(a + 80 * KIB, mm::pgtable::Level::Pte)
+        .unwrap();
+    let pfn = mm::pgtable::entry_pfn(mm.pgt.get(pte));
+    let head = mm::page::pfn_idx(pfn);
+    let order = pa.mem.order(head);
+    let fb = [16, 32, 64].map(|kb| pa.vmstat.mthp_stat(kb, "anon_fault_fallback"));
+    exit_mmap(&mut pa, &mut cx, mm);
+    for p in odd {
+        pa.free_pages(&mut cx, p, 0);
+    }
+    pa.check_invariants();
+    (fb, order)
+}
+
+/// Allocation failures: mthp and v1 try each smaller allowed size (one
+/// `anon_fault_fallback` per size), v2 goes straight to 4 KiB.
+#[test]
+fn allocation_failure_fallback_per_policy() {
+    assert_eq!(fault_when_fragmented("mthp"), ([1, 1, 1], 0));
+    assert_eq!(fault_when_fragmented("v1"), ([1, 1, 1], 0));
+    assert_eq!(fault_when_fragmented("v2"), ([0, 0, 1], 0));
+    assert_eq!(fault_when_fragmented("simple"), ([0, 0, 1], 0));
+}
