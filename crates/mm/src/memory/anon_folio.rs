@@ -387,3 +387,74 @@ pub fn folio_undo_large_anon(pa: &mut PageAlloc, head: u32, order: u8) {
             .sub_mthp(order, MthpStat::NrAnonPartiallyMapped, 1);
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn vma(flags: VmFlags) -> Vma {
+        Vma {
+            start: 0x4000_0000,
+            end: 0x8000_0000,
+            flags: VmFlags::READ.or(VmFlags::WRITE).or(flags),
+        }
+    }
+
+    #[test]
+    fn allowable_orders_follow_the_kernels_table() {
+        use MthpEnabled::*;
+        let mut k = MTHP_DEFAULTS;
+        k[2] = Always;
+        k[3] = Inherit;
+        k[4] = Madvise;
+        k[5] = Never;
+        let all = u32::MAX;
+        let plain = vma(VmFlags::ANON_PRIVATE);
+        let madv = vma(VmFlags::ANON_PRIVATE.or(VmFlags::HUGEPAGE));
+        let noh = vma(VmFlags::ANON_PRIVATE.or(VmFlags::NOHUGEPAGE));
+        // Top-level always: inherit (3 and the PMD order 9) on everywhere.
+        let t = ThpEnabled::Always;
+        assert_eq!(
+            thp_vma_allowable_orders(t, &k, &plain, all),
+            1 << 2 | 1 << 3 | 1 << 9
+        );
+        assert_eq!(
+            thp_vma_allowable_orders(t, &k, &madv, all),
+            1 << 2 | 1 << 3 | 1 << 4 | 1 << 9
+        );
+        assert_eq!(thp_vma_allowable_orders(t, &k, &noh, all), 0);
+        // Top-level madvise: inherit only in MADV_HUGEPAGE VMAs.
+        let t = ThpEnabled::Madvise;
+        assert_eq!(thp_vma_allowable_orders(t, &k, &plain, all), 1 << 2);
+        assert_eq!(
+            thp_vma_allowable_orders(t, &k, &madv, all),
+            1 << 2 | 1 << 3 | 1 << 4 | 1 << 9
+        );
+        // Top-level never: inherit off, explicit sizes still on.
+        let t = ThpEnabled::Never;
+        assert_eq!(thp_vma_allowable_orders(t, &k, &madv, all), 1 << 2 | 1 << 4);
+        // The mask restricts (the PTE path asks for orders below PMD).
+        let below_pmd = ((1 << HPAGE_PMD_ORDER) - 1) & !0b11;
+        assert_eq!(
+            thp_vma_allowable_orders(ThpEnabled::Always, &k, &plain, below_pmd),
+            1 << 2 | 1 << 3
+        );
+    }
+
+    #[test]
+    fn suitable_orders_need_the_aligned_block_inside_the_vma() {
+        let v = Vma {
+            start: 0x20_3000,
+            end: 0x40_0000 - 0x2000,
+            flags: VmFlags::ANON_PRIVATE,
+        };
+        let all: Orders = 0b11_1111_1100;
+        // At 0x20_4000: 16 KiB block [0x20_4000, 0x20_8000) fits; 32 KiB
+        // starts at 0x20_0000, before the VMA.
+        assert_eq!(thp_vma_suitable_orders(&v, 0x20_4000, all), 1 << 2);
+        // At 0x30_0000: blocks up to 512 KiB fit; 1 MiB runs past the end.
+        assert_eq!(thp_vma_suitable_orders(&v, 0x30_0000, all), 0b00_1111_1100);
+        // Near the end: the last 16 KiB block runs past it.
+        assert_eq!(thp_vma_suitable_orders(&v, 0x3f_f000, all), 0);
+    }
+}
