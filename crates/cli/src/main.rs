@@ -363,7 +363,7 @@ fn list_text() -> String {
         let _ = writeln!(s, "  {}", p.name());
     }
     let _ = writeln!(s, "\nKnobs (set in [kernel.knobs] by their kernel names):");
-    for k in mm::knobs::KNOBS {
+    for k in mm::knobs::all_knobs() {
         let _ = writeln!(
             s,
             "  {:<36} {}\n  {:<36} accepts {}",

@@ -243,7 +243,9 @@ fn workload_larger_than_memory_counts_failed_allocations() {
 fn reproduce_names_unknown_experiments_and_list_shows_knobs() {
     let e = stderr(&mmlab(&["reproduce", "nope"]));
     assert!(
-        e.contains("no built-in experiment \"nope\"; built-in experiments: page-churn, pcp-autotune"),
+        e.contains(
+            "no built-in experiment \"nope\"; built-in experiments: page-churn, pcp-autotune"
+        ),
         "{e}"
     );
     let l = stdout(&mmlab(&["list"]));

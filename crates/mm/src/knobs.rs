@@ -38,11 +38,17 @@ pub enum Preset {
     /// merged for 4.19).
     Linux4_19,
     /// Linux 6.18: THP copy-on-write splits the PMD; anonymous mappings of
-    /// 2 MiB multiples are 2 MiB-aligned; PCP auto-tuning with today's
-    /// growth rule (`ZONE_BELOW_HIGH`), `free_high` threshold and chunked drains.
+    /// 2 MiB multiples are 2 MiB-aligned; multi-size THP (per-size knobs,
+    /// defaults: PMD size `inherit`, others `never`); PCP auto-tuning with
+    /// today's growth rule (`ZONE_BELOW_HIGH`), `free_high` threshold and
+    /// chunked drains.
     Linux6_18,
-    /// Linux 6.7: the PCP auto-tuning series as merged.
+    /// Linux 6.7: the PCP auto-tuning series as merged; no mTHP.
     Linux6_7,
+    /// Linux 6.8: the first release with multi-size THP (the
+    /// `transparent_hugepage/hugepages-<size>kB/enabled` knobs); PCP as in
+    /// 6.7; mmap alignment as in 6.18 (deviation).
+    Linux6_8,
 }
 
 impl Preset {
@@ -52,6 +58,7 @@ impl Preset {
         Preset::Linux4_19,
         Preset::Linux6_6,
         Preset::Linux6_7,
+        Preset::Linux6_8,
         Preset::Linux6_18,
     ];
 
@@ -63,6 +70,7 @@ impl Preset {
             Preset::Linux4_19 => "linux-4.19",
             Preset::Linux6_18 => "linux-6.18",
             Preset::Linux6_7 => "linux-6.7",
+            Preset::Linux6_8 => "linux-6.8",
         }
     }
 
@@ -73,20 +81,26 @@ impl Preset {
 
     /// The configuration of this release with default knobs.
     pub fn config(self) -> KernelConfig {
-        use crate::memory::{MmConfig, ThpCow};
+        use crate::memory::{AnonFolioPolicy, MmConfig, ThpCow};
         use crate::vma::MmapLayout;
         use crate::vmacache::VmacachePolicy;
         let mm = match self {
             Preset::Linux4_18 | Preset::Linux4_19 => MmConfig {
                 thp_cow: ThpCow::CopyHuge,
                 mmap_layout: MmapLayout::PageAligned,
+                anon_folio: AnonFolioPolicy::Off,
                 ..MmConfig::default()
             },
-            Preset::Linux6_6 | Preset::Linux6_7 | Preset::Linux6_18 => MmConfig::default(),
+            // No large anonymous folios below PMD size before 6.8.
+            Preset::Linux6_6 | Preset::Linux6_7 => MmConfig {
+                anon_folio: AnonFolioPolicy::Off,
+                ..MmConfig::default()
+            },
+            Preset::Linux6_8 | Preset::Linux6_18 => MmConfig::default(),
         };
         let pcp = match self {
             Preset::Linux4_18 | Preset::Linux4_19 | Preset::Linux6_6 => PcpPolicy::default(),
-            Preset::Linux6_7 => PcpPolicy::linux_6_7(),
+            Preset::Linux6_7 | Preset::Linux6_8 => PcpPolicy::linux_6_7(),
             Preset::Linux6_18 => PcpPolicy::linux_6_18(),
         };
         KernelConfig {
@@ -97,7 +111,9 @@ impl Preset {
             vmacache: match self {
                 Preset::Linux4_18 => VmacachePolicy::Pfn,
                 Preset::Linux4_19 => VmacachePolicy::Pmd,
-                Preset::Linux6_6 | Preset::Linux6_7 | Preset::Linux6_18 => VmacachePolicy::None,
+                Preset::Linux6_6 | Preset::Linux6_7 | Preset::Linux6_8 | Preset::Linux6_18 => {
+                    VmacachePolicy::None
+                }
             },
         }
     }
@@ -145,7 +161,7 @@ impl fmt::Display for KnobError {
         match self {
             KnobError::Unknown { name } => {
                 write!(f, "unknown knob \"{name}\"; valid knobs: ")?;
-                for (i, k) in KNOBS.iter().enumerate() {
+                for (i, k) in all_knobs().enumerate() {
                     if i > 0 {
                         write!(f, ", ")?;
                     }
@@ -280,11 +296,87 @@ pub const KNOBS: &[Knob] = &[
     },
 ];
 
+/// Sets `transparent_hugepage/hugepages-<4 << ORDER>kB/enabled`; only
+/// where the kernel has the file (the `mthp` policy, Linux ≥ 6.8).
+fn set_mthp_enabled<const ORDER: usize>(c: &mut KernelConfig, s: &str) -> bool {
+    match crate::memory::MthpEnabled::parse(s) {
+        Some(v) if c.mm.anon_folio == crate::memory::AnonFolioPolicy::Mthp => {
+            c.mm.mthp_enabled[ORDER] = v;
+            true
+        }
+        _ => false,
+    }
+}
+
+macro_rules! mthp_knob {
+    ($order:literal, $name:literal) => {
+        Knob {
+            name: $name,
+            accepts: "always, inherit, madvise or never (presets with multi-size THP: \
+                      linux-6.8, linux-6.18, or mmlab.anon_folio_policy = \"mthp\")",
+            help: "this folio size for every anonymous VMA, as the top-level \
+                   transparent_hugepage/enabled says, only for MADV_HUGEPAGE ones, or never \
+                   (default: inherit for 2048kB, never for the others)",
+            set: |_, _| false,
+            set_str: Some(set_mthp_enabled::<$order>),
+        }
+    };
+}
+
+/// The per-size knobs of multi-size THP (Linux 6.8+), 16 KiB to 2 MiB.
+pub const MTHP_KNOBS: &[Knob] = &[
+    mthp_knob!(2, "transparent_hugepage/hugepages-16kB/enabled"),
+    mthp_knob!(3, "transparent_hugepage/hugepages-32kB/enabled"),
+    mthp_knob!(4, "transparent_hugepage/hugepages-64kB/enabled"),
+    mthp_knob!(5, "transparent_hugepage/hugepages-128kB/enabled"),
+    mthp_knob!(6, "transparent_hugepage/hugepages-256kB/enabled"),
+    mthp_knob!(7, "transparent_hugepage/hugepages-512kB/enabled"),
+    mthp_knob!(8, "transparent_hugepage/hugepages-1024kB/enabled"),
+    mthp_knob!(9, "transparent_hugepage/hugepages-2048kB/enabled"),
+];
+
+/// Model-only knobs: choices the kernel never offered (unmerged series).
+pub const MODEL_KNOBS: &[Knob] = &[
+    Knob {
+        name: "mmlab.anon_folio_policy",
+        accepts: "off, v1, v2, simple or mthp",
+        help: "MODEL-ONLY (never a kernel knob): how an anonymous PTE-level fault picks its \
+               folio order: off (4 KiB, <= 6.7), v1/v2 (the unmerged variable-order series, \
+               seed 004), simple (preferred order or 4 KiB), mthp (6.8+ per-size knobs)",
+        set: |_, _| false,
+        set_str: Some(|c, s| match crate::memory::AnonFolioPolicy::parse(s) {
+            Some(p) => {
+                c.mm.anon_folio = p;
+                true
+            }
+            None => false,
+        }),
+    },
+    Knob {
+        name: "mmlab.arch_wants_pte_order",
+        accepts: "an integer from 0 to 8",
+        help: "MODEL-ONLY: arch_wants_pte_order(), the preferred folio order of the v1/v2/simple \
+               policies (default 4: 64 KiB; 0 or 1 means 4 KiB only)",
+        set: |c, v| {
+            let ok = (0..crate::types::HPAGE_PMD_ORDER as i64).contains(&v);
+            if ok {
+                c.mm.arch_pte_order = v as u8;
+            }
+            ok
+        },
+        set_str: None,
+    },
+];
+
+/// Every knob of every table, in listing order.
+pub fn all_knobs() -> impl Iterator<Item = &'static Knob> {
+    KNOBS.iter().chain(MTHP_KNOBS).chain(MODEL_KNOBS)
+}
+
 impl KernelConfig {
     /// Sets knob `name` to `value`, validating it as the kernel does.
     pub fn set_knob(&mut self, name: &str, value: &KnobValue) -> Result<(), KnobError> {
-        let knob = KNOBS
-            .iter()
+        let knob = all_knobs()
             .find(|k| k.name == name)
             .ok_or_else(|| KnobError::Unknown {
                 name: name.to_string(),
@@ -355,5 +447,45 @@ mod tests {
         let s = e.to_string();
         assert!(s.contains("unknown knob \"vm.nope\""), "{s}");
         assert!(s.contains("vm.percpu_pagelist_high_fraction"), "{s}");
+    }
+
+    #[test]
+    fn mthp_knobs_validate_and_list() {
+        let mut c = Preset::Linux6_8.config();
+        let k = "transparent_hugepage/hugepages-64kB/enabled";
+        c.set_knob(k, &KnobValue::Str("always".into())).unwrap();
+        assert_eq!(c.mm.mthp_enabled[4], crate::memory::MthpEnabled::Always);
+        let e = c
+            .set_knob(k, &KnobValue::Str("sometimes".into()))
+            .unwrap_err();
+        assert!(
+            e.to_string().contains("always, inherit, madvise or never"),
+            "{e}"
+        );
+        let e = c
+            .set_knob(
+                "transparent_hugepage/hugepages-8kB/enabled",
+                &KnobValue::Str("always".into()),
+            )
+            .unwrap_err();
+        let s = e.to_string();
+        assert!(s.contains("unknown knob"), "{s}");
+        assert!(
+            s.contains("transparent_hugepage/hugepages-16kB/enabled"),
+            "{s}"
+        );
+        assert!(
+            s.contains("transparent_hugepage/hugepages-2048kB/enabled"),
+            "{s}"
+        );
+        // 6.6 has no per-size knobs.
+        let mut old = Preset::Linux6_6.config();
+        assert!(old.set_knob(k, &KnobValue::Str("always".into())).is_err());
+        old.set_knob("mmlab.anon_folio_policy", &KnobValue::Str("v2".into()))
+            .unwrap();
+        assert_eq!(old.mm.anon_folio, crate::memory::AnonFolioPolicy::V2);
+        assert!(old
+            .set_knob("mmlab.anon_folio_policy", &KnobValue::Str("v3".into()))
+            .is_err());
     }
 }

@@ -28,11 +28,24 @@
 //!   exclusively by this process.
 //! - A write to the huge zero page allocates a THP on both presets; if that
 //!   fails the PMD is split into zero-page PTEs.
-//! - No mTHP sizes other than PMD size, no khugepaged, no swap, no rmap walk.
+//! - No khugepaged, no swap, no rmap walk.
+//!
+//! # Large folios below the PMD size (mTHP)
+//!
+//! An anonymous write fault that does not get a PMD-size THP may map a
+//! large folio of 16 KiB to 1 MiB by several PTEs at once; which order is
+//! chosen depends on [`MmConfig::anon_folio`] (6.8's multi-size THP and the
+//! unmerged v1/v2/simple forms of seed 004). See [`anon_folio`]. Per-size
+//! statistics (`hugepages-<size>kB/stats/`) are in
+//! [`crate::vmstat::VmStat::mthp_stat`].
 //!
 //! The order in which huge pages are cleared and copied is in [`huge_order`].
 
+pub mod anon_folio;
 pub mod huge_order;
+
+use crate::vmstat::{MthpStat, MTHP_NR_ORDERS};
+pub use anon_folio::{AnonFolioPolicy, MthpEnabled};
 
 use crate::cost::{Cost, Cx};
 use crate::page_alloc::{Gfp, PageAlloc, PG_TAIL};
@@ -98,15 +111,26 @@ pub struct MmConfig {
     pub thp_cow: ThpCow,
     /// Placement of new mappings.
     pub mmap_layout: MmapLayout,
+    /// How a PTE-level anonymous fault picks its folio order.
+    pub anon_folio: AnonFolioPolicy,
+    /// `transparent_hugepage/hugepages-<size>kB/enabled`, indexed by order
+    /// (used by [`AnonFolioPolicy::Mthp`]; orders 0 and 1 unused).
+    pub mthp_enabled: [MthpEnabled; MTHP_NR_ORDERS],
+    /// `arch_wants_pte_order()`: the preferred order of v1/v2/simple.
+    pub arch_pte_order: u8,
 }
 
 impl Default for MmConfig {
-    /// Linux 6.18 with the host's THP setting (`madvise`).
+    /// Linux 6.18 with the host's THP setting (`madvise`) and the default
+    /// per-size knobs (PMD size `inherit`, others `never`).
     fn default() -> Self {
         MmConfig {
             thp_enabled: ThpEnabled::Madvise,
             thp_cow: ThpCow::SplitPmd,
             mmap_layout: MmapLayout::ThpAligned,
+            anon_folio: AnonFolioPolicy::Mthp,
+            mthp_enabled: anon_folio::MTHP_DEFAULTS,
+            arch_pte_order: anon_folio::DEFAULT_PTE_ORDER,
         }
     }
 }
@@ -155,6 +179,7 @@ fn folio_put_refs(pa: &mut PageAlloc, cx: &mut Cx, head: u32, n: u32) {
     pa.mem.set_refcount(head, r - n);
     if r == n {
         let order = pa.mem.order(head);
+        anon_folio::folio_undo_large_anon(pa, head, order);
         pa.free_pages(cx, Pfn(head as u64), order);
     }
 }
@@ -166,15 +191,26 @@ fn folio_get_refs(pa: &mut PageAlloc, head: u32, n: u32) {
 
 /// Models `thp_vma_allowable_order()` for the PMD order plus the range check
 /// of `do_huge_pmd_anonymous_page()`: the knob allows THP for this VMA and
-/// the 2 MiB-aligned range around `addr` lies inside it.
+/// the 2 MiB-aligned range around `addr` lies inside it. Under
+/// [`AnonFolioPolicy::Mthp`] the knob is `hugepages-2048kB/enabled`
+/// (`inherit` by default: the top-level knob); otherwise the top-level one.
 pub fn thp_vma_allowable(cfg: &MmConfig, vma: &Vma, addr: u64) -> bool {
     if vma.flags.contains(VmFlags::NOHUGEPAGE) {
         return false;
     }
-    let on = match cfg.thp_enabled {
-        ThpEnabled::Always => true,
-        ThpEnabled::Madvise => vma.flags.contains(VmFlags::HUGEPAGE),
-        ThpEnabled::Never => false,
+    let on = if cfg.anon_folio == AnonFolioPolicy::Mthp {
+        anon_folio::thp_vma_allowable_orders(
+            cfg.thp_enabled,
+            &cfg.mthp_enabled,
+            vma,
+            1 << HPAGE_PMD_ORDER,
+        ) != 0
+    } else {
+        match cfg.thp_enabled {
+            ThpEnabled::Always => true,
+            ThpEnabled::Madvise => vma.flags.contains(VmFlags::HUGEPAGE),
+            ThpEnabled::Never => false,
+        }
     };
     let haddr = addr & !(PMD_SIZE - 1);
     on && haddr >= vma.start && haddr + PMD_SIZE <= vma.end
@@ -250,7 +286,7 @@ pub fn handle_mm_fault(
         .map_err(|_| VmFault::Oom)?;
     let e = mm.pgt.get(pte);
     if e == 0 {
-        do_anonymous_page(pa, cx, mm, pte, write)
+        do_anonymous_page(pa, cx, g, mm, &vma, pte, addr, write)
     } else if write && e & PAGE_RW == 0 {
         do_wp_page(pa, cx, mm, pte)
     } else {
@@ -260,32 +296,31 @@ pub fn handle_mm_fault(
     }
 }
 
-/// Models `do_anonymous_page()` of 6.18 at order 0: a read maps the shared
-/// zero page; a write allocates a page, clears it and maps it writable.
+/// Models `do_anonymous_page()` of 6.18: a read maps the shared zero page;
+/// a write allocates a folio (`alloc_anon_folio()`: order 0, or a large
+/// folio under [`MmConfig::anon_folio`]), clears it and maps all its pages
+/// writable.
+#[allow(clippy::too_many_arguments)]
 pub fn do_anonymous_page(
     pa: &mut PageAlloc,
     cx: &mut Cx,
+    g: &mut MmGlobal,
     mm: &mut MmStruct,
+    vma: &Vma,
     pte: Slot,
+    addr: u64,
     write: bool,
 ) -> Result<(), VmFault> {
-    cx.charge(Cost::PteSet);
     if !write {
+        cx.charge(Cost::PteSet);
         mm.pgt.set(
             pte,
             mk_entry(ZERO_PFN, PAGE_PRESENT | PAGE_SPECIAL | PAGE_ACCESSED),
         );
         return Ok(());
     }
-    let pfn = pa
-        .alloc_pages(cx, Gfp::HIGHUSER_MOVABLE, 0)
-        .map_err(|_| VmFault::Oom)?;
-    cx.charge(Cost::ClearPage);
-    pa.mem.set_refcount(crate::page::pfn_idx(pfn), 1);
-    mm.pgt.set(
-        pte,
-        mk_entry(pfn, PAGE_PRESENT | PAGE_RW | PAGE_ACCESSED | PAGE_DIRTY),
-    );
+    let (pfn, order) = anon_folio::alloc_anon_folio(pa, cx, &g.cfg, mm, vma, pte, addr)?;
+    anon_folio::map_anon_folio(pa, cx, mm, pte, addr, pfn, order);
     Ok(())
 }
 
@@ -341,14 +376,21 @@ pub fn do_huge_pmd_anonymous_page(
 fn alloc_thp(pa: &mut PageAlloc, cx: &mut Cx, mm: &mut MmStruct, pmd: Slot) -> Option<Pfn> {
     let Ok(pfn) = pa.alloc_pages(cx, Gfp::HIGHUSER_MOVABLE, HPAGE_PMD_ORDER) else {
         pa.vmstat.count(VmEvent::THP_FAULT_FALLBACK, 1);
+        pa.vmstat
+            .count_mthp(HPAGE_PMD_ORDER, MthpStat::AnonFaultFallback, 1);
         return None;
     };
     if mm.pgt.deposit(pa, cx, pmd).is_err() {
         pa.free_pages(cx, pfn, HPAGE_PMD_ORDER);
         pa.vmstat.count(VmEvent::THP_FAULT_FALLBACK, 1);
+        pa.vmstat
+            .count_mthp(HPAGE_PMD_ORDER, MthpStat::AnonFaultFallback, 1);
         return None;
     }
     pa.vmstat.count(VmEvent::THP_FAULT_ALLOC, 1);
+    pa.vmstat
+        .count_mthp(HPAGE_PMD_ORDER, MthpStat::AnonFaultAlloc, 1);
+    pa.vmstat.count_mthp(HPAGE_PMD_ORDER, MthpStat::NrAnon, 1);
     let head = crate::page::pfn_idx(pfn);
     pa.mem.set_refcount(head, HPAGE_PMD_NR);
     pa.mem.set_entire_mapcount(head, 1);
@@ -398,6 +440,9 @@ pub fn do_huge_pmd_wp_page(
                 return false;
             };
             pa.vmstat.count(VmEvent::THP_FAULT_ALLOC, 1);
+            // 4.18 had no per-size stats; the gauge keeps the model's
+            // books balanced (the folio is freed through folio_put_refs()).
+            pa.vmstat.count_mthp(HPAGE_PMD_ORDER, MthpStat::NrAnon, 1);
             cx.charge_n(Cost::CopyPage, HPAGE_PMD_NR as u64);
             let new = crate::page::pfn_idx(pfn);
             pa.mem.set_refcount(new, HPAGE_PMD_NR);
@@ -516,6 +561,10 @@ pub fn zap_page_range(pa: &mut PageAlloc, cx: &mut Cx, mm: &mut MmStruct, start:
             }
             if present(mm.pgt.get(pmd)) {
                 let table = entry_pfn(mm.pgt.get(pmd)).0 as u32;
+                // Large folios that lost a mapping here and survived: checked
+                // for partial mapping once this table's range is done (a
+                // naturally aligned folio never spans two PTE tables).
+                let mut touched: Vec<u32> = Vec::new();
                 let mut a = addr;
                 while a < next {
                     let slot = Slot {
@@ -529,9 +578,22 @@ pub fn zap_page_range(pa: &mut PageAlloc, cx: &mut Cx, mm: &mut MmStruct, start:
                         if e & PAGE_SPECIAL == 0 {
                             let h = folio_head(pa, entry_pfn(e));
                             folio_put_refs(pa, cx, h, 1);
+                            if pa.mem.flags(h) & crate::page::PG_HEAD != 0
+                                && pa.mem.order(h) >= 2
+                                && touched.last() != Some(&h)
+                            {
+                                touched.push(h);
+                            }
                         }
                     }
                     a += PAGE_SIZE;
+                }
+                for h in touched {
+                    // Still allocated (zap allocates nothing, so a freed head
+                    // cannot have been reused)?
+                    if pa.mem.flags(h) & crate::page::PG_HEAD != 0 {
+                        anon_folio::check_partially_mapped(pa, h);
+                    }
                 }
             }
         }

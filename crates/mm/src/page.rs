@@ -43,6 +43,11 @@ pub const PG_BUDDY: u32 = 1 << 5;
 pub const PG_PCP: u32 = 1 << 6;
 /// The block is allocated and this page is its head.
 pub const PG_HEAD: u32 = 1 << 7;
+/// An allocated large anonymous folio that is partially unmapped and on the
+/// deferred split queue (`folio_test_partially_mapped()`, kept in the head's
+/// flags as the kernel keeps it in the folio's). Set and cleared by
+/// `memory::anon_folio`; bit 11 is the allocator's `PG_TAIL`.
+pub const PG_PARTIALLY_MAPPED: u32 = 1 << 12;
 /// Shift of the migratetype stored in a free block's head
 /// (the kernel caches the PCP migratetype in `page->index`).
 pub const MT_SHIFT: u32 = 8;

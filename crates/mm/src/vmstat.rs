@@ -81,16 +81,87 @@ vm_events! {
     VMACACHE_FIND_NS = "vmacache_find_ns",
 }
 
+/// One per-size THP statistic, as in
+/// `/sys/kernel/mm/transparent_hugepage/hugepages-<size>kB/stats/<name>`
+/// (Linux 6.8+, `enum mthp_stat_item`). The first six are event counts; the
+/// `nr_*` ones are gauges (folios that exist now).
+#[derive(Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Debug)]
+#[repr(u8)]
+pub enum MthpStat {
+    /// Folios of this size allocated by an anonymous fault.
+    AnonFaultAlloc,
+    /// Allocations of this size that failed in an anonymous fault (the fault
+    /// tried the next smaller allowed size). Sizes skipped because they did
+    /// not fit the VMA or covered populated PTEs are not counted.
+    AnonFaultFallback,
+    /// Allocations that succeeded but failed the memcg charge (no memcg in
+    /// the model: always 0).
+    AnonFaultFallbackCharge,
+    /// Folios of this size split (the model never splits: 0).
+    Split,
+    /// Splits that failed (0).
+    SplitFailed,
+    /// Folios put on the deferred split queue (partially unmapped).
+    SplitDeferred,
+    /// Anonymous folios of this size that exist now.
+    NrAnon,
+    /// Of those, the ones partially unmapped (on the deferred split queue).
+    NrAnonPartiallyMapped,
+}
+
+impl MthpStat {
+    /// Every statistic, in the kernel's order.
+    pub const ALL: &'static [MthpStat] = &[
+        MthpStat::AnonFaultAlloc,
+        MthpStat::AnonFaultFallback,
+        MthpStat::AnonFaultFallbackCharge,
+        MthpStat::Split,
+        MthpStat::SplitFailed,
+        MthpStat::SplitDeferred,
+        MthpStat::NrAnon,
+        MthpStat::NrAnonPartiallyMapped,
+    ];
+    /// Number of statistics.
+    pub const COUNT: usize = MthpStat::ALL.len();
+
+    /// The file name under `stats/`.
+    pub fn name(self) -> &'static str {
+        match self {
+            MthpStat::AnonFaultAlloc => "anon_fault_alloc",
+            MthpStat::AnonFaultFallback => "anon_fault_fallback",
+            MthpStat::AnonFaultFallbackCharge => "anon_fault_fallback_charge",
+            MthpStat::Split => "split",
+            MthpStat::SplitFailed => "split_failed",
+            MthpStat::SplitDeferred => "split_deferred",
+            MthpStat::NrAnon => "nr_anon",
+            MthpStat::NrAnonPartiallyMapped => "nr_anon_partially_mapped",
+        }
+    }
+
+    /// The statistic whose file name is `name`.
+    pub fn from_name(name: &str) -> Option<MthpStat> {
+        MthpStat::ALL.iter().copied().find(|s| s.name() == name)
+    }
+}
+
+/// Orders with a `hugepages-<size>kB` directory: 2 (16 KiB) to the PMD
+/// order (2 MiB). The arrays below are indexed by order, 0 and 1 unused.
+pub const MTHP_NR_ORDERS: usize = crate::types::HPAGE_PMD_ORDER as usize + 1;
+
 /// A set of counters.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct VmStat {
     v: [u64; VmEvent::COUNT],
+    /// Per-size THP statistics, indexed by order then by [`MthpStat`]. A
+    /// fixed array: the fault path bumps these on every large-folio fault.
+    mthp: [[u64; MthpStat::COUNT]; MTHP_NR_ORDERS],
 }
 
 impl Default for VmStat {
     fn default() -> Self {
         VmStat {
             v: [0; VmEvent::COUNT],
+            mthp: [[0; MthpStat::COUNT]; MTHP_NR_ORDERS],
         }
     }
 }
@@ -108,10 +179,75 @@ impl VmStat {
         self.v[ev as usize]
     }
 
+    /// Adds `n` to the per-size statistic `stat` of `order`
+    /// (`count_mthp_stat()`; for the `nr_*` gauges `mod_mthp_stat()`).
+    #[inline]
+    pub fn count_mthp(&mut self, order: u8, stat: MthpStat, n: u64) {
+        self.mthp[order as usize][stat as usize] += n;
+    }
+
+    /// Subtracts `n` from the gauge `stat` of `order` (`mod_mthp_stat(.., -n)`).
+    #[inline]
+    pub fn sub_mthp(&mut self, order: u8, stat: MthpStat, n: u64) {
+        let v = &mut self.mthp[order as usize][stat as usize];
+        assert!(
+            *v >= n,
+            "mthp stat {} of order {order} below zero",
+            stat.name()
+        );
+        *v -= n;
+    }
+
+    /// The per-size statistic `stat` of `order`.
+    #[inline]
+    pub fn mthp(&self, order: u8, stat: MthpStat) -> u64 {
+        self.mthp[order as usize][stat as usize]
+    }
+
+    /// The value of `hugepages-<size_kb>kB/stats/<name>`, or `None` if the
+    /// kernel has no such file.
+    pub fn try_mthp_stat(&self, size_kb: u64, name: &str) -> Option<u64> {
+        let stat = MthpStat::from_name(name)?;
+        let order = mthp_order_of_kb(size_kb)?;
+        Some(self.mthp(order, stat))
+    }
+
+    /// The value of `hugepages-<size_kb>kB/stats/<name>`. Panics, listing the
+    /// valid sizes and names, if there is no such file.
+    pub fn mthp_stat(&self, size_kb: u64, name: &str) -> u64 {
+        self.try_mthp_stat(size_kb, name).unwrap_or_else(|| {
+            let names: Vec<_> = MthpStat::ALL.iter().map(|s| s.name()).collect();
+            panic!(
+                "no hugepages-{size_kb}kB/stats/{name}: sizes are 16..=2048 kB in powers of two, \
+                 stats are {}",
+                names.join(", ")
+            )
+        })
+    }
+
+    /// `(size_kb, name, value)` for every per-size statistic, sizes ascending.
+    pub fn mthp_iter(&self) -> impl Iterator<Item = (u64, &'static str, u64)> + '_ {
+        (2..MTHP_NR_ORDERS as u8).flat_map(move |o| {
+            MthpStat::ALL
+                .iter()
+                .map(move |&s| (4u64 << o, s.name(), self.mthp(o, s)))
+        })
+    }
+
     /// `(name, value)` for every counter, in a fixed order.
     pub fn iter(&self) -> impl Iterator<Item = (&'static str, u64)> + '_ {
         VmEvent::ALL.iter().map(|&e| (e.name(), self.get(e)))
     }
+}
+
+/// The order of the `hugepages-<size_kb>kB` directory, if there is one
+/// (orders 2 to the PMD order).
+pub fn mthp_order_of_kb(size_kb: u64) -> Option<u8> {
+    if !size_kb.is_power_of_two() || size_kb < 16 {
+        return None;
+    }
+    let order = (size_kb / 4).trailing_zeros() as u8;
+    ((order as usize) < MTHP_NR_ORDERS).then_some(order)
 }
 
 /// Models `zoneinfo_show()` (mm/vmstat.c): the allocator's state in the
