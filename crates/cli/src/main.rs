@@ -25,6 +25,14 @@ const BUILTIN_EXPERIMENTS: &[(&str, &str)] = &[
         "pcp-autotune",
         include_str!("../../../experiments/pcp-autotune.toml"),
     ),
+    (
+        "pcp-autotune-lmbench",
+        include_str!("../../../experiments/pcp-autotune-lmbench.toml"),
+    ),
+    (
+        "pcp-autotune-netperf",
+        include_str!("../../../experiments/pcp-autotune-netperf.toml"),
+    ),
 ];
 
 #[derive(Parser)]
@@ -159,14 +167,25 @@ fn real_main() -> Result<()> {
         Cmd::Reproduce { name, out } => {
             let list: Vec<_> = match &name {
                 Some(n) => {
-                    let Some(e) = BUILTIN_EXPERIMENTS.iter().find(|(k, _)| k == n) else {
+                    // A name runs that experiment and its companions
+                    // (`pcp-autotune` runs `pcp-autotune-netperf` too).
+                    let group: Vec<_> = BUILTIN_EXPERIMENTS
+                        .iter()
+                        .filter(|(k, _)| {
+                            k == n
+                                || k.strip_prefix(n.as_str())
+                                    .is_some_and(|r| r.starts_with('-'))
+                        })
+                        .copied()
+                        .collect();
+                    if group.is_empty() {
                         let names: Vec<_> = BUILTIN_EXPERIMENTS.iter().map(|(k, _)| *k).collect();
                         bail!(
                             "no built-in experiment \"{n}\"; built-in experiments: {}",
                             names.join(", ")
                         );
-                    };
-                    vec![*e]
+                    }
+                    group
                 }
                 None => BUILTIN_EXPERIMENTS.to_vec(),
             };

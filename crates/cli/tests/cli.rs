@@ -244,7 +244,7 @@ fn reproduce_names_unknown_experiments_and_list_shows_knobs() {
     let e = stderr(&mmlab(&["reproduce", "nope"]));
     assert!(
         e.contains(
-            "no built-in experiment \"nope\"; built-in experiments: page-churn, pcp-autotune"
+            "no built-in experiment \"nope\"; built-in experiments: page-churn, pcp-autotune, pcp-autotune-lmbench, pcp-autotune-netperf"
         ),
         "{e}"
     );
