@@ -25,7 +25,7 @@ pub struct RunOpts {
 pub fn run_one(exp: &Experiment, k: &Kernel, w: &Workload, seed: u64) -> Result<RunResult> {
     let layout = exp.machine.memory_layout();
     let pa = PageAlloc::new(&layout, k.config.sysctl, k.config.pcp);
-    let mut eng = Engine::new(pa, exp.profile.table(), seed);
+    let mut eng = Engine::new(pa, exp.profile.table(), seed).with_mm_config(k.config.mm);
     let tasks = workloads::build(&w.kind, &w.params, &exp.machine)
         .map_err(|e| anyhow!("workload \"{}\": {e}", w.name))?;
     for t in tasks {
