@@ -4,7 +4,10 @@
 //! experiment file) into tasks bound to vCPUs. Every workload documents what
 //! it models and where its parameters come from.
 
+pub mod anon_cow_seq;
+pub mod anon_w_seq;
 pub mod page_churn;
+pub mod page_fault1;
 pub mod params;
 
 pub use params::{ParamError, ParamValue, Params};
@@ -23,7 +26,12 @@ pub struct WorkloadDef {
 }
 
 /// Every workload.
-pub const WORKLOADS: &[WorkloadDef] = &[page_churn::DEF];
+pub const WORKLOADS: &[WorkloadDef] = &[
+    anon_cow_seq::DEF,
+    anon_w_seq::DEF,
+    page_churn::DEF,
+    page_fault1::DEF,
+];
 
 /// Builds workload `name` with `params` for `machine`.
 pub fn build(name: &str, params: &Params, machine: &Machine) -> Result<Vec<TaskSpec>, ParamError> {
