@@ -211,7 +211,10 @@ fn unknown_metric_workload_and_parameter_are_named() {
         &small().replace("type = \"page-churn\"", "type = \"page-chrun\""),
     ));
     assert!(
-        e.contains("unknown workload \"page-chrun\"; valid workloads: page-churn"),
+        e.contains(
+            "unknown workload \"page-chrun\"; valid workloads: \
+             anon-cow-seq, anon-w-seq, page-churn, page-fault1"
+        ),
         "{e}"
     );
     let e = stderr(&run_text(
@@ -243,13 +246,19 @@ fn workload_larger_than_memory_counts_failed_allocations() {
 fn reproduce_names_unknown_experiments_and_list_shows_knobs() {
     let e = stderr(&mmlab(&["reproduce", "nope"]));
     assert!(
-        e.contains("no built-in experiment \"nope\"; built-in experiments: page-churn"),
+        e.contains(
+            "no built-in experiment \"nope\"; built-in experiments: \
+             anon-cow-seq, page-churn, page-fault1"
+        ),
         "{e}"
     );
     let l = stdout(&mmlab(&["list"]));
     assert!(
         l.contains("vm.percpu_pagelist_high_fraction")
             && l.contains("page-churn")
+            && l.contains("page-fault1")
+            && l.contains("anon-cow-seq")
+            && l.contains("transparent_hugepage/enabled")
             && l.contains("zone_lock_pct"),
         "{l}"
     );
