@@ -16,10 +16,19 @@ use std::path::{Path, PathBuf};
 
 /// The built-in experiments, embedded so that `mmlab reproduce` works from
 /// any directory.
+/// Built-in experiments, in alphabetical order.
 const BUILTIN_EXPERIMENTS: &[(&str, &str)] = &[
+    (
+        "anon-cow-seq",
+        include_str!("../../../experiments/anon-cow-seq.toml"),
+    ),
     (
         "page-churn",
         include_str!("../../../experiments/page-churn.toml"),
+    ),
+    (
+        "page-fault1",
+        include_str!("../../../experiments/page-fault1.toml"),
     ),
     (
         "pcp-autotune",

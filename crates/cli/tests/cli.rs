@@ -211,7 +211,10 @@ fn unknown_metric_workload_and_parameter_are_named() {
         &small().replace("type = \"page-churn\"", "type = \"page-chrun\""),
     ));
     assert!(
-        e.contains("unknown workload \"page-chrun\"; valid workloads: kbuild, page-churn, stream"),
+        e.contains(
+            "unknown workload \"page-chrun\"; valid workloads: \
+             anon-cow-seq, anon-w-seq, kbuild, page-churn, page-fault1, stream"
+        ),
         "{e}"
     );
     let e = stderr(&run_text(
@@ -244,7 +247,9 @@ fn reproduce_names_unknown_experiments_and_list_shows_knobs() {
     let e = stderr(&mmlab(&["reproduce", "nope"]));
     assert!(
         e.contains(
-            "no built-in experiment \"nope\"; built-in experiments: page-churn, pcp-autotune, pcp-autotune-lmbench, pcp-autotune-netperf"
+            "no built-in experiment \"nope\"; built-in experiments: \
+             anon-cow-seq, page-churn, page-fault1, pcp-autotune, pcp-autotune-lmbench, \
+             pcp-autotune-netperf"
         ),
         "{e}"
     );
@@ -252,6 +257,9 @@ fn reproduce_names_unknown_experiments_and_list_shows_knobs() {
     assert!(
         l.contains("vm.percpu_pagelist_high_fraction")
             && l.contains("page-churn")
+            && l.contains("page-fault1")
+            && l.contains("anon-cow-seq")
+            && l.contains("transparent_hugepage/enabled")
             && l.contains("zone_lock_pct"),
         "{l}"
     );

@@ -20,16 +20,74 @@
 //!
 //! Deviation from a real machine: no preemption and no migration between
 //! vCPUs; a blocked vCPU idles at no cost.
+//!
+//! # Processes
+//!
+//! Every task belongs to a process, which owns an address space
+//! ([`MmStruct`]); threads of one process share it. The address space is
+//! created on the process's first memory operation (so that workloads that
+//! never map memory, like page-churn, allocate no page tables), copied by
+//! `fork` ([`mm::memory::fork`]) and torn down by `exit_mmap` when the last
+//! task of the process ends, so that every page comes back. A forked child
+//! runs on the vCPU after its parent's, then the next, round-robin over the
+//! parent's forks: a deterministic stand-in for the scheduler placing it on
+//! an idle CPU.
+//!
+//! `mm->mmap_lock` is a lock of class [`LockClass::MmapLock`], taken for
+//! writing around `mmap`, `munmap`, `madvise`, `fork` and `exit_mmap`.
+//! Deviation: page faults do not take it (see [`LockClass::MmapLock`]).
+//!
+//! A `Touch` runs one access at a time: the engine returns to the event
+//! queue after each fault (and after every [`TOUCH_CHUNK`] accesses that do
+//! not fault), so that the faults of different vCPUs interleave in virtual
+//! time as they would on a machine.
 
 use crate::op::{Block, ChanId, Op, OpResult, TaskSpec};
 use crate::rng::Rng;
 use mm::cost::{Cost, CostTable, Cx, LockClass, LockId, Seg};
+use mm::memory::{MmConfig, MmGlobal, VmFault};
 use mm::page_alloc::PageAlloc;
+use mm::vma::{Errno, MmStruct};
 use mm::{SimTime, VcpuId};
 use std::cmp::Reverse;
-use std::collections::{BinaryHeap, VecDeque};
+use std::collections::{BTreeMap, BinaryHeap, VecDeque};
 
 type TaskId = usize;
+type Pid = usize;
+
+/// Accesses of a `Touch` that do not fault, played before the engine returns
+/// to the event queue: enough to keep the event count low on a mapped range,
+/// few enough that other vCPUs' operations interleave.
+pub const TOUCH_CHUNK: u64 = 512;
+
+/// Where a task is in a `Touch` operation.
+#[derive(Clone, Copy, Debug)]
+struct TouchCursor {
+    next: u64,
+    end: u64,
+    stride: u64,
+    write: bool,
+}
+
+/// A process: the address space its tasks share, and its family.
+#[derive(Default)]
+struct Process {
+    /// The address space, created at the first memory operation.
+    mm: Option<MmStruct>,
+    /// Tasks of the process that have not ended.
+    live_tasks: u32,
+    /// The process that forked this one.
+    parent: Option<Pid>,
+    /// Children that have not yet exited.
+    live_children: u32,
+    /// Tasks blocked in `Wait`.
+    waiters: Vec<TaskId>,
+    /// Children forked so far (picks the next child's vCPU).
+    nr_forks: u32,
+    /// `exit_group()` was called, or the process was killed: its remaining
+    /// tasks end at their next operation.
+    dying: bool,
+}
 
 #[derive(Debug, PartialEq, Eq)]
 enum TaskState {
@@ -45,6 +103,8 @@ struct Task {
     state: TaskState,
     result: Option<OpResult>,
     nr_ops: u64,
+    pid: Pid,
+    touch: Option<TouchCursor>,
 }
 
 #[derive(Default)]
@@ -60,6 +120,12 @@ struct Vcpu {
     lock_wait_since: u64,
     /// The per-CPU vmstat work is due and runs before the next operation.
     kwork_pending: bool,
+    /// The segments being played are a task's (not the vmstat work, and not
+    /// nothing at all on an idle vCPU).
+    playing_task: bool,
+    /// When this vCPU last finished work for a task (operations and the
+    /// teardown of an address space), for the run's duration.
+    task_work_end: u64,
 }
 
 #[derive(Default)]
@@ -109,6 +175,13 @@ pub struct RunStats {
     /// Each vCPU's PCP state for each zone, sampled when its vmstat work runs
     /// (once a virtual second).
     pub pcp_series: Vec<PcpSample>,
+    /// Processes that ran (initial and forked).
+    pub nr_processes: u64,
+    /// User accesses outside any VMA (or writes to a read-only one): each
+    /// killed its process with SIGSEGV.
+    pub nr_sigsegv: u64,
+    /// Faults that found no memory (`VM_FAULT_OOM`): each killed its process.
+    pub nr_oom_kills: u64,
 }
 
 /// One sample of one CPU's pageset for one zone.
@@ -155,6 +228,10 @@ impl RunStats {
 pub struct Engine {
     /// The page allocator being driven.
     pub pa: PageAlloc,
+    /// The fault path's configuration and global state.
+    pub mmg: MmGlobal,
+    procs: Vec<Process>,
+    groups: BTreeMap<u32, Pid>,
     costs: CostTable,
     cx: Cx,
     vcpus: Vec<Vcpu>,
@@ -179,6 +256,9 @@ impl Engine {
         let cx = Cx::new(VcpuId(0), costs.clone());
         Engine {
             pa,
+            mmg: MmGlobal::new(MmConfig::default()),
+            procs: Vec::new(),
+            groups: BTreeMap::new(),
             costs,
             cx,
             vcpus: (0..nr_cpus).map(|_| Vcpu::default()).collect(),
@@ -198,6 +278,13 @@ impl Engine {
             idle_tail_ns: 0,
             last_task_end: 0,
         }
+    }
+
+    /// Uses `cfg` (a kernel's `KernelConfig.mm`) for the fault path instead
+    /// of [`MmConfig::default`]. Call before spawning tasks.
+    pub fn with_mm_config(mut self, cfg: MmConfig) -> Engine {
+        self.mmg = MmGlobal::new(cfg);
+        self
     }
 
     /// Runs the allocator's invariant checker every `n` operations (0: never).
@@ -222,6 +309,18 @@ impl Engine {
             spec.cpu.0,
             self.vcpus.len()
         );
+        let pid = match spec.process {
+            Some(g) => match self.groups.get(&g) {
+                Some(&p) => p,
+                None => {
+                    let p = self.new_process(None);
+                    self.groups.insert(g, p);
+                    p
+                }
+            },
+            None => self.new_process(None),
+        };
+        self.procs[pid].live_tasks += 1;
         self.tasks.push(Task {
             program: spec.program,
             rng: Rng::stream(self.seed, id as u64 + 1),
@@ -229,8 +328,43 @@ impl Engine {
             state: TaskState::Runnable,
             result: Some(OpResult::Start),
             nr_ops: 0,
+            pid,
+            touch: None,
         });
         self.vcpus[spec.cpu.idx()].runq.push_back(id);
+    }
+
+    fn new_process(&mut self, parent: Option<Pid>) -> Pid {
+        self.procs.push(Process {
+            parent,
+            ..Process::default()
+        });
+        self.procs.len() - 1
+    }
+
+    /// Empties every vCPU's PCP lists into the buddy free areas
+    /// (`drain_all_pages()`), for checks that every page came back.
+    pub fn drain_all_pages(&mut self) {
+        for c in 0..self.vcpus.len() as u32 {
+            self.cx.begin(VcpuId(c), SimTime(0));
+            self.pa.drain_pages(&mut self.cx, VcpuId(c));
+        }
+    }
+
+    /// Runs the allocator's invariant checker (`CONFIG_DEBUG_VM`), and the
+    /// VMA tree checker of every live address space.
+    pub fn check_invariants(&self) {
+        self.pa.check_invariants();
+        for p in &self.procs {
+            if let Some(mm) = &p.mm {
+                mm.check_vmas();
+            }
+        }
+    }
+
+    /// Address spaces still alive (of processes that have not ended).
+    pub fn nr_live_mms(&self) -> usize {
+        self.procs.iter().filter(|p| p.mm.is_some()).count()
     }
 
     fn schedule(&mut self, v: u32, t: u64) {
@@ -251,6 +385,9 @@ impl Engine {
     fn handoff_ns(&self, l: LockId) -> u64 {
         match l.class {
             LockClass::Zone => self.costs.get(Cost::ZoneLockHandoff),
+            // The cost of moving a contended lock's cache line is the same
+            // whichever lock it is; the profile measures it on zone->lock.
+            LockClass::MmapLock => self.costs.get(Cost::ZoneLockHandoff),
         }
     }
 
@@ -283,6 +420,17 @@ impl Engine {
             "deadlock: tasks {stuck:?} never finished (waiting on a channel nobody sends to)"
         );
         self.stats.busy_ns = self.vcpus.iter().map(|v| v.busy_ns).sum();
+        // The teardown of the last process runs after its last task ended;
+        // periodic kernel work after that does not make the run longer.
+        let last = self
+            .vcpus
+            .iter()
+            .map(|v| v.task_work_end)
+            .max()
+            .unwrap_or(0);
+        self.stats.runtime_ns = self.stats.runtime_ns.max(last);
+        self.stats.nr_tasks = self.tasks.len() as u64;
+        self.stats.nr_processes = self.procs.len() as u64;
         self.stats.final_pcp_pages = self.pa.nr_pcp_pages();
         self.stats.clone()
     }
@@ -343,6 +491,9 @@ impl Engine {
                     }
                 }
             }
+            if self.vcpus[vi].playing_task {
+                self.vcpus[vi].task_work_end = self.vcpus[vi].task_work_end.max(t);
+            }
             // The operation is over: the next one starts in global time order.
             if t > now {
                 self.vcpus[vi].time = t;
@@ -350,6 +501,8 @@ impl Engine {
                 return;
             }
             if !self.start_next_op(v, t) {
+                // Idle: whatever wakes the vCPU next is not a task's work yet.
+                self.vcpus[vi].playing_task = false;
                 self.vcpus[vi].time = t;
                 return;
             }
@@ -418,6 +571,8 @@ impl Engine {
     /// vCPU has nothing to run.
     fn start_next_op(&mut self, v: u32, t: u64) -> bool {
         let vi = v as usize;
+        // Until a task's operation starts, nothing played belongs to a task.
+        self.vcpus[vi].playing_task = false;
         if self.vcpus[vi].kwork_pending {
             self.vcpus[vi].kwork_pending = false;
             self.vcpus[vi].segs.clear();
@@ -438,14 +593,30 @@ impl Engine {
                     None => return false,
                 },
             };
+            self.vcpus[vi].segs.clear();
+            self.vcpus[vi].pos = 0;
+            self.vcpus[vi].playing_task = true;
+            let pid = self.tasks[tid].pid;
+            if self.procs[pid].dying {
+                // A sibling called exit_group(): this thread ends here.
+                self.tasks[tid].touch = None;
+                if self.finish_task(tid, v, t) {
+                    return true;
+                }
+                continue;
+            }
+            if self.tasks[tid].touch.is_some() {
+                if self.continue_touch(tid, v, t) {
+                    return true;
+                }
+                continue;
+            }
             let res = self.tasks[tid].result.take().unwrap_or(OpResult::Done);
             let task = &mut self.tasks[tid];
             let Some(op) = task.program.next(res, &mut task.rng) else {
-                task.state = TaskState::Done;
-                self.vcpus[vi].current = None;
-                self.stats.runtime_ns = self.stats.runtime_ns.max(t);
-                self.live_tasks -= 1;
-                self.last_task_end = self.last_task_end.max(t);
+                if self.finish_task(tid, v, t) {
+                    return true;
+                }
                 continue;
             };
             task.nr_ops += 1;
@@ -454,10 +625,8 @@ impl Engine {
                 self.stats.peak_pcp_pages = self.stats.peak_pcp_pages.max(self.pa.nr_pcp_pages());
             }
             if self.check_every > 0 && self.stats.nr_ops.is_multiple_of(self.check_every) {
-                self.pa.check_invariants();
+                self.check_invariants();
             }
-            self.vcpus[vi].segs.clear();
-            self.vcpus[vi].pos = 0;
             match op {
                 Op::AllocPages { gfp, order } => {
                     self.cx.begin(VcpuId(v), SimTime(t));
@@ -472,13 +641,19 @@ impl Engine {
                 }
                 Op::Compute { ns } => self.vcpus[vi].segs.push(Seg::Compute(ns)),
                 Op::Send { chan, blocks } => {
-                    // A task already waiting gets the message directly.
-                    let c = self.chan(chan);
-                    if let Some(w) = c.waiters.pop_front() {
-                        self.tasks[w].result = Some(OpResult::Received(blocks));
-                        self.wake(w, t);
-                    } else {
-                        c.msgs.push_back(blocks);
+                    // A task already waiting gets the message directly; one
+                    // killed while it waited is skipped.
+                    let mut blocks = Some(blocks);
+                    while let Some(w) = self.chan(chan).waiters.pop_front() {
+                        if self.tasks[w].state == TaskState::Blocked {
+                            let b = blocks.take().expect("delivered once");
+                            self.tasks[w].result = Some(OpResult::Received(b));
+                            self.wake(w, t);
+                            break;
+                        }
+                    }
+                    if let Some(b) = blocks {
+                        self.chan(chan).msgs.push_back(b);
                     }
                 }
                 Op::Recv { chan } => {
@@ -487,14 +662,272 @@ impl Engine {
                         self.tasks[tid].result = Some(OpResult::Received(m));
                     } else {
                         c.waiters.push_back(tid);
-                        self.tasks[tid].state = TaskState::Blocked;
-                        self.vcpus[vi].current = None;
+                        self.block(tid, v);
                         continue;
                     }
+                }
+                Op::Mmap {
+                    len,
+                    hint,
+                    fixed,
+                    advice,
+                } => {
+                    self.cx.begin(VcpuId(v), SimTime(t));
+                    let r = self.with_mm_locked(pid, |pa, cx, mm| {
+                        let addr = mm.mmap(pa, cx, hint.unwrap_or(0), len, fixed)?;
+                        if let Some(a) = advice {
+                            mm.madvise(pa, cx, addr, len, a)?;
+                        }
+                        Ok(addr)
+                    });
+                    self.vcpus[vi].segs.extend_from_slice(self.cx.segs());
+                    self.tasks[tid].result = Some(OpResult::Mapped(r));
+                }
+                Op::Munmap { addr, len } => {
+                    self.cx.begin(VcpuId(v), SimTime(t));
+                    let r = self.with_mm_locked(pid, |pa, cx, mm| mm.munmap(pa, cx, addr, len));
+                    self.vcpus[vi].segs.extend_from_slice(self.cx.segs());
+                    self.tasks[tid].result = Some(OpResult::Sys(r));
+                }
+                Op::Madvise { addr, len, advice } => {
+                    self.cx.begin(VcpuId(v), SimTime(t));
+                    let r = self
+                        .with_mm_locked(pid, |pa, cx, mm| mm.madvise(pa, cx, addr, len, advice));
+                    self.vcpus[vi].segs.extend_from_slice(self.cx.segs());
+                    self.tasks[tid].result = Some(OpResult::Sys(r));
+                }
+                Op::Touch {
+                    addr,
+                    len,
+                    stride,
+                    write,
+                } => {
+                    self.tasks[tid].touch = Some(TouchCursor {
+                        next: addr,
+                        end: addr.saturating_add(len),
+                        stride: stride.max(1),
+                        write,
+                    });
+                    self.tasks[tid].result = Some(OpResult::Done);
+                    if self.continue_touch(tid, v, t) {
+                        return true;
+                    }
+                    continue;
+                }
+                Op::Fork { child } => {
+                    self.cx.begin(VcpuId(v), SimTime(t));
+                    let r = self.fork(tid, child.0, t);
+                    self.vcpus[vi].segs.extend_from_slice(self.cx.segs());
+                    self.tasks[tid].result = Some(OpResult::Forked(r));
+                }
+                Op::Exit => {
+                    self.exit_group(pid);
+                    if self.finish_task(tid, v, t) {
+                        return true;
+                    }
+                    continue;
+                }
+                Op::Wait => {
+                    if self.procs[pid].live_children > 0 {
+                        self.procs[pid].waiters.push(tid);
+                        self.block(tid, v);
+                        continue;
+                    }
+                    self.tasks[tid].result = Some(OpResult::Done);
                 }
             }
             return true;
         }
+    }
+
+    /// Takes task `tid` off vCPU `v` until something wakes it.
+    fn block(&mut self, tid: TaskId, v: u32) {
+        self.tasks[tid].state = TaskState::Blocked;
+        self.vcpus[v as usize].current = None;
+    }
+
+    /// Runs `f` on process `pid`'s address space (created if need be) under
+    /// its `mmap_lock` held for writing, recording into `self.cx`.
+    fn with_mm_locked<R>(
+        &mut self,
+        pid: Pid,
+        f: impl FnOnce(&mut PageAlloc, &mut Cx, &mut MmStruct) -> Result<R, Errno>,
+    ) -> Result<R, Errno> {
+        if self.procs[pid].mm.is_none() {
+            // mm_alloc() at exec: the PGD.
+            let mm = MmStruct::new(&mut self.pa, &mut self.cx, self.mmg.cfg.mmap_layout)?;
+            self.procs[pid].mm = Some(mm);
+        }
+        let lock = mmap_lock(pid);
+        self.cx.lock(lock);
+        let mm = self.procs[pid].mm.as_mut().expect("created above");
+        let r = f(&mut self.pa, &mut self.cx, mm);
+        self.cx.unlock(lock);
+        r
+    }
+
+    /// Plays task `tid`'s `Touch` up to and including its next fault (or
+    /// [`TOUCH_CHUNK`] accesses). Returns true if it produced work for the
+    /// vCPU; false if the task ended without any (killed, nothing to tear
+    /// down).
+    fn continue_touch(&mut self, tid: TaskId, v: u32, t: u64) -> bool {
+        let vi = v as usize;
+        let pid = self.tasks[tid].pid;
+        let mut cur = self.tasks[tid].touch.take().expect("a touch in progress");
+        self.cx.begin(VcpuId(v), SimTime(t));
+        let mut fault = None;
+        let mut n = 0;
+        while cur.next < cur.end && n < TOUCH_CHUNK {
+            let addr = cur.next;
+            cur.next = cur.next.saturating_add(cur.stride);
+            n += 1;
+            self.cx.charge(Cost::Touch);
+            let Some(mm) = self.procs[pid].mm.as_mut() else {
+                fault = Some(VmFault::Sigsegv);
+                break;
+            };
+            if mm::memory::access_ok(mm, addr, cur.write) {
+                continue;
+            }
+            match mm::memory::handle_mm_fault(
+                &mut self.pa,
+                &mut self.cx,
+                &mut self.mmg,
+                mm,
+                addr,
+                cur.write,
+            ) {
+                Ok(()) => {
+                    // The access is retried and now succeeds.
+                    let ok = mm::memory::access_ok(mm, addr, cur.write);
+                    debug_assert!(ok, "fault at {addr:#x} left it unmapped");
+                    break;
+                }
+                Err(e) => {
+                    fault = Some(e);
+                    break;
+                }
+            }
+        }
+        self.vcpus[vi].segs.extend_from_slice(self.cx.segs());
+        match fault {
+            None => {
+                if cur.next < cur.end {
+                    self.tasks[tid].touch = Some(cur);
+                }
+                true
+            }
+            Some(e) => {
+                // force_sig(SIGSEGV) or the OOM killer: the process dies.
+                match e {
+                    VmFault::Sigsegv => self.stats.nr_sigsegv += 1,
+                    VmFault::Oom => self.stats.nr_oom_kills += 1,
+                }
+                self.exit_group(pid);
+                let torn_down = self.finish_task(tid, v, t);
+                torn_down || !self.vcpus[vi].segs.is_empty()
+            }
+        }
+    }
+
+    /// `fork()` by task `tid` at `t`: copies its process's address space and
+    /// starts `program` in the child. Records into `self.cx`.
+    fn fork(
+        &mut self,
+        tid: TaskId,
+        program: Box<dyn crate::op::Program>,
+        t: u64,
+    ) -> Result<u32, Errno> {
+        let pid = self.tasks[tid].pid;
+        let child_mm = if self.procs[pid].mm.is_some() {
+            let lock = mmap_lock(pid);
+            self.cx.lock(lock);
+            let mm = self.procs[pid].mm.as_mut().expect("checked");
+            let r = mm::memory::fork(&mut self.pa, &mut self.cx, mm);
+            self.cx.unlock(lock);
+            Some(r.map_err(|_| Errno::NoMem)?)
+        } else {
+            None
+        };
+        let child = self.new_process(Some(pid));
+        self.procs[child].mm = child_mm;
+        self.procs[child].live_tasks = 1;
+        let nth = self.procs[pid].nr_forks;
+        self.procs[pid].nr_forks += 1;
+        self.procs[pid].live_children += 1;
+        let nr_cpus = self.vcpus.len() as u32;
+        let cpu = VcpuId((self.tasks[tid].cpu.0 + 1 + nth % nr_cpus) % nr_cpus);
+        let ctid = self.tasks.len();
+        self.live_tasks += 1;
+        self.tasks.push(Task {
+            program,
+            rng: Rng::stream(self.seed, ctid as u64 + 1),
+            cpu,
+            state: TaskState::Blocked,
+            result: Some(OpResult::Start),
+            nr_ops: 0,
+            pid: child,
+            touch: None,
+        });
+        // The child runs once the parent's fork() has done its work.
+        let at = t + self.cx.compute_ns();
+        self.wake(ctid, at);
+        Ok(child as u32)
+    }
+
+    /// `exit_group()` of process `pid`: its blocked tasks end now, its
+    /// running ones at their next operation.
+    fn exit_group(&mut self, pid: Pid) {
+        self.procs[pid].dying = true;
+        self.procs[pid].waiters.clear();
+        for i in 0..self.tasks.len() {
+            if self.tasks[i].pid == pid && self.tasks[i].state == TaskState::Blocked {
+                self.tasks[i].state = TaskState::Done;
+                self.procs[pid].live_tasks -= 1;
+                self.live_tasks -= 1;
+            }
+        }
+    }
+
+    /// Ends task `tid` on vCPU `v` at `t`. If it was its process's last
+    /// task, tears the address space down (`exit_mmap()`), with the work
+    /// put on the vCPU, and tells the parent; returns true if there is such
+    /// work to play.
+    fn finish_task(&mut self, tid: TaskId, v: u32, t: u64) -> bool {
+        let vi = v as usize;
+        self.tasks[tid].state = TaskState::Done;
+        self.vcpus[vi].current = None;
+        self.stats.runtime_ns = self.stats.runtime_ns.max(t);
+        self.live_tasks -= 1;
+        self.last_task_end = self.last_task_end.max(t);
+        let pid = self.tasks[tid].pid;
+        self.procs[pid].live_tasks -= 1;
+        if self.procs[pid].live_tasks > 0 {
+            return false;
+        }
+        let mut work = false;
+        if let Some(mm) = self.procs[pid].mm.take() {
+            self.cx.begin(VcpuId(v), SimTime(t));
+            let lock = mmap_lock(pid);
+            self.cx.lock(lock);
+            mm::memory::exit_mmap(&mut self.pa, &mut self.cx, mm);
+            self.cx.unlock(lock);
+            self.vcpus[vi].segs.extend_from_slice(self.cx.segs());
+            work = true;
+        }
+        if let Some(parent) = self.procs[pid].parent {
+            let p = &mut self.procs[parent];
+            p.live_children -= 1;
+            if p.live_children == 0 {
+                let waiters = std::mem::take(&mut p.waiters);
+                let at = t + if work { self.cx.compute_ns() } else { 0 };
+                for w in waiters {
+                    self.tasks[w].result = Some(OpResult::Done);
+                    self.wake(w, at);
+                }
+            }
+        }
+        work
     }
 
     fn chan(&mut self, c: ChanId) -> &mut Chan {
@@ -518,8 +951,22 @@ impl Engine {
         }
     }
 
+    /// The address space of process `pid` (processes are numbered in the
+    /// order they were created, spawned or forked), if it is alive.
+    pub fn mm(&self, pid: usize) -> Option<&MmStruct> {
+        self.procs.get(pid).and_then(|p| p.mm.as_ref())
+    }
+
     /// Counters, as `(name, value)`.
     pub fn vmstat(&self) -> &mm::vmstat::VmStat {
         &self.pa.vmstat
+    }
+}
+
+/// The `mmap_lock` of process `pid`.
+fn mmap_lock(pid: Pid) -> LockId {
+    LockId {
+        class: LockClass::MmapLock,
+        index: pid as u32,
     }
 }

@@ -15,5 +15,5 @@ pub mod rng;
 
 pub use engine::{Engine, LockStats, PcpSample, RunStats};
 pub use machine::{Machine, MachineError, NodeSpec};
-pub use op::{Block, ChanId, Op, OpResult, Program, TaskSpec};
+pub use op::{Block, ChanId, ChildProgram, Op, OpResult, Program, TaskSpec};
 pub use rng::Rng;

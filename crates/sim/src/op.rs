@@ -7,7 +7,9 @@
 
 use crate::rng::Rng;
 use mm::page_alloc::{AllocError, Gfp};
+use mm::vma::{Advice, Errno};
 use mm::Pfn;
+use std::fmt;
 
 /// A channel between tasks, by index.
 pub type ChanId = u32;
@@ -16,7 +18,9 @@ pub type ChanId = u32;
 pub type Block = (Pfn, u8);
 
 /// One operation of a task.
-#[derive(Clone, Debug, PartialEq, Eq)]
+///
+/// Not `Clone` or `PartialEq`: [`Op::Fork`] carries the child's program.
+#[derive(Debug)]
 pub enum Op {
     /// `alloc_pages(gfp, order)`.
     AllocPages {
@@ -48,6 +52,80 @@ pub enum Op {
         /// The channel.
         chan: ChanId,
     },
+    /// `mmap(hint, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS
+    /// [| MAP_FIXED])` in the task's process, followed by `madvise(advice)`
+    /// on the new mapping if `advice` is given. Answers [`OpResult::Mapped`].
+    Mmap {
+        /// Length in bytes (rounded up to pages).
+        len: u64,
+        /// The address hint (`MAP_FIXED`: the address).
+        hint: Option<u64>,
+        /// `MAP_FIXED`.
+        fixed: bool,
+        /// Advice applied to the new mapping (`MADV_HUGEPAGE`, ...).
+        advice: Option<Advice>,
+    },
+    /// `munmap(addr, len)`. Answers [`OpResult::Sys`].
+    Munmap {
+        /// Start, page aligned.
+        addr: u64,
+        /// Length in bytes.
+        len: u64,
+    },
+    /// `madvise(addr, len, advice)`. Answers [`OpResult::Sys`].
+    Madvise {
+        /// Start, page aligned.
+        addr: u64,
+        /// Length in bytes.
+        len: u64,
+        /// The advice.
+        advice: Advice,
+    },
+    /// User-space accesses to `addr`, `addr + stride`, ... below
+    /// `addr + len`: each one that would fault enters the fault path. An
+    /// access outside any VMA (or a write to a read-only one) is a SIGSEGV
+    /// and kills the task's process. Answers [`OpResult::Done`].
+    Touch {
+        /// First address.
+        addr: u64,
+        /// Length of the range in bytes.
+        len: u64,
+        /// Distance between accesses (at least 1).
+        stride: u64,
+        /// Writes rather than reads.
+        write: bool,
+    },
+    /// `fork()`: a new process with a copy of this one's address space
+    /// (copy-on-write), whose single task runs `child`. Answers
+    /// [`OpResult::Forked`].
+    Fork {
+        /// The child's program.
+        child: ChildProgram,
+    },
+    /// `exit_group()`: ends every task of the process and tears down its
+    /// address space.
+    Exit,
+    /// Waits until every child process of this process has exited
+    /// (`wait()` in a loop). Answers [`OpResult::Done`].
+    Wait,
+}
+
+/// The program of a forked child, wrapped so that [`Op`] can be printed.
+pub struct ChildProgram(pub Box<dyn Program>);
+
+impl fmt::Debug for ChildProgram {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("ChildProgram(..)")
+    }
+}
+
+impl Op {
+    /// A [`Op::Fork`] running `child` in the child process.
+    pub fn fork(child: impl Program + 'static) -> Op {
+        Op::Fork {
+            child: ChildProgram(Box::new(child)),
+        }
+    }
 }
 
 /// What the previous operation returned.
@@ -61,6 +139,12 @@ pub enum OpResult {
     Alloc(Result<Pfn, AllocError>),
     /// The message received by `Recv`.
     Received(Vec<Block>),
+    /// The result of `Mmap`: the address of the new mapping.
+    Mapped(Result<u64, Errno>),
+    /// The result of `Munmap` or `Madvise`.
+    Sys(Result<(), Errno>),
+    /// The result of `Fork` in the parent: the child's process id.
+    Forked(Result<u32, Errno>),
 }
 
 /// A task's behaviour: a generator of operations.
@@ -70,10 +154,25 @@ pub trait Program {
     fn next(&mut self, last: OpResult, rng: &mut Rng) -> Option<Op>;
 }
 
-/// A task to start: its program and the vCPU it runs on.
+/// A task to start: its program, the vCPU it runs on and its process.
 pub struct TaskSpec {
     /// What the task does.
     pub program: Box<dyn Program>,
     /// The vCPU it is bound to.
     pub cpu: mm::VcpuId,
+    /// The process it belongs to: `None` starts a process of its own; tasks
+    /// given the same `Some(group)` are threads of one process and share its
+    /// address space. Groups are the workload's own numbering.
+    pub process: Option<u32>,
+}
+
+impl TaskSpec {
+    /// A single-threaded process running `program` on `cpu`.
+    pub fn new(program: Box<dyn Program>, cpu: mm::VcpuId) -> TaskSpec {
+        TaskSpec {
+            program,
+            cpu,
+            process: None,
+        }
+    }
 }

@@ -77,10 +77,7 @@ fn build(p: &Params, m: &Machine) -> Result<Vec<TaskSpec>, ParamError> {
         slab_pct: p.int("slab_pct", 5, 0..=100)? as u32,
     };
     Ok((0..tasks)
-        .map(|i| TaskSpec {
-            program: Box::new(Kbuild::new(kp)),
-            cpu: mm::VcpuId(i),
-        })
+        .map(|i| TaskSpec::new(Box::new(Kbuild::new(kp)), mm::VcpuId(i)))
         .collect())
 }
 

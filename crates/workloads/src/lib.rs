@@ -4,8 +4,11 @@
 //! experiment file) into tasks bound to vCPUs. Every workload documents what
 //! it models and where its parameters come from.
 
+pub mod anon_cow_seq;
+pub mod anon_w_seq;
 pub mod kbuild;
 pub mod page_churn;
+pub mod page_fault1;
 pub mod params;
 pub mod stream;
 
@@ -25,7 +28,14 @@ pub struct WorkloadDef {
 }
 
 /// Every workload.
-pub const WORKLOADS: &[WorkloadDef] = &[kbuild::DEF, page_churn::DEF, stream::DEF];
+pub const WORKLOADS: &[WorkloadDef] = &[
+    anon_cow_seq::DEF,
+    anon_w_seq::DEF,
+    kbuild::DEF,
+    page_churn::DEF,
+    page_fault1::DEF,
+    stream::DEF,
+];
 
 /// Builds workload `name` with `params` for `machine`.
 pub fn build(name: &str, params: &Params, machine: &Machine) -> Result<Vec<TaskSpec>, ParamError> {

@@ -91,6 +91,7 @@ fn build(p: &Params, m: &Machine) -> Result<Vec<TaskSpec>, ParamError> {
             TaskSpec {
                 program: Box::new(PageChurn::new(cp, i, partner)),
                 cpu: mm::VcpuId(i % nr_cpus as u32),
+                process: None,
             }
         })
         .collect())
@@ -152,7 +153,7 @@ impl Program for PageChurn {
             OpResult::Alloc(Ok(pfn)) => self.held.push((pfn, self.last_order)),
             OpResult::Alloc(Err(_)) => self.alloc_failures += 1,
             OpResult::Received(blocks) => self.remote = blocks,
-            OpResult::Start | OpResult::Done => {}
+            _ => {}
         }
         loop {
             match self.phase {

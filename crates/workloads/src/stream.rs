@@ -73,14 +73,14 @@ fn build(p: &Params, m: &Machine) -> Result<Vec<TaskSpec>, ParamError> {
     let mut tasks = Vec::new();
     for i in 0..pairs {
         let (a, b) = (2 * i, 2 * i + 1);
-        tasks.push(TaskSpec {
-            program: Box::new(Side::new(sp, a, b, true)),
-            cpu: mm::VcpuId(a % nr_cpus as u32),
-        });
-        tasks.push(TaskSpec {
-            program: Box::new(Side::new(sp, b, a, false)),
-            cpu: mm::VcpuId(b % nr_cpus as u32),
-        });
+        tasks.push(TaskSpec::new(
+            Box::new(Side::new(sp, a, b, true)),
+            mm::VcpuId(a % nr_cpus as u32),
+        ));
+        tasks.push(TaskSpec::new(
+            Box::new(Side::new(sp, b, a, false)),
+            mm::VcpuId(b % nr_cpus as u32),
+        ));
     }
     Ok(tasks)
 }
