@@ -132,6 +132,9 @@ enum Cmd {
         /// Seed of the run.
         #[arg(long)]
         seed: Option<u64>,
+        /// Start with the PCP lists holding the recorded pages (up to the model's high).
+        #[arg(long)]
+        warm_pcp: bool,
     },
     /// Measure the model's speed (PCP fast path) and memory per simulated page.
     Bench {
@@ -159,6 +162,9 @@ struct ReplayArgs {
     /// No timing line on stderr.
     #[arg(long, short)]
     quiet: bool,
+    /// Start with the PCP lists holding the recorded pages (up to the model's high).
+    #[arg(long)]
+    warm_pcp: bool,
 }
 
 #[derive(Subcommand)]
@@ -277,7 +283,11 @@ fn real_main() -> Result<()> {
         }
         Cmd::TraceStats { file } => trace_stats(&file)?,
         Cmd::Replay { file, args } => replay_cmd(&file, &args)?,
-        Cmd::Validate { file, seed } => replay::validate_cmd(&file, seed)?,
+        Cmd::Validate {
+            file,
+            seed,
+            warm_pcp,
+        } => replay::validate_cmd(&file, seed, warm_pcp)?,
     }
     Ok(())
 }
@@ -369,6 +379,7 @@ fn replay_cmd(file: &Path, a: &ReplayArgs) -> Result<()> {
         a.out.as_deref(),
         a.seed,
         a.quiet,
+        a.warm_pcp,
     )
 }
 

@@ -151,14 +151,19 @@ pub fn replay_experiment(
     })
 }
 
-/// One kernel's replay.
+/// One kernel's replay; `warm`: start with the recorded PCP list contents
+/// (`Prepared::warm_pcp`) instead of empty lists.
 pub fn replay_one(
     exp: &Experiment,
     k: &Kernel,
     prep: &Prepared,
     seed: u64,
+    warm: bool,
 ) -> (RunResult, ReplayStats) {
-    let pa = PageAlloc::new(&exp.machine.memory_layout(), k.config.sysctl, k.config.pcp);
+    let mut pa = PageAlloc::new(&exp.machine.memory_layout(), k.config.sysctl, k.config.pcp);
+    if warm {
+        prep.warm_pcp(&mut pa, exp.machine.nr_cpus());
+    }
     let mut eng = Engine::new(pa, exp.profile.table(), seed);
     let (tasks, stats) = prep.tasks(exp.machine.nr_cpus());
     for t in tasks {
@@ -212,6 +217,7 @@ pub fn replay_cmd(
     out: Option<&Path>,
     seed: Option<u64>,
     quiet: bool,
+    warm: bool,
 ) -> Result<()> {
     let t0 = std::time::Instant::now();
     let prep = Prepared::open(trace)?;
@@ -221,7 +227,7 @@ pub fn replay_cmd(
     let mut results = Vec::new();
     let mut per_kernel = serde_json::Map::new();
     for k in &exp.kernels {
-        let (r, st) = replay_one(&exp, k, &prep, seed);
+        let (r, st) = replay_one(&exp, k, &prep, seed, warm);
         per_kernel.insert(k.name.clone(), stats_json(&st));
         results.push(r);
     }
@@ -281,6 +287,7 @@ pub fn validate_text(
     exp: &Experiment,
     r: &RunResult,
     st: &ReplayStats,
+    warm: bool,
 ) -> String {
     use mm::vmstat::VmEvent;
     use std::fmt::Write as _;
@@ -304,7 +311,7 @@ pub fn validate_text(
     let knobs: Vec<String> = k.knobs.iter().map(|(n, v)| format!("{n}={v}")).collect();
     let _ = writeln!(
         s,
-        "validate {}: kernel {} recorded; model {} ({}) on {}, profile {}",
+        "validate {}: kernel {} recorded; model {} ({}) on {}, profile {}, PCP lists {}",
         trace.display(),
         prep.header.kernel_release.as_deref().unwrap_or("unknown"),
         k.config.preset.name(),
@@ -314,7 +321,12 @@ pub fn validate_text(
             knobs.join(", ")
         },
         exp.machine.name,
-        exp.profile.name
+        exp.profile.name,
+        if warm {
+            "warm (recorded counts)"
+        } else {
+            "empty at start"
+        }
     );
     let _ = writeln!(s);
     let _ = writeln!(
@@ -344,11 +356,11 @@ pub fn validate_text(
 }
 
 /// `mmlab validate`.
-pub fn validate_cmd(trace: &Path, seed: Option<u64>) -> Result<()> {
+pub fn validate_cmd(trace: &Path, seed: Option<u64>, warm: bool) -> Result<()> {
     let prep = Prepared::open(trace)?;
     let exp = replay_experiment(trace, &prep, None)?;
     let seed = seed.unwrap_or(exp.seed);
-    let (r, st) = replay_one(&exp, &exp.kernels[0], &prep, seed);
-    print!("{}", validate_text(trace, &prep, &exp, &r, &st));
+    let (r, st) = replay_one(&exp, &exp.kernels[0], &prep, seed, warm);
+    print!("{}", validate_text(trace, &prep, &exp, &r, &st, warm));
     Ok(())
 }

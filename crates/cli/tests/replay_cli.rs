@@ -84,7 +84,7 @@ fn synthetic(path: &Path, with_allocs: bool) {
             ((r + 1) % 2) as u32,
             EventKind::PageFree { pfn, order },
         );
-        if r % 64 == 0 {
+        if r.is_multiple_of(64) {
             put(
                 &mut w,
                 r * 100 + 60,

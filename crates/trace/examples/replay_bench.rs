@@ -31,7 +31,7 @@ fn main() {
     while n < nr_events {
         let cpu = (i % nr_cpus as u64) as u32;
         let q = &mut live[cpu as usize];
-        let kind = if q.len() >= 64 || (i % 3 == 0 && !q.is_empty()) {
+        let kind = if q.len() >= 64 || (i.is_multiple_of(3) && !q.is_empty()) {
             let (pfn, order) = q.pop_front().expect("non-empty");
             EventKind::PageFree { pfn, order }
         } else {
@@ -47,7 +47,7 @@ fn main() {
             }
         };
         // A third of the frees happen on the next CPU.
-        let on = if matches!(kind, EventKind::PageFree { .. }) && i % 3 == 0 {
+        let on = if matches!(kind, EventKind::PageFree { .. }) && i.is_multiple_of(3) {
             (cpu + 1) % nr_cpus
         } else {
             cpu

@@ -68,8 +68,9 @@ use std::path::{Path, PathBuf};
 use std::rc::Rc;
 use std::sync::Arc;
 
-use mm::page_alloc::{Gfp, MAX_ORDER};
-use mm::VcpuId;
+use mm::cost::{CostTable, Cx};
+use mm::page_alloc::{Gfp, PageAlloc, MAX_ORDER};
+use mm::{SimTime, VcpuId};
 use sim::{Block, Op, OpResult, Program, Rng, TaskSpec};
 
 use crate::event::{EventKind, Header};
@@ -409,6 +410,54 @@ impl Prepared {
             })
             .collect();
         (tasks, stats)
+    }
+}
+
+impl Prepared {
+    /// Puts the recorded per-CPU list contents back before a replay: for
+    /// every recorded pageset with pages on it (`count` in the header's
+    /// `/proc/zoneinfo` snapshot, taken just before the command started),
+    /// allocates that many order-0 movable pages of its zone on the CPU's
+    /// vCPU and frees them there, so the model starts with warm PCP lists
+    /// as the kernel did, up to the model's own `high - batch` (the fullest
+    /// a list stays after a drain: fuller, the replay's first free would
+    /// drain what the warm-up put there). The counters are
+    /// reset afterwards: they count the replay only. Returns the pages on
+    /// PCP lists after the warm-up.
+    ///
+    /// Deviation: the recorded count does not say which migratetype the
+    /// pages were; they are all put on the movable list.
+    pub fn warm_pcp(&self, pa: &mut PageAlloc, nr_cpus: u32) -> u64 {
+        let mut cx = Cx::new(VcpuId(0), CostTable::uniform(0));
+        let mut held = Vec::new();
+        for z in &self.header.machine.zones {
+            let gfp = match z.name.as_str() {
+                "DMA" | "DMA32" => Gfp::MOVABLE.or(Gfp::DMA32),
+                "Normal" | "Movable" => Gfp::MOVABLE,
+                _ => continue,
+            };
+            let Some(zi) = pa.zones.iter().position(|m| m.zone_type.name() == z.name) else {
+                continue;
+            };
+            for ps in &z.pagesets {
+                let v = VcpuId(ps.cpu % nr_cpus.max(1));
+                let pcp = &pa.pcp[pa.pcp_index(v, zi)];
+                let room = (pcp.high - pcp.batch - pcp.count).max(0) as u64;
+                for _ in 0..ps.count.min(room) {
+                    cx.begin(v, SimTime(0));
+                    match pa.alloc_pages(&mut cx, gfp, 0) {
+                        Ok(p) => held.push(p),
+                        Err(_) => break,
+                    }
+                }
+                for p in held.drain(..) {
+                    cx.begin(v, SimTime(0));
+                    pa.free_pages(&mut cx, p, 0);
+                }
+            }
+        }
+        pa.vmstat = mm::vmstat::VmStat::default();
+        pa.nr_pcp_pages()
     }
 }
 

@@ -93,7 +93,7 @@ fn synthetic(nr_cpus: u32, rounds: u64) -> Vec<Event> {
         let pfn = 1000 + r * 16;
         out.push(alloc(ts, a, pfn, order));
         out.push(free(ts + 3, b, pfn, order));
-        if r % 5 == 0 {
+        if r.is_multiple_of(5) {
             out.push(alloc(ts + 4, b, 500_000 + r, 0)); // never freed
         }
         ts += 7;
