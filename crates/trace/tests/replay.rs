@@ -316,3 +316,25 @@ fn a_live_recording_replays_with_the_recorded_allocation_count() {
         prep.recorded.unmatched_frees
     );
 }
+
+#[test]
+fn warm_pcp_puts_the_recorded_pages_on_the_lists_and_resets_the_counters() {
+    let mut h = header(2);
+    h.machine.zones[0].pagesets[1].count = 100;
+    let p = tmp("warm.mmtrace");
+    write(&p, &h, &synthetic(2, 10));
+    let prep = Prepared::open(&p).expect("prepare");
+    let _ = std::fs::remove_file(&p);
+    let layout = MemoryLayout {
+        nodes: vec![NodeLayout {
+            nr_cpus: 2,
+            nr_pages: 1 << 18,
+        }],
+        dma32_pages: 0,
+    };
+    let mut pa = PageAlloc::new(&layout, VmSysctl::default(), mm::pcp::PcpPolicy::default());
+    let on_lists = prep.warm_pcp(&mut pa, 2);
+    assert!(on_lists >= 100, "{on_lists} pages on PCP lists");
+    assert_eq!(pa.vmstat, mm::vmstat::VmStat::default());
+    pa.check_invariants();
+}
