@@ -154,6 +154,10 @@ pub struct Recorded {
     pub never_freed: u64,
     /// The CPUs with allocator events, ascending.
     pub cpus: Vec<u32>,
+    /// Order-0 allocations per recorded CPU and model migratetype
+    /// (unmovable, movable, reclaimable): the mix [`Prepared::warm_pcp`]
+    /// fills the lists with.
+    pub order0_mix: BTreeMap<u32, [u64; 3]>,
     /// Events in the trace, all kinds.
     pub nr_events: u64,
     /// Nanoseconds from the first to the last allocator event.
@@ -282,6 +286,17 @@ impl Prepared {
                     if order > MAX_ORDER as u32 {
                         rec.unsupported_order += 1;
                         continue;
+                    }
+                    if order == 0 {
+                        let g = gfp_of(migratetype, gfp_flags);
+                        let mt = if g.contains(Gfp::MOVABLE) {
+                            1
+                        } else if g.contains(Gfp::RECLAIMABLE) {
+                            2
+                        } else {
+                            0
+                        };
+                        rec.order0_mix.entry(ev.cpu).or_default()[mt] += 1;
                     }
                     let id = next_id;
                     next_id += 1;
@@ -417,7 +432,7 @@ impl Prepared {
     /// Puts the recorded per-CPU list contents back before a replay: for
     /// every recorded pageset with pages on it (`count` in the header's
     /// `/proc/zoneinfo` snapshot, taken just before the command started),
-    /// allocates that many order-0 movable pages of its zone on the CPU's
+    /// allocates that many order-0 pages of its zone on the CPU's
     /// vCPU and frees them there, so the model starts with warm PCP lists
     /// as the kernel did, up to the model's own `high - batch` (the fullest
     /// a list stays after a drain: fuller, the replay's first free would
@@ -426,14 +441,15 @@ impl Prepared {
     /// PCP lists after the warm-up.
     ///
     /// Deviation: the recorded count does not say which migratetype the
-    /// pages were; they are all put on the movable list.
+    /// pages were; they are split in the proportions of the CPU's recorded
+    /// order-0 allocations (a guess: the lists hold what the CPU uses).
     pub fn warm_pcp(&self, pa: &mut PageAlloc, nr_cpus: u32) -> u64 {
         let mut cx = Cx::new(VcpuId(0), CostTable::uniform(0));
         let mut held = Vec::new();
         for z in &self.header.machine.zones {
             let gfp = match z.name.as_str() {
-                "DMA" | "DMA32" => Gfp::MOVABLE.or(Gfp::DMA32),
-                "Normal" | "Movable" => Gfp::MOVABLE,
+                "DMA" | "DMA32" => Gfp::DMA32,
+                "Normal" | "Movable" => Gfp::KERNEL,
                 _ => continue,
             };
             let Some(zi) = pa.zones.iter().position(|m| m.zone_type.name() == z.name) else {
@@ -443,11 +459,23 @@ impl Prepared {
                 let v = VcpuId(ps.cpu % nr_cpus.max(1));
                 let pcp = &pa.pcp[pa.pcp_index(v, zi)];
                 let room = (pcp.high - pcp.batch - pcp.count).max(0) as u64;
-                for _ in 0..ps.count.min(room) {
-                    cx.begin(v, SimTime(0));
-                    match pa.alloc_pages(&mut cx, gfp, 0) {
-                        Ok(p) => held.push(p),
-                        Err(_) => break,
+                let n = ps.count.min(room);
+                let mix = self
+                    .recorded
+                    .order0_mix
+                    .get(&ps.cpu)
+                    .copied()
+                    .unwrap_or([0, 1, 0]);
+                let total: u64 = mix.iter().sum::<u64>().max(1);
+                for (mt, share) in mix.iter().enumerate() {
+                    let mt_gfp = [Gfp::KERNEL, Gfp::MOVABLE, Gfp::RECLAIMABLE][mt];
+                    let g = Gfp(mt_gfp.0 | (gfp.0 & Gfp::DMA32.0));
+                    for _ in 0..n * share / total {
+                        cx.begin(v, SimTime(0));
+                        match pa.alloc_pages(&mut cx, g, 0) {
+                            Ok(p) => held.push(p),
+                            Err(_) => break,
+                        }
                     }
                 }
                 for p in held.drain(..) {
