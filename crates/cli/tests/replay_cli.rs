@@ -193,3 +193,24 @@ fn replay_with_an_experiment_runs_its_kernels() {
         assert_eq!(m["allocs"], 2000);
     }
 }
+
+#[test]
+fn replay_out_writes_the_results_document() {
+    let t = tmp("out.mmtrace");
+    let out = tmp("out.json");
+    synthetic(&t, true);
+    let o = mmlab(&[
+        "replay",
+        t.to_str().expect("utf-8"),
+        "--quiet",
+        "--out",
+        out.to_str().expect("utf-8"),
+    ]);
+    let _ = std::fs::remove_file(&t);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let text = std::fs::read_to_string(&out).expect("the document");
+    let _ = std::fs::remove_file(&out);
+    let doc: serde_json::Value = serde_json::from_str(&text).expect("json");
+    assert_eq!(doc["replay"]["recorded"]["mm_page_free"], 2000);
+    assert!(o.stderr.is_empty(), "--quiet prints nothing on stderr");
+}
