@@ -4,6 +4,7 @@
 //! reports.
 
 mod experiment;
+mod replay;
 mod report;
 mod runner;
 
@@ -135,12 +136,58 @@ enum Cmd {
         /// The trace.
         file: PathBuf,
     },
+    /// Replay a trace's page-allocator stream (replay mode a) on the model: one task per
+    /// recorded CPU; kernels from --experiment or the recorded configuration.
+    #[command(
+        after_help = "Example:\n  mmlab replay build.mmtrace --experiment experiments/page-churn.toml"
+    )]
+    Replay {
+        /// The trace.
+        file: PathBuf,
+        #[command(flatten)]
+        args: ReplayArgs,
+    },
+    /// Replay a trace under the recorded configuration and compare the recorded
+    /// counters (zone-locked allocations, PCP drains, allocations, frees) with the model's.
+    Validate {
+        /// The trace.
+        file: PathBuf,
+        /// Seed of the run.
+        #[arg(long)]
+        seed: Option<u64>,
+        /// Start with the PCP lists holding the recorded pages (up to the model's high).
+        #[arg(long)]
+        warm_pcp: bool,
+    },
     /// Measure the model's speed (PCP fast path) and memory per simulated page.
     Bench {
         /// Allocation+free pairs to time.
         #[arg(long, default_value_t = 20_000_000)]
         ops: u64,
     },
+}
+
+#[derive(clap::Args)]
+struct ReplayArgs {
+    /// Kernels (its [[kernel]] list), machine and profile from this experiment; its
+    /// workloads are ignored.
+    #[arg(long, value_name = "E.toml")]
+    experiment: Option<PathBuf>,
+    /// Output format of the table.
+    #[arg(long, value_enum, default_value_t = Format::Text)]
+    format: Format,
+    /// Also write the JSON results document to FILE (atomically).
+    #[arg(long, value_name = "FILE")]
+    out: Option<PathBuf>,
+    /// Seed of every run (default: the experiment's).
+    #[arg(long)]
+    seed: Option<u64>,
+    /// No timing line on stderr.
+    #[arg(long, short)]
+    quiet: bool,
+    /// Start with the PCP lists holding the recorded pages (up to the model's high).
+    #[arg(long)]
+    warm_pcp: bool,
 }
 
 #[derive(Subcommand)]
@@ -269,6 +316,12 @@ fn real_main() -> Result<()> {
             }
         }
         Cmd::TraceStats { file } => trace_stats(&file)?,
+        Cmd::Replay { file, args } => replay_cmd(&file, &args)?,
+        Cmd::Validate {
+            file,
+            seed,
+            warm_pcp,
+        } => replay::validate_cmd(&file, seed, warm_pcp)?,
     }
     Ok(())
 }
@@ -350,6 +403,18 @@ fn trace_stats(path: &Path) -> Result<()> {
         );
     }
     Ok(())
+}
+
+fn replay_cmd(file: &Path, a: &ReplayArgs) -> Result<()> {
+    replay::replay_cmd(
+        file,
+        a.experiment.as_deref(),
+        a.format,
+        a.out.as_deref(),
+        a.seed,
+        a.quiet,
+        a.warm_pcp,
+    )
 }
 
 fn native_cmd(what: NativeCmd) -> Result<()> {

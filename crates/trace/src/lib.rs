@@ -8,6 +8,7 @@
 //! - [`format`]: [`TraceWriter`] and the streaming [`TraceReader`].
 //! - [`record`]: [`record::record`] on the live kernel (root and tracefs).
 //! - [`perf`]: [`perf::import`] of `perf record -e kmem:...` files.
+//! - [`replay`]: replay mode (a), the allocator stream as engine tasks.
 //! - `tracefs`: the ring-buffer page and tracepoint `format` parsers both of
 //!   the above share, and `decode`: tracepoint records to [`Event`]s.
 //!
@@ -22,6 +23,7 @@ pub mod event;
 pub mod format;
 pub mod perf;
 pub mod record;
+pub mod replay;
 pub mod sysinfo;
 pub mod tracefs;
 

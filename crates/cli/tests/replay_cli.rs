@@ -1,0 +1,216 @@
+//! `mmlab replay` and `mmlab validate` as a user runs them.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+use trace::event::{Machine, Zone};
+use trace::{Event, EventKind, Header, TraceWriter, Trailer};
+
+fn mmlab(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_mmlab"))
+        .args(args)
+        .output()
+        .expect("mmlab runs")
+}
+
+fn tmp(name: &str) -> PathBuf {
+    std::env::temp_dir().join(format!("mmlab-replay-cli-{}-{name}", std::process::id()))
+}
+
+fn header() -> Header {
+    let mut h = Header::synthetic("replay cli test");
+    h.machine = Machine {
+        nr_cpus: 2,
+        zones: vec![Zone {
+            node: 0,
+            name: "Normal".into(),
+            managed: 1 << 18,
+            present: 1 << 18,
+            spanned: 1 << 18,
+            min: 256,
+            low: 320,
+            high: 384,
+            pagesets: Vec::new(),
+        }],
+    };
+    h.knobs.percpu_pagelist_high_fraction = Some(0);
+    h
+}
+
+fn synthetic(path: &Path, with_allocs: bool) {
+    let mut w = TraceWriter::create(path, &header()).expect("create");
+    let mut n = 0;
+    let mut put = |w: &mut TraceWriter<_>, ts, cpu, kind| {
+        n += 1;
+        w.write(&Event {
+            ts_ns: ts,
+            cpu,
+            pid: 1,
+            tid: 1,
+            kind,
+        })
+        .expect("write");
+    };
+    for r in 0..2000u64 {
+        if !with_allocs {
+            put(
+                &mut w,
+                r,
+                0,
+                EventKind::PageFaultUser {
+                    address: r << 12,
+                    ip: 0,
+                    error_code: 6,
+                },
+            );
+            continue;
+        }
+        let order = (r % 4) as u32;
+        let pfn = 4096 + r * 16;
+        put(
+            &mut w,
+            r * 100,
+            (r % 2) as u32,
+            EventKind::PageAlloc {
+                pfn,
+                order,
+                migratetype: 1,
+                gfp_flags: 0x140cca,
+            },
+        );
+        put(
+            &mut w,
+            r * 100 + 50,
+            ((r + 1) % 2) as u32,
+            EventKind::PageFree { pfn, order },
+        );
+        if r.is_multiple_of(64) {
+            put(
+                &mut w,
+                r * 100 + 60,
+                0,
+                EventKind::PageAllocZoneLocked {
+                    pfn,
+                    order: 0,
+                    migratetype: 1,
+                    percpu_refill: true,
+                },
+            );
+        }
+    }
+    w.finish(&Trailer {
+        nr_events: n,
+        ..Trailer::default()
+    })
+    .expect("finish");
+}
+
+#[test]
+fn replay_json_is_byte_identical_across_runs() {
+    let t = tmp("det.mmtrace");
+    synthetic(&t, true);
+    let ts = t.to_str().expect("utf-8");
+    let a = mmlab(&["replay", ts, "--format", "json", "--quiet"]);
+    let b = mmlab(&["replay", ts, "--format", "json", "--quiet", "--seed", "1"]);
+    assert!(a.status.success(), "{}", String::from_utf8_lossy(&a.stderr));
+    assert_eq!(a.stdout, b.stdout);
+    let doc: serde_json::Value = serde_json::from_slice(&a.stdout).expect("json");
+    assert_eq!(doc["replay"]["recorded"]["mm_page_alloc"], 2000);
+    assert_eq!(doc["replay"]["model"]["recorded"]["allocs"], 2000);
+    assert_eq!(doc["replay"]["model"]["recorded"]["frees"], 2000);
+    let text = mmlab(&["replay", ts]);
+    let _ = std::fs::remove_file(&t);
+    let out = String::from_utf8_lossy(&text.stdout);
+    assert!(
+        out.contains("alloc_zone") && out.contains("recorded"),
+        "{out}"
+    );
+    assert!(
+        String::from_utf8_lossy(&text.stderr).contains("events/s"),
+        "the timing line"
+    );
+}
+
+#[test]
+fn validate_prints_recorded_model_and_error() {
+    let t = tmp("validate.mmtrace");
+    synthetic(&t, true);
+    let o = mmlab(&["validate", t.to_str().expect("utf-8")]);
+    let _ = std::fs::remove_file(&t);
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    for want in [
+        "recorded",
+        "model",
+        "error",
+        "mm_page_alloc)",
+        "mm_page_free)",
+        "mm_page_alloc_zone_locked",
+        "mm_page_pcpu_drain",
+        "+0.0%",
+    ] {
+        assert!(out.contains(want), "missing {want:?} in\n{out}");
+    }
+}
+
+#[test]
+fn replay_errors_name_the_file_and_what_is_missing() {
+    let t = tmp("noalloc.mmtrace");
+    synthetic(&t, false);
+    let o = mmlab(&["validate", t.to_str().expect("utf-8")]);
+    let _ = std::fs::remove_file(&t);
+    assert!(!o.status.success());
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        err.contains("kmem:mm_page_alloc") && err.contains("mm_page_free"),
+        "{err}"
+    );
+    let o = mmlab(&["replay", "/nonexistent/x.mmtrace"]);
+    assert!(!o.status.success());
+    assert!(String::from_utf8_lossy(&o.stderr).contains("/nonexistent/x.mmtrace"));
+}
+
+#[test]
+fn replay_with_an_experiment_runs_its_kernels() {
+    let t = tmp("exp.mmtrace");
+    synthetic(&t, true);
+    let exp = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../experiments/page-churn.toml");
+    let o = mmlab(&[
+        "replay",
+        t.to_str().expect("utf-8"),
+        "--experiment",
+        exp.to_str().expect("utf-8"),
+        "--quiet",
+        "--format",
+        "json",
+    ]);
+    let _ = std::fs::remove_file(&t);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let doc: serde_json::Value = serde_json::from_slice(&o.stdout).expect("json");
+    let model = doc["replay"]["model"].as_object().expect("per kernel");
+    assert!(model.len() >= 2, "{model:?}");
+    for (_, m) in model {
+        assert_eq!(m["allocs"], 2000);
+    }
+}
+
+#[test]
+fn replay_out_writes_the_results_document() {
+    let t = tmp("out.mmtrace");
+    let out = tmp("out.json");
+    synthetic(&t, true);
+    let o = mmlab(&[
+        "replay",
+        t.to_str().expect("utf-8"),
+        "--quiet",
+        "--out",
+        out.to_str().expect("utf-8"),
+    ]);
+    let _ = std::fs::remove_file(&t);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let text = std::fs::read_to_string(&out).expect("the document");
+    let _ = std::fs::remove_file(&out);
+    let doc: serde_json::Value = serde_json::from_str(&text).expect("json");
+    assert_eq!(doc["replay"]["recorded"]["mm_page_free"], 2000);
+    assert!(o.stderr.is_empty(), "--quiet prints nothing on stderr");
+}

@@ -1,0 +1,633 @@
+//! Replay mode (a): a recorded trace's page-allocator stream as workload
+//! tasks for the engine.
+//!
+//! # What is replayed
+//!
+//! One task per recorded CPU. Its program replays, in trace order, that CPU's
+//! `kmem:mm_page_alloc` and `kmem:mm_page_free` events: an allocation becomes
+//! [`Op::AllocPages`] of the recorded order with the [`Gfp`] of
+//! [`gfp_of`], a free becomes [`Op::FreePages`] of the *model's* block that
+//! the model allocated for the recorded pfn, on the CPU the free was
+//! recorded on (a page allocated on one CPU and freed on another goes to the
+//! freeing CPU's PCP list, as in the kernel). The time between two events of
+//! a CPU becomes [`Op::Compute`] of the recorded difference; every CPU's
+//! first event is offset from the trace's first event, so the CPUs start
+//! aligned.
+//!
+//! # Matching frees to allocations
+//!
+//! [`Prepared::open`] reads the trace once, in order, keeping a map recorded
+//! pfn → allocation number of the blocks currently allocated (live state
+//! only). Each free is matched to the allocation of its pfn; a free whose
+//! allocation was not recorded (the page was allocated before the recording
+//! started) is skipped and counted in [`Recorded::unmatched_frees`].
+//! Allocations never freed stay allocated in the model. A free whose recorded
+//! order differs from its allocation's frees the model's whole block and is
+//! counted in [`Recorded::order_mismatches`].
+//!
+//! # Cross-CPU order
+//!
+//! A free on CPU B of a block allocated on CPU A must not run before the
+//! allocation in virtual time. Virtual time drifts from recorded time (the
+//! model's operations take the model's time on top of the recorded gaps),
+//! so ordering by timestamps alone is not enough: when B reaches a matched
+//! free whose allocation the model has not done yet, B's task waits on its
+//! own channel ([`Op::Recv`]) and A, right after the allocation, sends it the
+//! model's block ([`Op::Send`]). B then frees at `max(B's time, A's time)`.
+//! This cannot deadlock: a task only ever waits for an event earlier in the
+//! trace's total order. Limit: a wait stretches B's timeline by however
+//! far A's virtual time has drifted behind; gaps are not shortened to
+//! catch up.
+//!
+//! # Memory
+//!
+//! The trace is never held in memory: the first pass streams it with
+//! [`TraceReader`] and writes one compact stream per CPU (24 bytes an event)
+//! into an unlinked temporary file; each task reads its file with its own
+//! offset and a small buffer. Memory grows with live state (allocated
+//! blocks), not with the trace's length.
+//!
+//! # Gfp mapping
+//!
+//! See [`gfp_of`]: the recorded migratetype picks the model's migratetype
+//! (`MIGRATE_UNMOVABLE` 0 → [`Gfp::KERNEL`], `MIGRATE_MOVABLE` 1 →
+//! [`Gfp::MOVABLE`], `MIGRATE_RECLAIMABLE` 2 → [`Gfp::RECLAIMABLE`]); any
+//! other value (highatomic, CMA, isolate, -1) falls back to the gfp flags'
+//! `__GFP_MOVABLE` (0x08) and `__GFP_RECLAIMABLE` (0x10) bits. `__GFP_DMA`
+//! (0x01) or `__GFP_DMA32` (0x04) → [`Gfp::DMA32`] (the model has no
+//! ZONE_DMA). Other flags (reclaim, `__GFP_THISNODE`, whose bit moves
+//! between releases) are not modelled.
+
+use std::cell::RefCell;
+use std::collections::BTreeMap;
+use std::fmt;
+use std::fs::File;
+use std::io::{self, BufWriter, Write};
+use std::os::unix::fs::FileExt;
+use std::path::{Path, PathBuf};
+use std::rc::Rc;
+use std::sync::Arc;
+
+use mm::cost::{CostTable, Cx};
+use mm::page_alloc::{Gfp, PageAlloc, MAX_ORDER};
+use mm::{SimTime, VcpuId};
+use sim::{Block, Op, OpResult, Program, Rng, TaskSpec};
+
+use crate::event::{EventKind, Header};
+use crate::format::{TraceError, TraceReader};
+
+/// The `mm_page_alloc` gfp flag bits the mapping reads (stable since 4.x).
+const GFP_DMA: u64 = 0x01;
+const GFP_DMA32: u64 = 0x04;
+const GFP_MOVABLE: u64 = 0x08;
+const GFP_RECLAIMABLE: u64 = 0x10;
+
+/// The model's allocation flags for a recorded allocation.
+pub fn gfp_of(migratetype: i32, gfp_flags: u64) -> Gfp {
+    let mt = match migratetype {
+        0 => Gfp::KERNEL,
+        1 => Gfp::MOVABLE,
+        2 => Gfp::RECLAIMABLE,
+        _ if gfp_flags & GFP_MOVABLE != 0 => Gfp::MOVABLE,
+        _ if gfp_flags & GFP_RECLAIMABLE != 0 => Gfp::RECLAIMABLE,
+        _ => Gfp::KERNEL,
+    };
+    if gfp_flags & (GFP_DMA | GFP_DMA32) != 0 {
+        mt.or(Gfp::DMA32)
+    } else {
+        mt
+    }
+}
+
+/// Why a trace cannot be replayed.
+#[derive(Debug)]
+pub enum ReplayError {
+    /// The trace could not be read: `path` names the file, the error the
+    /// record.
+    Trace { path: PathBuf, source: TraceError },
+    /// The trace has no page allocator events.
+    NoAllocatorEvents { path: PathBuf },
+    /// The temporary per-CPU streams could not be written.
+    Io { what: String, source: io::Error },
+}
+
+impl fmt::Display for ReplayError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            ReplayError::Trace { path, source } => write!(f, "{}: {source}", path.display()),
+            ReplayError::NoAllocatorEvents { path } => write!(
+                f,
+                "{}: the trace has no kmem:mm_page_alloc or kmem:mm_page_free events; replay mode (a) \
+                 needs kmem:mm_page_alloc and kmem:mm_page_free (record with `mmlab record`, or \
+                 `perf record -e kmem:mm_page_alloc -e kmem:mm_page_free ...` and `mmlab import`)",
+                path.display()
+            ),
+            ReplayError::Io { what, source } => write!(f, "{what}: {source}"),
+        }
+    }
+}
+
+/// The display carries the whole chain (the trace error names the byte and
+/// record), so `source` is empty: printing a chain does not repeat it.
+impl std::error::Error for ReplayError {}
+
+/// What the trace itself says, counted in the first pass.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Recorded {
+    /// `mm_page_alloc` events.
+    pub allocs: u64,
+    /// `mm_page_free` events.
+    pub frees: u64,
+    /// `mm_page_alloc_zone_locked` events.
+    pub alloc_zone_locked: u64,
+    /// `mm_page_pcpu_drain` events.
+    pub pcpu_drains: u64,
+    /// Frees whose allocation is not in the trace: skipped.
+    pub unmatched_frees: u64,
+    /// Frees of a different order than their allocation.
+    pub order_mismatches: u64,
+    /// Allocations above the model's `MAX_ORDER`: skipped.
+    pub unsupported_order: u64,
+    /// Matched frees on another CPU than their allocation.
+    pub cross_cpu_frees: u64,
+    /// Allocations never freed in the trace.
+    pub never_freed: u64,
+    /// The CPUs with allocator events, ascending.
+    pub cpus: Vec<u32>,
+    /// Order-0 allocations per recorded CPU and model migratetype
+    /// (unmovable, movable, reclaimable): the mix [`Prepared::warm_pcp`]
+    /// fills the lists with.
+    pub order0_mix: BTreeMap<u32, [u64; 3]>,
+    /// Events in the trace, all kinds.
+    pub nr_events: u64,
+    /// Nanoseconds from the first to the last allocator event.
+    pub span_ns: u64,
+}
+
+/// What the model did during one replay.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct ReplayStats {
+    /// Allocations the model performed and that succeeded.
+    pub allocs: u64,
+    /// Allocations that failed in the model.
+    pub alloc_failed: u64,
+    /// Frees the model performed.
+    pub frees: u64,
+    /// Matched frees skipped because the model's allocation had failed.
+    pub frees_of_failed: u64,
+    /// Frees that waited for their allocation on another CPU.
+    pub cross_cpu_waits: u64,
+    /// Read errors of the temporary streams (the affected task stopped).
+    pub io_errors: u64,
+}
+
+const REC_ALLOC: u8 = 0;
+const REC_FREE: u8 = 1;
+const REC_BYTES: usize = 24;
+
+/// One record of a per-CPU stream.
+#[derive(Clone, Copy, Debug)]
+struct Rec {
+    kind: u8,
+    order: u8,
+    gfp: u32,
+    ts: u64,
+    id: u64,
+}
+
+impl Rec {
+    fn encode(&self) -> [u8; REC_BYTES] {
+        let mut b = [0u8; REC_BYTES];
+        b[0] = self.kind;
+        b[1] = self.order;
+        b[4..8].copy_from_slice(&self.gfp.to_le_bytes());
+        b[8..16].copy_from_slice(&self.ts.to_le_bytes());
+        b[16..24].copy_from_slice(&self.id.to_le_bytes());
+        b
+    }
+
+    fn decode(b: &[u8]) -> Rec {
+        let u64_at = |i: usize| {
+            let mut x = [0u8; 8];
+            x.copy_from_slice(&b[i..i + 8]);
+            u64::from_le_bytes(x)
+        };
+        Rec {
+            kind: b[0],
+            order: b[1],
+            gfp: u32::from_le_bytes([b[4], b[5], b[6], b[7]]),
+            ts: u64_at(8),
+            id: u64_at(16),
+        }
+    }
+}
+
+/// A trace split into per-CPU allocator streams, ready to replay any number
+/// of times.
+pub struct Prepared {
+    /// The trace's header.
+    pub header: Header,
+    /// What the trace says.
+    pub recorded: Recorded,
+    /// Per recorded CPU: its stream (an unlinked temporary file) and length.
+    streams: Vec<(u32, Arc<File>, u64)>,
+    start_ts: u64,
+}
+
+struct Live {
+    id: u64,
+    order: u32,
+    cpu: u32,
+}
+
+static TMP_SEQ: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+
+fn tmp_file(cpu: u32) -> io::Result<(File, PathBuf)> {
+    let seq = TMP_SEQ.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let path = std::env::temp_dir().join(format!(
+        "mmlab-replay-{}-{seq}-cpu{cpu}",
+        std::process::id()
+    ));
+    let f = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create_new(true)
+        .open(&path)?;
+    Ok((f, path))
+}
+
+impl Prepared {
+    /// Reads the trace at `path` once and splits its allocator events.
+    pub fn open(path: &Path) -> Result<Prepared, ReplayError> {
+        let terr = |source| ReplayError::Trace {
+            path: path.to_path_buf(),
+            source,
+        };
+        let mut reader = TraceReader::open(path).map_err(terr)?;
+        let header = reader.header().clone();
+        let mut rec = Recorded::default();
+        let mut live: BTreeMap<u64, Live> = BTreeMap::new();
+        let mut writers: BTreeMap<u32, (BufWriter<File>, Arc<File>, u64)> = BTreeMap::new();
+        let mut next_id = 0u64;
+        let mut first_ts: Option<u64> = None;
+        let mut last_ts = 0u64;
+        let ioerr = |what: String| move |source| ReplayError::Io { what, source };
+        for ev in reader.by_ref() {
+            let ev = ev.map_err(terr)?;
+            rec.nr_events += 1;
+            let r = match ev.kind {
+                EventKind::PageAlloc {
+                    pfn,
+                    order,
+                    migratetype,
+                    gfp_flags,
+                } => {
+                    rec.allocs += 1;
+                    if order > MAX_ORDER as u32 {
+                        rec.unsupported_order += 1;
+                        continue;
+                    }
+                    if order == 0 {
+                        let g = gfp_of(migratetype, gfp_flags);
+                        let mt = if g.contains(Gfp::MOVABLE) {
+                            1
+                        } else if g.contains(Gfp::RECLAIMABLE) {
+                            2
+                        } else {
+                            0
+                        };
+                        rec.order0_mix.entry(ev.cpu).or_default()[mt] += 1;
+                    }
+                    let id = next_id;
+                    next_id += 1;
+                    if live
+                        .insert(
+                            pfn,
+                            Live {
+                                id,
+                                order,
+                                cpu: ev.cpu,
+                            },
+                        )
+                        .is_some()
+                    {
+                        // The old block's free was not recorded: it stays
+                        // allocated in the model.
+                        rec.never_freed += 1;
+                    }
+                    Rec {
+                        kind: REC_ALLOC,
+                        order: order as u8,
+                        gfp: gfp_of(migratetype, gfp_flags).0,
+                        ts: ev.ts_ns,
+                        id,
+                    }
+                }
+                EventKind::PageFree { pfn, order } => {
+                    rec.frees += 1;
+                    let Some(l) = live.remove(&pfn) else {
+                        rec.unmatched_frees += 1;
+                        continue;
+                    };
+                    if l.order != order {
+                        rec.order_mismatches += 1;
+                    }
+                    if l.cpu != ev.cpu {
+                        rec.cross_cpu_frees += 1;
+                    }
+                    Rec {
+                        kind: REC_FREE,
+                        order: l.order as u8,
+                        gfp: 0,
+                        ts: ev.ts_ns,
+                        id: l.id,
+                    }
+                }
+                EventKind::PageAllocZoneLocked { .. } => {
+                    rec.alloc_zone_locked += 1;
+                    continue;
+                }
+                EventKind::PagePcpuDrain { .. } => {
+                    rec.pcpu_drains += 1;
+                    continue;
+                }
+                _ => continue,
+            };
+            first_ts.get_or_insert(r.ts);
+            last_ts = last_ts.max(r.ts);
+            let w = match writers.entry(ev.cpu) {
+                std::collections::btree_map::Entry::Occupied(o) => o.into_mut(),
+                std::collections::btree_map::Entry::Vacant(v) => {
+                    let (f, p) = tmp_file(ev.cpu).map_err(ioerr(format!(
+                        "cannot create a temporary file in {}",
+                        std::env::temp_dir().display()
+                    )))?;
+                    // Unlinked at once: the open handles keep it alive.
+                    let _ = std::fs::remove_file(&p);
+                    let reader = f
+                        .try_clone()
+                        .map_err(ioerr("cannot duplicate a temporary file".into()))?;
+                    v.insert((BufWriter::with_capacity(64 * 1024, f), Arc::new(reader), 0))
+                }
+            };
+            w.0.write_all(&r.encode())
+                .map_err(ioerr("cannot write a temporary replay stream".into()))?;
+            w.2 += REC_BYTES as u64;
+        }
+        rec.never_freed += live.len() as u64;
+        if rec.allocs == 0 && rec.frees == 0 {
+            return Err(ReplayError::NoAllocatorEvents {
+                path: path.to_path_buf(),
+            });
+        }
+        let mut streams = Vec::new();
+        for (cpu, (mut w, r, len)) in writers {
+            w.flush()
+                .map_err(ioerr("cannot write a temporary replay stream".into()))?;
+            rec.cpus.push(cpu);
+            streams.push((cpu, r, len));
+        }
+        let start_ts = first_ts.unwrap_or(0);
+        rec.span_ns = last_ts.saturating_sub(start_ts);
+        Ok(Prepared {
+            header,
+            recorded: rec,
+            streams,
+            start_ts,
+        })
+    }
+
+    /// The tasks of one replay on a machine of `nr_cpus` vCPUs (recorded CPU
+    /// `c` runs on vCPU `c % nr_cpus`), and the handle to read what the
+    /// model did once the engine has run them.
+    pub fn tasks(&self, nr_cpus: u32) -> (Vec<TaskSpec>, Rc<RefCell<ReplayStats>>) {
+        let shared = Rc::new(RefCell::new(Shared::default()));
+        let stats = Rc::new(RefCell::new(ReplayStats::default()));
+        let tasks = self
+            .streams
+            .iter()
+            .enumerate()
+            .map(|(i, (cpu, file, len))| TaskSpec {
+                program: Box::new(CpuReplay {
+                    file: file.clone(),
+                    len: *len,
+                    off: 0,
+                    buf: Vec::new(),
+                    pos: 0,
+                    now_ts: self.start_ts,
+                    peeked: None,
+                    alloc_id: None,
+                    chan: i as u32,
+                    shared: shared.clone(),
+                    stats: stats.clone(),
+                }),
+                cpu: VcpuId(cpu % nr_cpus.max(1)),
+            })
+            .collect();
+        (tasks, stats)
+    }
+}
+
+impl Prepared {
+    /// Puts the recorded per-CPU list contents back before a replay: for
+    /// every recorded pageset with pages on it (`count` in the header's
+    /// `/proc/zoneinfo` snapshot, taken just before the command started),
+    /// allocates that many order-0 pages of its zone on the CPU's
+    /// vCPU and frees them there, so the model starts with warm PCP lists
+    /// as the kernel did, up to the model's own `high - batch` (the fullest
+    /// a list stays after a drain: fuller, the replay's first free would
+    /// drain what the warm-up put there). The counters are
+    /// reset afterwards: they count the replay only. Returns the pages on
+    /// PCP lists after the warm-up.
+    ///
+    /// Deviation: the recorded count does not say which migratetype the
+    /// pages were; they are split in the proportions of the CPU's recorded
+    /// order-0 allocations (a guess: the lists hold what the CPU uses).
+    pub fn warm_pcp(&self, pa: &mut PageAlloc, nr_cpus: u32) -> u64 {
+        let mut cx = Cx::new(VcpuId(0), CostTable::uniform(0));
+        let mut held = Vec::new();
+        for z in &self.header.machine.zones {
+            let gfp = match z.name.as_str() {
+                "DMA" | "DMA32" => Gfp::DMA32,
+                "Normal" | "Movable" => Gfp::KERNEL,
+                _ => continue,
+            };
+            let Some(zi) = pa.zones.iter().position(|m| m.zone_type.name() == z.name) else {
+                continue;
+            };
+            for ps in &z.pagesets {
+                let v = VcpuId(ps.cpu % nr_cpus.max(1));
+                let pcp = &pa.pcp[pa.pcp_index(v, zi)];
+                let room = (pcp.high - pcp.batch - pcp.count).max(0) as u64;
+                let n = ps.count.min(room);
+                let mix = self
+                    .recorded
+                    .order0_mix
+                    .get(&ps.cpu)
+                    .copied()
+                    .unwrap_or([0, 1, 0]);
+                let total: u64 = mix.iter().sum::<u64>().max(1);
+                for (mt, share) in mix.iter().enumerate() {
+                    let mt_gfp = [Gfp::KERNEL, Gfp::MOVABLE, Gfp::RECLAIMABLE][mt];
+                    let g = Gfp(mt_gfp.0 | (gfp.0 & Gfp::DMA32.0));
+                    for _ in 0..n * share / total {
+                        cx.begin(v, SimTime(0));
+                        match pa.alloc_pages(&mut cx, g, 0) {
+                            Ok(p) => held.push(p),
+                            Err(_) => break,
+                        }
+                    }
+                }
+                for p in held.drain(..) {
+                    cx.begin(v, SimTime(0));
+                    pa.free_pages(&mut cx, p, 0);
+                }
+            }
+        }
+        pa.vmstat = mm::vmstat::VmStat::default();
+        pa.nr_pcp_pages()
+    }
+}
+
+/// State the CPUs' programs share: the model's blocks by allocation number
+/// and the frees waiting for theirs.
+#[derive(Default)]
+struct Shared {
+    /// `None`: the model's allocation failed.
+    blocks: BTreeMap<u64, Option<Block>>,
+    /// Allocation number → the channel of the task waiting to free it.
+    waiting: BTreeMap<u64, u32>,
+}
+
+struct CpuReplay {
+    file: Arc<File>,
+    len: u64,
+    off: u64,
+    buf: Vec<u8>,
+    pos: usize,
+    now_ts: u64,
+    peeked: Option<Rec>,
+    alloc_id: Option<(u64, u8)>,
+    chan: u32,
+    shared: Rc<RefCell<Shared>>,
+    stats: Rc<RefCell<ReplayStats>>,
+}
+
+const READ_BYTES: usize = REC_BYTES * 2730;
+
+impl CpuReplay {
+    fn read(&mut self) -> Option<Rec> {
+        if self.pos >= self.buf.len() {
+            if self.off >= self.len {
+                return None;
+            }
+            let n = (self.len - self.off).min(READ_BYTES as u64) as usize;
+            self.buf.resize(n, 0);
+            if self.file.read_exact_at(&mut self.buf, self.off).is_err() {
+                self.stats.borrow_mut().io_errors += 1;
+                self.off = self.len;
+                self.buf.clear();
+                return None;
+            }
+            self.off += n as u64;
+            self.pos = 0;
+        }
+        let r = Rec::decode(&self.buf[self.pos..self.pos + REC_BYTES]);
+        self.pos += REC_BYTES;
+        Some(r)
+    }
+
+    /// The model's allocation `id` of `order` returned `r`: hand the block
+    /// to a waiting free (a [`Op::Send`]) or keep it for a later one.
+    fn allocated(
+        &mut self,
+        id: u64,
+        order: u8,
+        r: Result<mm::Pfn, mm::page_alloc::AllocError>,
+    ) -> Option<Op> {
+        let block = {
+            let mut st = self.stats.borrow_mut();
+            match r {
+                Ok(pfn) => {
+                    st.allocs += 1;
+                    Some((pfn, order))
+                }
+                Err(_) => {
+                    st.alloc_failed += 1;
+                    None
+                }
+            }
+        };
+        let mut sh = self.shared.borrow_mut();
+        match sh.waiting.remove(&id) {
+            Some(chan) => Some(Op::Send {
+                chan,
+                blocks: block.into_iter().collect(),
+            }),
+            None => {
+                sh.blocks.insert(id, block);
+                None
+            }
+        }
+    }
+}
+
+impl Program for CpuReplay {
+    fn next(&mut self, last: OpResult, _rng: &mut Rng) -> Option<Op> {
+        match last {
+            OpResult::Alloc(r) => {
+                if let Some((id, order)) = self.alloc_id.take() {
+                    if let Some(op) = self.allocated(id, order, r) {
+                        return Some(op);
+                    }
+                }
+            }
+            OpResult::Received(blocks) => {
+                if let Some(&b) = blocks.first() {
+                    self.stats.borrow_mut().frees += 1;
+                    return Some(Op::FreePages { block: b });
+                }
+                self.stats.borrow_mut().frees_of_failed += 1;
+            }
+            OpResult::Start | OpResult::Done => {}
+        }
+        loop {
+            let rec = match self.peeked.take() {
+                Some(r) => r,
+                None => self.read()?,
+            };
+            if rec.ts > self.now_ts {
+                let gap = rec.ts - self.now_ts;
+                self.now_ts = rec.ts;
+                self.peeked = Some(rec);
+                return Some(Op::Compute { ns: gap });
+            }
+            match rec.kind {
+                REC_ALLOC => {
+                    self.alloc_id = Some((rec.id, rec.order));
+                    return Some(Op::AllocPages {
+                        gfp: Gfp(rec.gfp),
+                        order: rec.order,
+                    });
+                }
+                _ => {
+                    let mut sh = self.shared.borrow_mut();
+                    match sh.blocks.remove(&rec.id) {
+                        Some(Some(b)) => {
+                            self.stats.borrow_mut().frees += 1;
+                            return Some(Op::FreePages { block: b });
+                        }
+                        Some(None) => {
+                            self.stats.borrow_mut().frees_of_failed += 1;
+                        }
+                        None => {
+                            sh.waiting.insert(rec.id, self.chan);
+                            self.stats.borrow_mut().cross_cpu_waits += 1;
+                            return Some(Op::Recv { chan: self.chan });
+                        }
+                    }
+                }
+            }
+        }
+    }
+}

@@ -1,0 +1,340 @@
+//! Replay mode (a): synthetic traces written with `TraceWriter`, the tiny
+//! recorded fixture, and (as root with tracefs) a fresh live recording.
+
+use std::path::{Path, PathBuf};
+
+use mm::cost::CostTable;
+use mm::page_alloc::{MemoryLayout, NodeLayout, PageAlloc, VmSysctl};
+use sim::Engine;
+use trace::event::{Machine, Pageset, Zone};
+use trace::replay::{Prepared, ReplayError, ReplayStats};
+use trace::{Event, EventKind, Header, TraceWriter, Trailer};
+
+fn tmp(name: &str) -> PathBuf {
+    std::env::temp_dir().join(format!("mmlab-replay-test-{}-{name}", std::process::id()))
+}
+
+fn header(nr_cpus: u32) -> Header {
+    let mut h = Header::synthetic("replay test");
+    h.machine = Machine {
+        nr_cpus,
+        zones: vec![Zone {
+            node: 0,
+            name: "Normal".into(),
+            managed: 1 << 18,
+            present: 1 << 18,
+            spanned: 1 << 18,
+            min: 256,
+            low: 320,
+            high: 384,
+            pagesets: (0..nr_cpus)
+                .map(|cpu| Pageset {
+                    cpu,
+                    count: 0,
+                    high: 0,
+                    batch: 63,
+                    high_min: None,
+                    high_max: None,
+                })
+                .collect(),
+        }],
+    };
+    h
+}
+
+fn ev(ts_ns: u64, cpu: u32, kind: EventKind) -> Event {
+    Event {
+        ts_ns,
+        cpu,
+        pid: 100,
+        tid: 100,
+        kind,
+    }
+}
+
+fn alloc(ts: u64, cpu: u32, pfn: u64, order: u32) -> Event {
+    ev(
+        ts,
+        cpu,
+        EventKind::PageAlloc {
+            pfn,
+            order,
+            migratetype: (pfn % 3) as i32,
+            gfp_flags: 0xcc0,
+        },
+    )
+}
+
+fn free(ts: u64, cpu: u32, pfn: u64, order: u32) -> Event {
+    ev(ts, cpu, EventKind::PageFree { pfn, order })
+}
+
+fn write(path: &Path, h: &Header, events: &[Event]) {
+    let mut w = TraceWriter::create(path, h).expect("create");
+    for e in events {
+        w.write(e).expect("write");
+    }
+    w.finish(&Trailer {
+        nr_events: events.len() as u64,
+        ..Trailer::default()
+    })
+    .expect("finish");
+}
+
+/// A few CPUs: allocations on one CPU freed on another, orders 0-3, a free
+/// of a page allocated before the recording, and blocks never freed.
+fn synthetic(nr_cpus: u32, rounds: u64) -> Vec<Event> {
+    let mut out = vec![free(5, 1, 999_999, 0)]; // allocated before recording
+    let mut ts = 10;
+    for r in 0..rounds {
+        let a = (r % nr_cpus as u64) as u32;
+        let b = ((r + 1) % nr_cpus as u64) as u32;
+        let order = (r % 4) as u32;
+        let pfn = 1000 + r * 16;
+        out.push(alloc(ts, a, pfn, order));
+        out.push(free(ts + 3, b, pfn, order));
+        if r.is_multiple_of(5) {
+            out.push(alloc(ts + 4, b, 500_000 + r, 0)); // never freed
+        }
+        ts += 7;
+    }
+    out
+}
+
+fn run(prep: &Prepared, nr_cpus: u32) -> (Engine, ReplayStats) {
+    let layout = MemoryLayout {
+        nodes: vec![NodeLayout {
+            nr_cpus,
+            nr_pages: 1 << 18,
+        }],
+        dma32_pages: 0,
+    };
+    let pa = PageAlloc::new(&layout, VmSysctl::default(), mm::pcp::PcpPolicy::default());
+    let mut eng = Engine::new(pa, CostTable::uniform(20), 1);
+    eng.check_invariants_every(97);
+    let (tasks, stats) = prep.tasks(nr_cpus);
+    for t in tasks {
+        eng.spawn(t);
+    }
+    eng.run();
+    let st = stats.borrow().clone();
+    (eng, st)
+}
+
+#[test]
+fn every_recorded_pair_becomes_a_model_pair() {
+    let p = tmp("pairs.mmtrace");
+    write(&p, &header(3), &synthetic(3, 200));
+    let prep = Prepared::open(&p).expect("prepare");
+    let _ = std::fs::remove_file(&p);
+    let r = &prep.recorded;
+    assert_eq!(r.allocs, 200 + 40);
+    assert_eq!(r.frees, 201);
+    assert_eq!(
+        r.unmatched_frees, 1,
+        "the free before the recording is counted"
+    );
+    assert_eq!(r.cross_cpu_frees, 200);
+    assert_eq!(r.never_freed, 40);
+    assert_eq!(r.cpus, vec![0, 1, 2]);
+    let (eng, st) = run(&prep, 3);
+    assert_eq!(st.allocs, r.allocs);
+    assert_eq!(st.alloc_failed, 0);
+    assert_eq!(st.frees, r.frees - r.unmatched_frees);
+    assert_eq!(st.io_errors, 0);
+    // Never-freed blocks stay allocated: every order-0..3 pair came back.
+    let pgfree = eng.pa.vmstat.get(mm::vmstat::VmEvent::PGFREE);
+    let freed_pages: u64 = (0..200u64).map(|r| 1 << (r % 4)).sum();
+    assert_eq!(pgfree, freed_pages);
+}
+
+#[test]
+fn a_free_waits_for_its_allocation_on_another_cpu() {
+    // CPU 0 allocates a burst at one instant (the model takes time for
+    // each); CPU 1 frees the last block one nanosecond later in the trace,
+    // which in virtual time is before CPU 0 gets there.
+    let mut evs = Vec::new();
+    for i in 0..50 {
+        evs.push(alloc(100, 0, 10_000 + i * 8, 3));
+    }
+    evs.push(free(101, 1, 10_000 + 49 * 8, 3));
+    let p = tmp("wait.mmtrace");
+    write(&p, &header(2), &evs);
+    let prep = Prepared::open(&p).expect("prepare");
+    let _ = std::fs::remove_file(&p);
+    let (_, st) = run(&prep, 2);
+    assert_eq!(st.cross_cpu_waits, 1);
+    assert_eq!(st.frees, 1);
+    assert_eq!(st.allocs, 50);
+}
+
+#[test]
+fn replay_is_deterministic_and_repeatable() {
+    let p = tmp("det.mmtrace");
+    write(&p, &header(4), &synthetic(4, 500));
+    let prep = Prepared::open(&p).expect("prepare");
+    let _ = std::fs::remove_file(&p);
+    let (a, sa) = run(&prep, 4);
+    let (b, sb) = run(&prep, 4);
+    assert_eq!(sa, sb);
+    assert_eq!(a.pa.vmstat, b.pa.vmstat);
+    // More recorded CPUs than vCPUs fold onto them.
+    let (_, sc) = run(&prep, 2);
+    assert_eq!(sc.allocs, sa.allocs);
+}
+
+#[test]
+fn a_trace_without_allocator_events_says_what_is_needed() {
+    let p = tmp("noalloc.mmtrace");
+    write(
+        &p,
+        &header(1),
+        &[ev(
+            1,
+            0,
+            EventKind::PageFaultUser {
+                address: 0x1000,
+                ip: 0,
+                error_code: 6,
+            },
+        )],
+    );
+    let e = Prepared::open(&p).err().expect("an error");
+    let _ = std::fs::remove_file(&p);
+    assert!(matches!(e, ReplayError::NoAllocatorEvents { .. }));
+    let msg = e.to_string();
+    assert!(
+        msg.contains("kmem:mm_page_alloc") && msg.contains("mm_page_free"),
+        "{msg}"
+    );
+}
+
+#[test]
+fn a_damaged_trace_names_the_file_and_the_record() {
+    let p = tmp("damaged.mmtrace");
+    write(&p, &header(2), &synthetic(2, 3000));
+    let mut bytes = std::fs::read(&p).expect("read");
+    let n = bytes.len();
+    bytes.truncate(n * 2 / 3);
+    std::fs::write(&p, &bytes).expect("write");
+    let e = Prepared::open(&p).err().expect("an error");
+    let _ = std::fs::remove_file(&p);
+    let msg = e.to_string();
+    assert!(
+        msg.contains("damaged.mmtrace") && msg.contains("events"),
+        "{msg}"
+    );
+    let missing = Prepared::open(Path::new("/nonexistent/t.mmtrace"))
+        .err()
+        .expect("an error")
+        .to_string();
+    assert!(missing.contains("/nonexistent/t.mmtrace"), "{missing}");
+}
+
+#[test]
+fn the_recorded_fixture_replays_every_allocation() {
+    let p = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/dd-gzip.mmtrace");
+    let prep = Prepared::open(&p).expect("prepare the fixture");
+    assert!(prep.recorded.allocs > 100);
+    let (_, st) = run(&prep, prep.header.machine.nr_cpus.max(1));
+    assert_eq!(
+        st.allocs + st.alloc_failed,
+        prep.recorded.allocs - prep.recorded.unsupported_order
+    );
+    assert_eq!(st.alloc_failed, 0);
+    assert_eq!(
+        st.frees,
+        prep.recorded.frees - prep.recorded.unmatched_frees
+    );
+}
+
+// --- Live: record a real workload, replay it. ---
+
+fn live_lock() -> Option<std::fs::File> {
+    use std::os::fd::AsRawFd;
+    let f = std::fs::OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .read(true)
+        .write(true)
+        .open("/tmp/mmlab-live-kernel.lock")
+        .ok()?;
+    // SAFETY: flock on an fd this function owns; released when `f` closes.
+    let rc = unsafe { libc::flock(f.as_raw_fd(), libc::LOCK_EX) };
+    (rc == 0).then_some(f)
+}
+
+#[test]
+fn a_live_recording_replays_with_the_recorded_allocation_count() {
+    // SAFETY: geteuid has no preconditions.
+    let euid = unsafe { libc::geteuid() };
+    if euid != 0 {
+        println!("SKIPPED (cannot run here): recording needs root, running as uid {euid}");
+        return;
+    }
+    let Some(_lock) = live_lock() else {
+        println!("SKIPPED (cannot run here): cannot lock /tmp/mmlab-live-kernel.lock");
+        return;
+    };
+    let p = tmp("live.mmtrace");
+    let opts = trace::record::RecordOptions {
+        mount_tracefs: true,
+        ..Default::default()
+    };
+    let args: Vec<String> = vec![
+        "-c".into(),
+        "dd if=/dev/zero bs=1M count=32 2>/dev/null | gzip > /dev/null".into(),
+    ];
+    match trace::record::record(&p, "sh", &args, &opts) {
+        Ok(_) => {}
+        Err(e) => {
+            let _ = std::fs::remove_file(&p);
+            println!("SKIPPED (cannot run here): recording failed: {e}");
+            return;
+        }
+    }
+    let prep = Prepared::open(&p).expect("replay the live recording");
+    let _ = std::fs::remove_file(&p);
+    assert!(prep.recorded.allocs > 1000, "{:?}", prep.recorded);
+    let cpus = prep
+        .header
+        .machine
+        .nr_cpus
+        .max(prep.recorded.cpus.last().map_or(1, |c| c + 1));
+    let (_, st) = run(&prep, cpus);
+    assert_eq!(st.alloc_failed, 0);
+    assert_eq!(
+        st.allocs,
+        prep.recorded.allocs - prep.recorded.unsupported_order
+    );
+    println!(
+        "live: {} allocations recorded, {} replayed; {} frees recorded, {} replayed ({} unmatched)",
+        prep.recorded.allocs,
+        st.allocs,
+        prep.recorded.frees,
+        st.frees,
+        prep.recorded.unmatched_frees
+    );
+}
+
+#[test]
+fn warm_pcp_puts_the_recorded_pages_on_the_lists_and_resets_the_counters() {
+    let mut h = header(2);
+    h.machine.zones[0].pagesets[1].count = 100;
+    let p = tmp("warm.mmtrace");
+    write(&p, &h, &synthetic(2, 10));
+    let prep = Prepared::open(&p).expect("prepare");
+    let _ = std::fs::remove_file(&p);
+    let layout = MemoryLayout {
+        nodes: vec![NodeLayout {
+            nr_cpus: 2,
+            nr_pages: 1 << 18,
+        }],
+        dma32_pages: 0,
+    };
+    let mut pa = PageAlloc::new(&layout, VmSysctl::default(), mm::pcp::PcpPolicy::default());
+    let on_lists = prep.warm_pcp(&mut pa, 2);
+    assert!(on_lists >= 100, "{on_lists} pages on PCP lists");
+    assert_eq!(pa.vmstat, mm::vmstat::VmStat::default());
+    pa.check_invariants();
+}
