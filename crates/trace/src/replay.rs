@@ -422,6 +422,7 @@ impl Prepared {
                     stats: stats.clone(),
                 }),
                 cpu: VcpuId(cpu % nr_cpus.max(1)),
+                process: None,
             })
             .collect();
         (tasks, stats)
@@ -589,7 +590,12 @@ impl Program for CpuReplay {
                 }
                 self.stats.borrow_mut().frees_of_failed += 1;
             }
-            OpResult::Start | OpResult::Done => {}
+            // The allocator stream issues no address-space operations.
+            OpResult::Start
+            | OpResult::Done
+            | OpResult::Mapped(_)
+            | OpResult::Sys(_)
+            | OpResult::Forked(_) => {}
         }
         loop {
             let rec = match self.peeked.take() {
