@@ -29,6 +29,10 @@ pub struct ExperimentFile {
     /// The seed's published table, printed beside the model's.
     #[serde(default)]
     pub published: Option<PublishedFile>,
+    /// Seconds the machine stays up, idle, after the last task ends, so that
+    /// periodic kernel work (PCP `high` decay) shows its effect.
+    #[serde(default)]
+    pub idle_tail_s: u64,
 }
 
 fn default_seed() -> u64 {
@@ -193,6 +197,7 @@ pub struct Experiment {
     pub workloads: Vec<Workload>,
     pub report: ReportFile,
     pub published: Option<PublishedFile>,
+    pub idle_tail_s: u64,
 }
 
 /// The built-in cost profiles, embedded so that `mmlab` runs from anywhere.
@@ -396,6 +401,7 @@ impl Experiment {
             workloads: wls,
             report: f.report,
             published: f.published,
+            idle_tail_s: f.idle_tail_s,
         })
     }
 }

@@ -148,6 +148,7 @@ pub fn replay_experiment(
         workloads: vec![workload],
         report,
         published: None,
+        idle_tail_s: 0,
     })
 }
 

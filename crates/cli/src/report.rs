@@ -133,7 +133,20 @@ pub fn results_json(exp: &Experiment, seed: u64, results: &[RunResult]) -> Value
             for (k, v) in r.vmstat.iter() {
                 vmstat.insert(k.to_string(), json!(v));
             }
-            json!({ "kernel": r.kernel, "workload": r.workload, "metrics": metrics, "vmstat": vmstat })
+            // Each CPU's PCP count and high per zone, once a virtual second.
+            let series: Vec<Value> = r
+                .stats
+                .pcp_series
+                .iter()
+                .map(|p| json!([p.time_ns, p.cpu, p.zone, p.count, p.high]))
+                .collect();
+            json!({
+                "kernel": r.kernel,
+                "workload": r.workload,
+                "metrics": metrics,
+                "vmstat": vmstat,
+                "pcp_series": { "columns": ["time_ns", "cpu", "zone", "count", "high"], "rows": series },
+            })
         })
         .collect();
     let kernels: Vec<Value> = exp

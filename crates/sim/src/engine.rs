@@ -246,6 +246,9 @@ pub struct Engine {
     pcp_sample_every: u64,
     live_tasks: usize,
     idle_tail_ns: u64,
+    /// Lock statistics and busy time when the last task ended: the run's
+    /// figures, before any idle tail.
+    at_last_task: Option<(Vec<LockStats>, u64)>,
     last_task_end: u64,
 }
 
@@ -276,6 +279,7 @@ impl Engine {
             pcp_sample_every: 64,
             live_tasks: 0,
             idle_tail_ns: 0,
+            at_last_task: None,
             last_task_end: 0,
         }
     }
@@ -420,6 +424,14 @@ impl Engine {
             "deadlock: tasks {stuck:?} never finished (waiting on a channel nobody sends to)"
         );
         self.stats.busy_ns = self.vcpus.iter().map(|v| v.busy_ns).sum();
+        // With an idle tail, lock shares describe the run itself; the tail's
+        // periodic work (PCP decay) shows in the final PCP pages instead.
+        // Deviation: the last process's teardown after its last task is
+        // then counted only in the run time, not in the lock shares.
+        if let Some((locks, busy)) = self.at_last_task.take() {
+            self.stats.locks = locks;
+            self.stats.busy_ns = busy;
+        }
         // The teardown of the last process runs after its last task ended;
         // periodic kernel work after that does not make the run longer.
         let last = self
@@ -900,6 +912,10 @@ impl Engine {
         self.stats.runtime_ns = self.stats.runtime_ns.max(t);
         self.live_tasks -= 1;
         self.last_task_end = self.last_task_end.max(t);
+        if self.live_tasks == 0 && self.idle_tail_ns > 0 {
+            let busy = self.vcpus.iter().map(|v| v.busy_ns).sum();
+            self.at_last_task = Some((self.stats.locks.clone(), busy));
+        }
         let pid = self.tasks[tid].pid;
         self.procs[pid].live_tasks -= 1;
         if self.procs[pid].live_tasks > 0 {
