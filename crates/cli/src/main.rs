@@ -43,6 +43,10 @@ const BUILTIN_EXPERIMENTS: &[(&str, &str)] = &[
         "pcp-autotune-netperf",
         include_str!("../../../experiments/pcp-autotune-netperf.toml"),
     ),
+    (
+        "vmacache",
+        include_str!("../../../experiments/vmacache.toml"),
+    ),
 ];
 
 #[derive(Parser)]

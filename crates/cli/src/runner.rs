@@ -29,7 +29,9 @@ pub fn run_one(exp: &Experiment, k: &Kernel, w: &Workload, seed: u64) -> Result<
     // series computes it from cacheinfo).
     let cpus_per_node = exp.machine.nodes.first().map_or(1, |n| n.cpus.max(1)) as u64;
     pa.setup_pcp_cacheinfo(exp.machine.llc_bytes / cpus_per_node);
-    let mut eng = Engine::new(pa, exp.profile.table(), seed).with_mm_config(k.config.mm);
+    let mut eng = Engine::new(pa, exp.profile.table(), seed)
+        .with_mm_config(k.config.mm)
+        .with_vmacache(k.config.vmacache);
     eng.set_idle_tail_ns(exp.idle_tail_s * 1_000_000_000);
     let tasks = workloads::build(&w.kind, &w.params, &exp.machine)
         .map_err(|e| anyhow!("workload \"{}\": {e}", w.name))?;

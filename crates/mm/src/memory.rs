@@ -256,6 +256,39 @@ pub fn handle_mm_fault(
     pa.vmstat.count(VmEvent::PGFAULT, 1);
     cx.charge(Cost::FaultEntry);
     let vma = mm.vma_lookup(cx, addr).ok_or(VmFault::Sigsegv)?;
+    handle_mm_fault_vma(pa, cx, g, mm, vma, addr, write)
+}
+
+/// Models x86's `do_user_addr_fault()` (arch/x86/mm/fault.c) for a user
+/// task: the VMA is looked up through the task's VMA cache (`find_vma()` of
+/// 3.15–6.0, or the plain tree walk of 6.1+ when the policy is `none`), then
+/// the fault is handled in it.
+pub fn do_user_addr_fault(
+    pa: &mut PageAlloc,
+    cx: &mut Cx,
+    g: &mut MmGlobal,
+    mm: &mut MmStruct,
+    task: &mut crate::vmacache::TaskStruct,
+    addr: u64,
+    write: bool,
+) -> Result<(), VmFault> {
+    pa.vmstat.count(VmEvent::PGFAULT, 1);
+    cx.charge(Cost::FaultEntry);
+    let vma =
+        crate::vmacache::vma_lookup(task, mm, &mut pa.vmstat, cx, addr).ok_or(VmFault::Sigsegv)?;
+    handle_mm_fault_vma(pa, cx, g, mm, vma, addr, write)
+}
+
+/// The body of `handle_mm_fault()` once the VMA is known.
+fn handle_mm_fault_vma(
+    pa: &mut PageAlloc,
+    cx: &mut Cx,
+    g: &mut MmGlobal,
+    mm: &mut MmStruct,
+    vma: Vma,
+    addr: u64,
+    write: bool,
+) -> Result<(), VmFault> {
     if write && !vma.flags.contains(VmFlags::WRITE) {
         return Err(VmFault::Sigsegv);
     }

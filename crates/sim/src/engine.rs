@@ -105,6 +105,10 @@ struct Task {
     nr_ops: u64,
     pid: Pid,
     touch: Option<TouchCursor>,
+    /// The task's VMA cache (`task_struct::vmacache`), made at its first
+    /// fault; a forked child starts with an empty one, as after
+    /// `vmacache_flush()`.
+    vmacache: Option<mm::vmacache::TaskStruct>,
 }
 
 #[derive(Default)]
@@ -230,6 +234,7 @@ pub struct Engine {
     pub pa: PageAlloc,
     /// The fault path's configuration and global state.
     pub mmg: MmGlobal,
+    vmacache_policy: mm::vmacache::VmacachePolicy,
     procs: Vec<Process>,
     groups: BTreeMap<u32, Pid>,
     costs: CostTable,
@@ -260,6 +265,7 @@ impl Engine {
         Engine {
             pa,
             mmg: MmGlobal::new(MmConfig::default()),
+            vmacache_policy: mm::vmacache::VmacachePolicy::None,
             procs: Vec::new(),
             groups: BTreeMap::new(),
             costs,
@@ -288,6 +294,13 @@ impl Engine {
     /// of [`MmConfig::default`]. Call before spawning tasks.
     pub fn with_mm_config(mut self, cfg: MmConfig) -> Engine {
         self.mmg = MmGlobal::new(cfg);
+        self
+    }
+
+    /// Uses the per-task VMA cache with `policy` (`none`: 6.1+, every
+    /// lookup walks the tree).
+    pub fn with_vmacache(mut self, policy: mm::vmacache::VmacachePolicy) -> Engine {
+        self.vmacache_policy = policy;
         self
     }
 
@@ -334,6 +347,7 @@ impl Engine {
             nr_ops: 0,
             pid,
             touch: None,
+            vmacache: None,
         });
         self.vcpus[spec.cpu.idx()].runq.push_back(id);
     }
@@ -801,11 +815,16 @@ impl Engine {
             if mm::memory::access_ok(mm, addr, cur.write) {
                 continue;
             }
-            match mm::memory::handle_mm_fault(
+            let policy = self.vmacache_policy;
+            let task = self.tasks[tid]
+                .vmacache
+                .get_or_insert_with(|| mm::vmacache::TaskStruct::new(mm, policy));
+            match mm::memory::do_user_addr_fault(
                 &mut self.pa,
                 &mut self.cx,
                 &mut self.mmg,
                 mm,
+                task,
                 addr,
                 cur.write,
             ) {
@@ -880,6 +899,7 @@ impl Engine {
             nr_ops: 0,
             pid: child,
             touch: None,
+            vmacache: None,
         });
         // The child runs once the parent's fork() has done its work.
         let at = t + self.cx.compute_ns();
