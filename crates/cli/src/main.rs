@@ -3,6 +3,7 @@
 //! The only crate that reads files, parses arguments, prints or writes
 //! reports.
 
+mod bench;
 mod experiment;
 mod replay;
 mod report;
@@ -168,6 +169,9 @@ enum Cmd {
         /// Allocation+free pairs to time.
         #[arg(long, default_value_t = 20_000_000)]
         ops: u64,
+        /// Cache-model line accesses to time per configuration.
+        #[arg(long, default_value_t = 20_000_000)]
+        cache_lines: u64,
     },
 }
 
@@ -283,7 +287,10 @@ fn real_main() -> Result<()> {
             }
         }
         Cmd::List => print!("{}", list_text()),
-        Cmd::Bench { ops } => bench(ops),
+        Cmd::Bench { ops, cache_lines } => {
+            bench::pcp(ops);
+            bench::cache(cache_lines);
+        }
         Cmd::Native { what } => native_cmd(what)?,
         Cmd::Record {
             output,
@@ -492,44 +499,4 @@ fn list_text() -> String {
         let _ = writeln!(s, "  {n}");
     }
     s
-}
-
-/// The PCP fast path of the model on one host core: order-0 allocate and free
-/// on one CPU, refills and drains included; and the memory a simulated page
-/// costs.
-fn bench(ops: u64) {
-    use mm::cost::{CostTable, Cx};
-    use mm::page_alloc::{Gfp, MemoryLayout, NodeLayout, PageAlloc, VmSysctl};
-    let layout = MemoryLayout {
-        nodes: vec![NodeLayout {
-            nr_cpus: 4,
-            nr_pages: 1 << 20,
-        }],
-        dma32_pages: 0,
-    };
-    let mut pa = PageAlloc::new(&layout, VmSysctl::default(), mm::pcp::PcpPolicy::default());
-    let mut cx = Cx::new(mm::VcpuId(0), CostTable::uniform(1));
-    let mut held = Vec::with_capacity(64);
-    let start = std::time::Instant::now();
-    let mut done = 0u64;
-    while done < ops {
-        // Bursts of 32 keep the list moving through refills and drains.
-        for _ in 0..32 {
-            cx.begin(mm::VcpuId(0), mm::SimTime(done));
-            held.push(
-                pa.alloc_pages(&mut cx, Gfp::HIGHUSER_MOVABLE, 0)
-                    .expect("4 GiB is plenty"),
-            );
-        }
-        for p in held.drain(..) {
-            cx.begin(mm::VcpuId(0), mm::SimTime(done));
-            pa.free_pages(&mut cx, p, 0);
-        }
-        done += 32;
-    }
-    let secs = start.elapsed().as_secs_f64();
-    println!("PCP fast path (order-0 alloc+free pairs, 1 host core): {:.1} M pairs/s ({done} pairs in {secs:.2} s)", done as f64 / secs / 1e6);
-    let bpp = mm::page::MemMap::BYTES_PER_PAGE;
-    let tib_pages = (1u64 << 40) / mm::PAGE_SIZE;
-    println!("Page metadata: {bpp} bytes per simulated 4 KiB page; a 1 TiB machine needs {} of host memory (allocated zeroed, resident only as touched)", sim::machine::human_bytes(tib_pages * bpp as u64));
 }

@@ -1,0 +1,147 @@
+//! `mmlab bench`: the model's own speed, in wall time. Benchmarks, not
+//! tests: they print rates and assert nothing.
+
+use mm::VcpuId;
+use sim::cache::{AccessKind, CacheConfig, CacheModel, CacheStats};
+use std::hint::black_box;
+use std::time::Instant;
+
+/// The PCP fast path of the model on one host core: order-0 allocate and free
+/// on one CPU, refills and drains included; and the memory a simulated page
+/// costs.
+pub fn pcp(ops: u64) {
+    use mm::cost::{CostTable, Cx};
+    use mm::page_alloc::{Gfp, MemoryLayout, NodeLayout, PageAlloc, VmSysctl};
+    let layout = MemoryLayout {
+        nodes: vec![NodeLayout {
+            nr_cpus: 4,
+            nr_pages: 1 << 20,
+        }],
+        dma32_pages: 0,
+    };
+    let mut pa = PageAlloc::new(&layout, VmSysctl::default(), mm::pcp::PcpPolicy::default());
+    let mut cx = Cx::new(VcpuId(0), CostTable::uniform(1));
+    let mut held = Vec::with_capacity(64);
+    let start = Instant::now();
+    let mut done = 0u64;
+    while done < ops {
+        // Bursts of 32 keep the list moving through refills and drains.
+        for _ in 0..32 {
+            cx.begin(VcpuId(0), mm::SimTime(done));
+            held.push(
+                pa.alloc_pages(&mut cx, Gfp::HIGHUSER_MOVABLE, 0)
+                    .expect("4 GiB is plenty"),
+            );
+        }
+        for p in held.drain(..) {
+            cx.begin(VcpuId(0), mm::SimTime(done));
+            pa.free_pages(&mut cx, p, 0);
+        }
+        done += 32;
+    }
+    let secs = start.elapsed().as_secs_f64();
+    println!(
+        "PCP fast path (order-0 alloc+free pairs, 1 host core): {:.1} M pairs/s ({done} pairs in {secs:.2} s)",
+        done as f64 / secs / 1e6
+    );
+    let bpp = mm::page::MemMap::BYTES_PER_PAGE;
+    let tib_pages = (1u64 << 40) / mm::PAGE_SIZE;
+    println!(
+        "Page metadata: {bpp} bytes per simulated 4 KiB page; a 1 TiB machine needs {} of host memory (allocated zeroed, resident only as touched)",
+        sim::machine::human_bytes(tib_pages * bpp as u64)
+    );
+}
+
+/// The cache model's throughput in line accesses per second (goal: 100 M
+/// for the LLC-only configuration, since a simulated 2 MiB copy is 65,536
+/// line accesses).
+pub fn cache(lines: u64) {
+    copy_stream(
+        small_llc(),
+        "cache: 1 MiB LLC only, 2 MiB copies (state in host cache)",
+        lines,
+    );
+    copy_stream(
+        CacheConfig::haswell_e5_2699_v3_llc_only(),
+        "cache: LLC only, 2 MiB copies (miss-dominated)",
+        lines,
+    );
+    hit_sweep(
+        CacheConfig::haswell_e5_2699_v3_llc_only(),
+        "cache: LLC only, 16 MiB sweeps (hit-dominated)",
+        lines,
+    );
+    copy_stream(
+        CacheConfig::haswell_e5_2699_v3(),
+        "cache: L2 + inclusive LLC, 2 MiB copies",
+        lines,
+    );
+    hit_sweep(
+        CacheConfig::haswell_e5_2699_v3(),
+        "cache: L2 + inclusive LLC, 16 MiB sweeps",
+        lines,
+    );
+}
+
+const HUGE: u64 = 2 << 20;
+
+/// Runs `f` (which returns the line accesses it made) until at least
+/// `min_lines` lines have been accessed, and prints the rate.
+fn bench(name: &str, min_lines: u64, mut f: impl FnMut() -> u64) {
+    // Warm up: fills the caches so that the steady state is measured.
+    let mut warm = 0;
+    while warm < min_lines / 4 {
+        warm += f();
+    }
+    let start = Instant::now();
+    let mut lines = 0;
+    while lines < min_lines {
+        lines += f();
+    }
+    let secs = start.elapsed().as_secs_f64();
+    println!(
+        "{name:<48} {:>8.1} M line accesses/s  ({lines} lines in {secs:.3} s)",
+        lines as f64 / secs / 1e6
+    );
+}
+
+/// COW-like copies of 2 MiB pages through a 45 MiB LLC: 36 CPUs of one
+/// socket each copy from a shared source region to its own destinations,
+/// so nearly every access misses (the streaming case).
+fn copy_stream(cfg: CacheConfig, name: &str, lines: u64) {
+    let mut cache = CacheModel::new(cfg).unwrap();
+    let mut stats = CacheStats::default();
+    let mut i = 0u64;
+    bench(name, lines, || {
+        let cpu = VcpuId((i % 36) as u32);
+        let src = (i % 64) * HUGE;
+        let dst = (1 << 30) + (i % 2048) * HUGE;
+        cache.copy_range(cpu, dst, src, HUGE, &mut stats);
+        i += 1;
+        2 * HUGE / 64
+    });
+    black_box(&stats);
+}
+
+/// Repeated sweeps over a 16 MiB working set that fits in the LLC (every
+/// access hits after the warm-up).
+fn hit_sweep(cfg: CacheConfig, name: &str, lines: u64) {
+    let mut cache = CacheModel::new(cfg).unwrap();
+    let mut stats = CacheStats::default();
+    bench(name, lines, || {
+        cache.access_range(VcpuId(0), 0, 16 << 20, AccessKind::Write, &mut stats);
+        (16 << 20) / 64
+    });
+    black_box(&stats);
+}
+
+/// A 1 MiB, 16-way LLC whose model state (16 K lines) fits in the host's
+/// caches: the compute-bound rate of the model, without the host cache
+/// misses on the model's own state that a 45 MiB LLC's 4 MiB of state incurs.
+fn small_llc() -> CacheConfig {
+    CacheConfig {
+        llc_size_bytes: 1 << 20,
+        llc_ways: 16,
+        ..CacheConfig::haswell_e5_2699_v3_llc_only()
+    }
+}
