@@ -33,6 +33,13 @@ fn highs() -> Vec<u64> {
         .unwrap_or_default()
 }
 
+/// `(count, high)` of every CPU in the Normal zone.
+fn pagesets() -> Vec<(u64, u64)> {
+    normal_zone()
+        .map(|z| z.pagesets.iter().map(|p| (p.count, p.high)).collect())
+        .unwrap_or_default()
+}
+
 #[test]
 fn pcp_high_rises_under_fault_load_and_decays_when_idle_live_and_model() {
     let Some(zone) = normal_zone() else {
@@ -81,26 +88,29 @@ fn pcp_high_rises_under_fault_load_and_decays_when_idle_live_and_model() {
     let mut idle = Vec::new();
     for _ in 0..4 {
         std::thread::sleep(Duration::from_secs(1));
-        idle.push(highs().into_iter().max().unwrap_or(0));
+        idle.push(pagesets());
     }
-    eprintln!("live: high_min {high_min} high_max {high_max}; high before {idle_before:?}, peak under load {peak}, then each second idle {idle:?}");
+    eprintln!("live: high_min {high_min} high_max {high_max}; high before {idle_before:?}, peak under load {peak}, then each second idle (count, high) per CPU {idle:?}");
     assert!(
         peak > high_min + zone.pagesets[0].batch,
         "live: high never rose above high_min ({peak} vs {high_min})"
     );
-    assert!(
-        *idle.last().unwrap() < peak,
-        "live: high did not decay once idle ({idle:?} after a peak of {peak})"
-    );
-    // The kernel lowers high by an eighth a second: some idle second must show it.
-    let eighth = idle.windows(2).any(|w| {
-        let r = w[1] as f64 / w[0] as f64;
-        (0.80..=0.95).contains(&r)
-    });
-    assert!(
-        eighth,
-        "live: no idle second lowered high by about 1/8 ({idle:?})"
-    );
+    // Idle, the kernel's vmstat work sets high to max(count - (batch << 5),
+    // high - high/8, high_min) once a second: high falls, by at most an
+    // eighth a second (two runs may fall between samples 1 s apart), and
+    // by less while the CPU still holds many pages.
+    let mut fell = false;
+    for w in idle.windows(2) {
+        for (cpu, (a, b)) in w[0].iter().zip(&w[1]).enumerate() {
+            let (h0, h1) = (a.1, b.1);
+            if h1 < h0 {
+                fell = true;
+                let most = h0 - (h0 - (h0 >> 3)) * 7 / 8; // two decay steps
+                assert!(h0 - h1 <= most + 1, "live: cpu {cpu} high fell {h0} -> {h1} in one idle second, faster than 1/8 a second");
+            }
+        }
+    }
+    assert!(fell, "live: high did not decay once idle ({idle:?})");
 
     // --- The model, on a machine with the live zones' sizes.
     let dma_pages: u64 =
