@@ -14,6 +14,7 @@ pub mod page;
 pub mod page_alloc;
 pub mod pcp;
 pub mod pgtable;
+pub mod rng;
 pub mod types;
 pub mod vma;
 pub mod vmacache;

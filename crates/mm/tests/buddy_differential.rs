@@ -10,24 +10,8 @@
 use mm::cost::{CostTable, Cx};
 use mm::page_alloc::{Gfp, MemoryLayout, NodeLayout, PageAlloc, VmSysctl, ZoneType};
 use mm::pcp::PcpPolicy;
+use mm::rng::SplitMix64;
 use mm::{Pfn, SimTime, VcpuId};
-
-/// SplitMix64 (Steele, Lea, Flood: "Fast splittable pseudorandom number
-/// generators", OOPSLA 2014): tiny, and good enough to drive a test.
-struct SplitMix64(u64);
-
-impl SplitMix64 {
-    fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-        z ^ (z >> 31)
-    }
-    fn below(&mut self, n: u64) -> u64 {
-        self.next() % n
-    }
-}
 
 fn layout() -> MemoryLayout {
     MemoryLayout {

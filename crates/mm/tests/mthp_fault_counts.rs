@@ -188,15 +188,6 @@ fn mthp_2m_seq_512_faults() {
     assert_eq!(w.pa.vmstat.get(VmEvent::THP_FAULT_ALLOC), 512);
 }
 
-/// splitmix64: a fixed, dependency-free PRNG for the permutation.
-fn splitmix(s: &mut u64) -> u64 {
-    *s = s.wrapping_add(0x9e37_79b9_7f4a_7c15);
-    let mut z = *s;
-    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-    z ^ (z >> 31)
-}
-
 #[test]
 fn mthp_64k_random_order_16384_faults() {
     let mut w = world(&[64]);
@@ -204,9 +195,9 @@ fn mthp_64k_random_order_16384_faults() {
     let a = w.aligned(&mut mm);
     let n = (GIB / 4096) as usize;
     let mut perm: Vec<u32> = (0..n as u32).collect();
-    let mut seed = 0x5eed_0004_u64;
+    let mut rng = mm::rng::SplitMix64(0x5eed_0004);
     for i in (1..n).rev() {
-        let j = (splitmix(&mut seed) % (i as u64 + 1)) as usize;
+        let j = rng.below(i as u64 + 1) as usize;
         perm.swap(i, j);
     }
     for p in perm {

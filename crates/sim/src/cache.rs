@@ -947,25 +947,7 @@ mod tests {
     use super::*;
     use mm::memory::huge_order::{process_huge_page_order, HugeOrderPolicy};
 
-    /// SplitMix64 (Steele, Lea and Flood, "Fast splittable pseudorandom
-    /// number generators", OOPSLA 2014; constants as in Vigna's public-domain
-    /// splitmix64.c): a tiny, well-mixed generator so that each test's
-    /// access stream is reproducible from its seed.
-    struct SplitMix64(u64);
-
-    impl SplitMix64 {
-        fn next(&mut self) -> u64 {
-            self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
-            let mut z = self.0;
-            z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-            z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-            z ^ (z >> 31)
-        }
-
-        fn below(&mut self, n: u64) -> u64 {
-            self.next() % n
-        }
-    }
+    use mm::rng::SplitMix64;
 
     /// The trivially correct model: per set a `Vec` of line addresses, most
     /// recently used first, searched linearly; inclusion enforced by

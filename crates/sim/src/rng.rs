@@ -6,20 +6,7 @@
 //! ACM TOMS 2021; reference code at prng.di.unimi.it). Neither depends on the
 //! host, the thread schedule or the order of hash tables.
 
-/// SplitMix64 (Steele, Lea and Flood, OOPSLA 2014): used to expand a seed.
-#[derive(Clone, Debug)]
-pub struct SplitMix64(pub u64);
-
-impl SplitMix64 {
-    /// The next 64 random bits.
-    pub fn next_u64(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-        z ^ (z >> 31)
-    }
-}
+pub use mm::rng::SplitMix64;
 
 /// A xoshiro256** stream.
 #[derive(Clone, Debug)]

@@ -211,23 +211,6 @@ fn lru_moves_hits_to_front() {
     assert_eq!(slots(&t), [Some(v[4]), Some(v[3]), Some(v[0]), Some(v[2])]);
 }
 
-/// SplitMix64 (Steele, Lea and Flood, "Fast splittable pseudorandom number
-/// generators", OOPSLA 2014): a seeded, dependency-free generator for tests.
-struct SplitMix(u64);
-
-impl SplitMix {
-    fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-        z ^ (z >> 31)
-    }
-    fn below(&mut self, n: u64) -> u64 {
-        self.next() % n
-    }
-}
-
 #[test]
 fn differential_cache_never_returns_a_wrong_vma() {
     for policy in [
@@ -239,7 +222,7 @@ fn differential_cache_never_returns_a_wrong_vma() {
         let mut w = world();
         let mut mm = w.mm();
         let mut t = TaskStruct::new(&mm, policy);
-        let mut rng = SplitMix(0x006d_6d6c_6162);
+        let mut rng = crate::rng::SplitMix64(0x006d_6d6c_6162);
         // A 16 MiB window: pages and PMDs both matter.
         let span_pages = 4096;
         for _ in 0..20_000 {
@@ -325,7 +308,7 @@ fn report(name: &str, rows: &[(VmacachePolicy, &Rates)]) {
 fn seed_claim_pmd_hash_raises_first_slot_hits() {
     // AAAAAAAA BBBBBBBB CCCCCCCC DDDDDDDD     (PMDs; one PMD gap between VMAs)
     let starts: Vec<u64> = (0..4).map(|i| B + i * 9 * PMD).collect();
-    let mut rng = SplitMix(20_180_710);
+    let mut rng = crate::rng::SplitMix64(20_180_710);
     let mut addrs = Vec::new();
     let mut hot = [0u64; 4];
     for step in 0..20_000u64 {
@@ -397,7 +380,7 @@ fn reviewer_point_small_vmas_favour_pfn() {
     for &s in &starts {
         w.map(&mut mm, s, P);
     }
-    let mut rng = SplitMix(20_180_711);
+    let mut rng = crate::rng::SplitMix64(20_180_711);
     let addrs: Vec<u64> = (0..20_000).map(|_| starts[rng.below(4) as usize]).collect();
     let pfn = run_faults(VmacachePolicy::Pfn, &mm, &addrs);
     let pmd = run_faults(VmacachePolicy::Pmd, &mm, &addrs);
