@@ -3,81 +3,19 @@
 //! anonymous memory written one byte per 4 KiB, and THP copy-on-write after
 //! fork.
 
-use mm::cost::{CostTable, Cx};
+mod common;
+
+use common::{World, GIB};
 use mm::knobs::{KnobValue, Preset};
-use mm::memory::{exit_mmap, fork, handle_mm_fault, MmGlobal};
-use mm::page_alloc::{MemoryLayout, NodeLayout, PageAlloc};
+use mm::memory::{fork, handle_mm_fault};
 use mm::pgtable::PMD_SIZE;
-use mm::vma::MmStruct;
 use mm::vmstat::VmEvent;
-use mm::VcpuId;
-
-const GIB: u64 = 1 << 30;
-
-struct World {
-    pa: PageAlloc,
-    cx: Cx,
-    g: MmGlobal,
-    free_at_boot: u64,
-}
 
 fn world(preset: Preset, thp: &str) -> World {
     let mut cfg = preset.config();
     cfg.set_knob("transparent_hugepage/enabled", &KnobValue::Str(thp.into()))
         .unwrap();
-    let layout = MemoryLayout {
-        nodes: vec![NodeLayout {
-            nr_cpus: 2,
-            nr_pages: 3 * GIB / 4096,
-        }],
-        dma32_pages: 0,
-    };
-    let pa = PageAlloc::new(&layout, cfg.sysctl, cfg.pcp);
-    let free_at_boot = pa.nr_free_pages() + pa.nr_pcp_pages();
-    World {
-        pa,
-        cx: Cx::new(VcpuId(0), CostTable::uniform(1)),
-        g: MmGlobal::new(cfg.mm),
-        free_at_boot,
-    }
-}
-
-impl World {
-    fn mm(&mut self) -> MmStruct {
-        MmStruct::new(&mut self.pa, &mut self.cx, self.g.cfg.mmap_layout).unwrap()
-    }
-
-    /// Writes one byte per 4 KiB of `[start, start + len)`, faulting where
-    /// the page is not mapped writable; returns the faults taken.
-    fn touch(&mut self, mm: &mut MmStruct, start: u64, len: u64) -> u64 {
-        let before = mm.nr_faults;
-        let mut a = start;
-        while a < start + len {
-            if !mm::memory::access_ok(mm, a, true) {
-                handle_mm_fault(&mut self.pa, &mut self.cx, &mut self.g, mm, a, true).unwrap();
-                assert!(
-                    mm::memory::access_ok(mm, a, true),
-                    "fault at {a:#x} left it unmapped"
-                );
-            }
-            a += 4096;
-        }
-        mm.nr_faults - before
-    }
-
-    fn exit(&mut self, mm: MmStruct) {
-        exit_mmap(&mut self.pa, &mut self.cx, mm);
-    }
-
-    /// Every page is back in the free areas (buddy + PCP).
-    fn check_all_free(&self) {
-        self.pa.check_invariants();
-        assert_eq!(
-            self.pa.nr_free_pages() + self.pa.nr_pcp_pages(),
-            self.free_at_boot,
-            "pages leaked"
-        );
-    }
+    World::new(cfg)
 }
 
 #[test]

@@ -4,6 +4,9 @@
 //! anonymous memory written one byte per 4 KiB, only the named sizes
 //! `always`, the others `never`.
 
+mod common;
+
+use common::{World, GIB, KIB, SIZES_KB};
 use mm::cost::{CostTable, Cx};
 use mm::knobs::{KnobValue, Preset};
 use mm::memory::{exit_mmap, fork, handle_mm_fault, MmGlobal};
@@ -13,18 +16,7 @@ use mm::vma::MmStruct;
 use mm::vmstat::VmEvent;
 use mm::VcpuId;
 
-const GIB: u64 = 1 << 30;
-const KIB: u64 = 1 << 10;
-const SIZES_KB: [u64; 8] = [16, 32, 64, 128, 256, 512, 1024, 2048];
-
-struct World {
-    pa: PageAlloc,
-    cx: Cx,
-    g: MmGlobal,
-    free_at_boot: u64,
-}
-
-/// A 6.8 kernel with the sizes in `on` `always`, every other size `never`
+/// A kernel with the sizes in `on` `always`, every other size `never`
 /// (the top-level knob stays `madvise`, as on the host).
 fn world_with(preset: Preset, on: &[u64], knobs: &[(&str, &str)]) -> World {
     let mut cfg = preset.config();
@@ -41,110 +33,23 @@ fn world_with(preset: Preset, on: &[u64], knobs: &[(&str, &str)]) -> World {
         )
         .unwrap();
     }
-    let layout = MemoryLayout {
-        nodes: vec![NodeLayout {
-            nr_cpus: 2,
-            nr_pages: 3 * GIB / 4096,
-        }],
-        dma32_pages: 0,
-    };
-    let pa = PageAlloc::new(&layout, cfg.sysctl, cfg.pcp);
-    let free_at_boot = pa.nr_free_pages() + pa.nr_pcp_pages();
-    World {
-        pa,
-        cx: Cx::new(VcpuId(0), CostTable::uniform(1)),
-        g: MmGlobal::new(cfg.mm),
-        free_at_boot,
-    }
+    World::new(cfg)
 }
 
 fn world(on: &[u64]) -> World {
     world_with(Preset::Linux6_8, on, &[])
 }
 
-impl World {
-    fn mm(&mut self) -> MmStruct {
-        MmStruct::new(&mut self.pa, &mut self.cx, self.g.cfg.mmap_layout).unwrap()
-    }
-
-    fn touch_one(&mut self, mm: &mut MmStruct, a: u64) {
-        if !mm::memory::access_ok(mm, a, true) {
-            handle_mm_fault(&mut self.pa, &mut self.cx, &mut self.g, mm, a, true).unwrap();
-            assert!(
-                mm::memory::access_ok(mm, a, true),
-                "fault at {a:#x} left it unmapped"
-            );
-        }
-    }
-
-    /// Writes one byte per 4 KiB of `[start, start + len)`; returns the faults.
-    fn touch(&mut self, mm: &mut MmStruct, start: u64, len: u64) -> u64 {
-        let before = mm.nr_faults;
-        let mut a = start;
-        while a < start + len {
-            self.touch_one(mm, a);
-            a += 4096;
-        }
-        mm.nr_faults - before
-    }
-
-    /// A 2 MiB-aligned 1 GiB mapping.
-    fn aligned(&mut self, mm: &mut MmStruct) -> u64 {
-        let a = mm.mmap(&mut self.pa, &mut self.cx, 0, GIB, false).unwrap();
-        assert_eq!(a % PMD_SIZE, 0);
-        a
-    }
-
-    /// A mapping 12 KiB past a 2 MiB boundary, 20 KiB shorter than 1 GiB.
-    fn ragged(&mut self, mm: &mut MmStruct) -> (u64, u64) {
-        let base = mm
-            .mmap(&mut self.pa, &mut self.cx, 0, GIB + 2 * PMD_SIZE, false)
-            .unwrap();
-        mm.munmap(&mut self.pa, &mut self.cx, base, GIB + 2 * PMD_SIZE)
-            .unwrap();
-        let start = base.next_multiple_of(PMD_SIZE) + 12 * KIB;
-        let len = GIB - 20 * KIB;
-        assert_eq!(
-            mm.mmap(&mut self.pa, &mut self.cx, start, len, true)
-                .unwrap(),
-            start
-        );
-        (start, len)
-    }
-
-    fn stat(&self, kb: u64, name: &str) -> u64 {
-        self.pa.vmstat.mthp_stat(kb, name)
-    }
-
-    fn exit(&mut self, mm: MmStruct) {
-        exit_mmap(&mut self.pa, &mut self.cx, mm);
-    }
-
-    /// Every page is back in the free areas and no large folio is left.
-    fn check_all_free(&self) {
-        self.pa.check_invariants();
-        assert_eq!(
-            self.pa.nr_free_pages() + self.pa.nr_pcp_pages(),
-            self.free_at_boot,
-            "pages leaked"
-        );
-        for kb in SIZES_KB {
-            assert_eq!(self.stat(kb, "nr_anon"), 0, "{kb}kB folios left");
-            assert_eq!(self.stat(kb, "nr_anon_partially_mapped"), 0);
-        }
-    }
-
-    /// No allocation failed and nothing was charged to a memcg or split.
-    fn check_no_fallback(&self) {
-        for kb in SIZES_KB {
-            for s in [
-                "anon_fault_fallback",
-                "anon_fault_fallback_charge",
-                "split",
-                "split_failed",
-            ] {
-                assert_eq!(self.stat(kb, s), 0, "{kb}kB {s}");
-            }
+/// No allocation failed and nothing was charged to a memcg or split.
+fn check_no_fallback(w: &World) {
+    for kb in SIZES_KB {
+        for s in [
+            "anon_fault_fallback",
+            "anon_fault_fallback_charge",
+            "split",
+            "split_failed",
+        ] {
+            assert_eq!(w.stat(kb, s), 0, "{kb}kB {s}");
         }
     }
 }
@@ -160,7 +65,7 @@ fn seq(kb: u64) -> World {
     for other in SIZES_KB.iter().filter(|&&o| o != kb) {
         assert_eq!(w.stat(*other, "anon_fault_alloc"), 0);
     }
-    w.check_no_fallback();
+    check_no_fallback(&w);
     w.exit(mm);
     w.check_all_free();
     w
@@ -205,7 +110,7 @@ fn mthp_64k_random_order_16384_faults() {
     }
     assert_eq!(mm.nr_faults, 16_384);
     assert_eq!(w.stat(64, "anon_fault_alloc"), 16_384);
-    w.check_no_fallback();
+    check_no_fallback(&w);
     w.exit(mm);
     w.check_all_free();
 }
@@ -219,7 +124,7 @@ fn mthp_64k_ragged_16409_faults() {
     assert_eq!(w.touch(&mut mm, start, len), 16_409);
     assert_eq!(w.stat(64, "anon_fault_alloc"), 16_382);
     // Blocks that did not fit are skipped, not counted as fallbacks.
-    w.check_no_fallback();
+    check_no_fallback(&w);
     w.exit(mm);
     w.check_all_free();
 }
@@ -235,7 +140,7 @@ fn mthp_all_sizes_ragged_527_faults() {
     for kb in [1024, 512, 256, 128, 64, 32, 16] {
         assert_eq!(w.stat(kb, "anon_fault_alloc"), 2, "{kb}kB");
     }
-    w.check_no_fallback();
+    check_no_fallback(&w);
     w.exit(mm);
     w.check_all_free();
 }
