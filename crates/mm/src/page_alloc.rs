@@ -741,29 +741,27 @@ impl PageAlloc {
         let mut zones = Vec::new();
         let mut start = 0u64;
         for (nid, node) in layout.nodes.iter().enumerate() {
-            let node_id = NodeId(nid as u16);
-            let mut rest = node.nr_pages;
-            if nid == 0 && layout.dma32_pages > 0 {
-                let dma = layout.dma32_pages.min(rest);
-                zones.push(Zone::new(
-                    ZoneType::Dma32,
-                    node_id,
-                    start,
-                    dma,
-                    zones.len() as u32,
-                ));
-                start += dma;
-                rest -= dma;
-            }
-            if rest > 0 {
-                zones.push(Zone::new(
-                    ZoneType::Normal,
-                    node_id,
-                    start,
-                    rest,
-                    zones.len() as u32,
-                ));
-                start += rest;
+            // Node 0's memory below the DMA32 limit is ZONE_DMA32; the rest
+            // of every node is ZONE_NORMAL. Empty zones are not created.
+            let dma = if nid == 0 {
+                layout.dma32_pages.min(node.nr_pages)
+            } else {
+                0
+            };
+            for (zone_type, pages) in [
+                (ZoneType::Dma32, dma),
+                (ZoneType::Normal, node.nr_pages - dma),
+            ] {
+                if pages > 0 {
+                    zones.push(Zone::new(
+                        zone_type,
+                        NodeId(nid as u16),
+                        start,
+                        pages,
+                        zones.len() as u32,
+                    ));
+                    start += pages;
+                }
             }
         }
         let mut cpu_node = Vec::new();
