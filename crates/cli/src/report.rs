@@ -26,6 +26,14 @@ pub const METRICS: &[(&str, &str)] = &[
         "vCPU time spent computing or spinning, summed over vCPUs",
     ),
     (
+        "user_ns",
+        "CPU time of the tasks in user mode, summed over vCPUs (time(1)'s user)",
+    ),
+    (
+        "sys_ns",
+        "CPU time of the kernel on the tasks' behalf, summed over vCPUs (time(1)'s sys)",
+    ),
+    (
         "zone_lock_pct",
         "time waiting for or holding zone->lock, % of busy vCPU time",
     ),
@@ -104,6 +112,8 @@ impl RunResult {
         match name {
             "runtime_ns" => MetricValue::Int(s.runtime_ns),
             "busy_ns" => MetricValue::Int(s.busy_ns),
+            "user_ns" => MetricValue::Int(s.user_ns),
+            "sys_ns" => MetricValue::Int(s.sys_ns),
             "zone_lock_pct" => MetricValue::Pct(s.lock_pct(LockClass::Zone)),
             "zone_lock_wait_pct" => MetricValue::Pct(s.lock_wait_pct(LockClass::Zone)),
             "zone_lock_contended" => MetricValue::Int(s.locks[LockClass::Zone as usize].contended),

@@ -641,6 +641,8 @@ pub fn zap_page_range(pa: &mut PageAlloc, cx: &mut Cx, mm: &mut MmStruct, start:
 pub fn fork(pa: &mut PageAlloc, cx: &mut Cx, parent: &mut MmStruct) -> Result<MmStruct, VmFault> {
     let mut child = MmStruct::new(pa, cx, parent.layout).map_err(|_| VmFault::Oom)?;
     child.vmas = parent.vmas.clone();
+    child.start_brk = parent.start_brk;
+    child.brk = parent.brk;
     let vmas: Vec<Vma> = parent.vmas.values().copied().collect();
     let res = (|| {
         for v in vmas {

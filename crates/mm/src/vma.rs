@@ -17,6 +17,20 @@
 //! 6.7 (efa7df3e3bb5), restricted to PMD-multiple lengths since 6.12
 //! (d4148aeab412); the `linux-4.18` preset does not align ([`MmapLayout`]).
 //!
+//! # The heap: `brk()`
+//!
+//! `mm->start_brk` is where the heap begins, just past the program's data
+//! and bss; `mm->brk` is the current break. [`MmStruct::brk`] moves the
+//! break as the `brk` system call does: growing expands the heap VMA in
+//! place (or creates it), shrinking unmaps the pages above the new break.
+//!
+//! Deviations: the program image itself (text, data, bss) is not mapped;
+//! every process's heap starts at [`DEFAULT_START_BRK`], the same address,
+//! as on a machine with `kernel.randomize_va_space = 0` (the kernel's
+//! default of 2 randomizes it by up to 32 MiB, page-granular, per exec);
+//! `RLIMIT_DATA` is unlimited (its default) and `mlockall(MCL_FUTURE)` is
+//! not modelled, so `brk()` never populates.
+//!
 //! Deviation: only anonymous private mappings exist; VMAs merge when adjacent
 //! with equal flags (the kernel also requires a compatible `anon_vma`, which
 //! only matters after a fork); no `vm_pgoff`, no `mprotect`, no stack gap.
@@ -35,6 +49,17 @@ pub const TASK_SIZE: u64 = (1 << 47) - PAGE_SIZE;
 pub const MMAP_BASE: u64 = TASK_SIZE - (128 << 20);
 /// `vm.mmap_min_addr` default.
 pub const MMAP_MIN_ADDR: u64 = 0x10000;
+/// `ELF_ET_DYN_BASE` of x86-64 (`DEFAULT_MAP_WINDOW / 3 * 2`, page-aligned
+/// by `load_elf_binary()`): where a position-independent executable is
+/// loaded when its base is not randomized.
+pub const ELF_ET_DYN_BASE: u64 = (((1 << 47) - PAGE_SIZE) / 3 * 2) & !(PAGE_SIZE - 1);
+/// Size assumed for a program's image (text, data and bss) below its heap.
+/// Estimate: GCC's `cc1`, the process a kernel build runs most, is about
+/// 30 MB (its text and data as `size` prints them for GCC 12 on x86-64).
+pub const DEFAULT_IMAGE_SIZE: u64 = 32 << 20;
+/// `mm->start_brk` of every process in the model: the page after the
+/// program's bss, without randomization (see the module documentation).
+pub const DEFAULT_START_BRK: u64 = ELF_ET_DYN_BASE + DEFAULT_IMAGE_SIZE;
 
 /// VMA flags (`vm_flags_t`), reduced to those the model uses.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Default)]
@@ -144,6 +169,11 @@ pub struct MmStruct {
     /// the tree, so that every task's per-task VMA cache revalidates
     /// ([`crate::vmacache`]).
     pub vmacache_seqnum: u64,
+    /// `mm->start_brk`: the lowest break, where the heap begins.
+    pub start_brk: u64,
+    /// `mm->brk`: the current break as the program last set it (not
+    /// necessarily page-aligned; the heap VMA ends at its page alignment).
+    pub brk: u64,
 }
 
 fn page_align(len: u64) -> Option<u64> {
@@ -163,6 +193,8 @@ impl MmStruct {
             nr_faults: 0,
             layout,
             vmacache_seqnum: 0,
+            start_brk: DEFAULT_START_BRK,
+            brk: DEFAULT_START_BRK,
         })
     }
 
@@ -373,6 +405,107 @@ impl MmStruct {
         Ok(())
     }
 
+    /// Models the `brk()` system call of Linux 6.18 (mm/mmap.c): moves the
+    /// program break to `brk` and returns the new break, or the old one if
+    /// the request is refused (the kernel's convention: `brk()` never
+    /// returns an errno, and `brk(0)` is how a C library learns the current
+    /// break).
+    ///
+    /// - Below `start_brk`: refused.
+    /// - Same page-aligned end: only `mm->brk` changes.
+    /// - Shrinking (always allowed): the pages from the new page-aligned
+    ///   break to the old one are unmapped (`do_vmi_align_munmap()`),
+    ///   provided a VMA lies there.
+    /// - Growing: refused if any VMA begins below the new end plus one
+    ///   guard page; otherwise `do_brk_flags()` expands the heap VMA when it
+    ///   ends at the old break, or inserts a new VMA there.
+    ///
+    /// Deviation: `mm->brk` is set before the unmap of a shrink and not
+    /// restored if that unmap fails (the kernel restores it).
+    pub fn brk(&mut self, pa: &mut PageAlloc, cx: &mut Cx, brk: u64) -> u64 {
+        let origbrk = self.brk;
+        if brk < self.start_brk {
+            return origbrk;
+        }
+        let (Some(newbrk), Some(oldbrk)) = (page_align(brk), page_align(self.brk)) else {
+            return origbrk;
+        };
+        if oldbrk == newbrk {
+            self.brk = brk;
+            return brk;
+        }
+        cx.charge_n(Cost::VmaLookupLevel, self.maple_depth());
+        if brk <= self.brk {
+            // Search one VMA in [newbrk, oldbrk): it must be the heap.
+            let brkvma = self
+                .vmas
+                .range(..oldbrk)
+                .next_back()
+                .map(|(_, v)| *v)
+                .filter(|v| v.end > newbrk);
+            if brkvma.is_none() {
+                return origbrk;
+            }
+            self.brk = brk;
+            if self.munmap(pa, cx, newbrk, oldbrk - newbrk).is_err() {
+                return origbrk;
+            }
+            return brk;
+        }
+        // check_brk_limits(): the range must fit below TASK_SIZE.
+        if newbrk > TASK_SIZE {
+            return origbrk;
+        }
+        // The next VMA must leave a guard page above the new break.
+        let limit = newbrk + PAGE_SIZE;
+        let next = self
+            .vmas
+            .range(..limit)
+            .next_back()
+            .map(|(_, v)| *v)
+            .filter(|v| v.end > oldbrk);
+        if next.is_some() {
+            return origbrk;
+        }
+        self.do_brk_flags(cx, oldbrk, newbrk - oldbrk);
+        self.brk = brk;
+        brk
+    }
+
+    /// Models `do_brk_flags()` (mm/vma.c, 6.18): maps `[addr, addr + len)`
+    /// as heap, expanding the VMA that ends at `addr` (at or above
+    /// `start_brk`, with the heap's flags) in place, else inserting a new
+    /// VMA. The new range never merges with the VMA after it (the kernel's
+    /// `just_expand` merge looks only at the previous one, and `brk()` has
+    /// checked that a guard page separates the next).
+    fn do_brk_flags(&mut self, cx: &mut Cx, addr: u64, len: u64) {
+        let flags = VmFlags::READ.or(VmFlags::WRITE).or(VmFlags::ANON_PRIVATE);
+        cx.charge_n(Cost::VmaLookupLevel, self.maple_depth());
+        let prev = self
+            .vmas
+            .range(..addr)
+            .next_back()
+            .map(|(_, v)| *v)
+            .filter(|v| v.end == addr && v.end > self.start_brk && v.flags == flags);
+        match prev {
+            Some(v) => self.vmas.get_mut(&v.start).expect("vma").end = addr + len,
+            None => {
+                self.vmas.insert(
+                    addr,
+                    Vma {
+                        start: addr,
+                        end: addr + len,
+                        flags,
+                    },
+                );
+                // Deviation: a mapping with the heap's flags that ends exactly
+                // at `start_brk` stays separate in the kernel; the model's
+                // VMA tree keeps no mergeable neighbours apart, so it merges.
+                self.merge_range(addr, addr + len, Some(addr));
+            }
+        }
+    }
+
     /// Models `do_madvise()` for the advice the model has. Applies to the
     /// mapped parts of the range and returns `ENOMEM` if part of it is
     /// unmapped, as the kernel does.
@@ -548,5 +681,66 @@ mod tests {
         let b = mm.mmap(&mut pa, &mut cx, 0, 2 * PMD_SIZE, false).unwrap();
         assert!(b.is_multiple_of(PMD_SIZE) && b + 2 * PMD_SIZE <= a);
         assert_eq!(mm.maple_depth(), 1);
+    }
+
+    #[test]
+    fn brk_grows_shrinks_and_returns_the_old_break_on_failure() {
+        let (mut pa, mut cx, mut mm) = setup();
+        let s = DEFAULT_START_BRK;
+        // brk(0): below start_brk, refused; the answer is the current break.
+        assert_eq!(mm.brk(&mut pa, &mut cx, 0), s);
+        assert!(spans(&mm).is_empty());
+        // HH              grow by 5000 bytes: the heap VMA ends page-aligned
+        assert_eq!(mm.brk(&mut pa, &mut cx, s + 5000), s + 5000);
+        assert_eq!(spans(&mm), vec![(s, s + 2 * P)]);
+        assert_eq!(mm.brk, s + 5000);
+        // HHHH            grow again: the same VMA expands in place
+        assert_eq!(mm.brk(&mut pa, &mut cx, s + 4 * P), s + 4 * P);
+        assert_eq!(spans(&mm), vec![(s, s + 4 * P)]);
+        // HHHH MM         a fixed mapping one guard page above the break
+        mm.mmap(&mut pa, &mut cx, s + 5 * P, 2 * P, true).unwrap();
+        // growing into the guard page is refused: the old break comes back
+        assert_eq!(mm.brk(&mut pa, &mut cx, s + 4 * P + 1), s + 4 * P);
+        assert_eq!(mm.brk, s + 4 * P);
+        // HH   MM         shrinking unmaps above the new page-aligned break
+        assert_eq!(mm.brk(&mut pa, &mut cx, s + P + 1), s + P + 1);
+        assert_eq!(spans(&mm), vec![(s, s + 2 * P), (s + 5 * P, s + 7 * P)]);
+        // a break inside the same page only moves mm->brk
+        assert_eq!(mm.brk(&mut pa, &mut cx, s + 2 * P), s + 2 * P);
+        assert_eq!(spans(&mm), vec![(s, s + 2 * P), (s + 5 * P, s + 7 * P)]);
+        //      MM         back to start_brk: the heap VMA is gone
+        assert_eq!(mm.brk(&mut pa, &mut cx, s), s);
+        assert_eq!(spans(&mm), vec![(s + 5 * P, s + 7 * P)]);
+        // H    MM         and comes back as a new VMA
+        assert_eq!(mm.brk(&mut pa, &mut cx, s + P), s + P);
+        assert_eq!(spans(&mm), vec![(s, s + P), (s + 5 * P, s + 7 * P)]);
+        //      MM         the program unmapped its heap itself: a shrink
+        //                 finds no VMA and is refused
+        mm.munmap(&mut pa, &mut cx, s, P).unwrap();
+        assert_eq!(mm.brk(&mut pa, &mut cx, s), s + P);
+        // below start_brk: refused
+        assert_eq!(mm.brk(&mut pa, &mut cx, s - P), s + P);
+    }
+
+    #[test]
+    fn brk_shrink_frees_the_heap_pages() {
+        use crate::memory::{handle_mm_fault, MmConfig, MmGlobal};
+        let (mut pa, mut cx, mut mm) = setup();
+        let mut g = MmGlobal::new(MmConfig::default());
+        let s = DEFAULT_START_BRK;
+        let free0 = pa.zones.iter().map(|z| z.nr_free_pages).sum::<u64>() + pa.nr_pcp_pages();
+        mm.brk(&mut pa, &mut cx, s + 64 * P);
+        for i in 0..64 {
+            handle_mm_fault(&mut pa, &mut cx, &mut g, &mut mm, s + i * P, true).unwrap();
+        }
+        let used = |pa: &PageAlloc| {
+            free0 - pa.zones.iter().map(|z| z.nr_free_pages).sum::<u64>() - pa.nr_pcp_pages()
+        };
+        // 64 pages and the page tables (PUD, PMD, PTE table).
+        assert_eq!(used(&pa), 64 + 3);
+        mm.brk(&mut pa, &mut cx, s + 16 * P);
+        assert_eq!(used(&pa), 16 + 3);
+        // An access above the new break is outside every VMA.
+        assert!(handle_mm_fault(&mut pa, &mut cx, &mut g, &mut mm, s + 20 * P, true).is_err());
     }
 }

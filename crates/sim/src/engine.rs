@@ -34,7 +34,7 @@
 //! an idle CPU.
 //!
 //! `mm->mmap_lock` is a lock of class [`LockClass::MmapLock`], taken for
-//! writing around `mmap`, `munmap`, `madvise`, `fork` and `exit_mmap`.
+//! writing around `mmap`, `munmap`, `madvise`, `brk`, `fork` and `exit_mmap`.
 //! Deviation: page faults do not take it (see [`LockClass::MmapLock`]).
 //!
 //! A `Touch` runs one access at a time: the engine returns to the event
@@ -130,6 +130,12 @@ struct Vcpu {
     /// When this vCPU last finished work for a task (operations and the
     /// teardown of an address space), for the run's duration.
     task_work_end: u64,
+    /// Busy time spent on tasks' behalf (their operations, the kernel work
+    /// they cause and the spinning in it), not on periodic kernel work.
+    task_ns: u64,
+    /// The user-mode part of `task_ns`: `Compute` and the accesses of
+    /// `Touch` that did not fault.
+    user_ns: u64,
 }
 
 #[derive(Default)]
@@ -186,6 +192,15 @@ pub struct RunStats {
     pub nr_sigsegv: u64,
     /// Faults that found no memory (`VM_FAULT_OOM`): each killed its process.
     pub nr_oom_kills: u64,
+    /// CPU time the tasks spent in user mode, summed over vCPUs (the
+    /// `user` of `time(1)`): `Compute` operations and the user accesses of
+    /// `Touch` (one `touch_ns` each).
+    pub user_ns: u64,
+    /// CPU time the kernel spent on the tasks' behalf, summed over vCPUs
+    /// (the `sys` of `time(1)`): system calls, faults, fork, exit and
+    /// teardown, the spinning on locks included; not the periodic per-CPU
+    /// vmstat work, which runs in a kworker.
+    pub sys_ns: u64,
 }
 
 /// One sample of one CPU's pageset for one zone.
@@ -438,6 +453,8 @@ impl Engine {
             "deadlock: tasks {stuck:?} never finished (waiting on a channel nobody sends to)"
         );
         self.stats.busy_ns = self.vcpus.iter().map(|v| v.busy_ns).sum();
+        self.stats.user_ns = self.vcpus.iter().map(|v| v.user_ns).sum();
+        self.stats.sys_ns = self.vcpus.iter().map(|v| v.task_ns).sum::<u64>() - self.stats.user_ns;
         // With an idle tail, lock shares describe the run itself; the tail's
         // periodic work (PCP decay) shows in the final PCP pages instead.
         // Deviation: the last process's teardown after its last task is
@@ -473,6 +490,9 @@ impl Engine {
                     Seg::Compute(ns) => {
                         t += ns;
                         self.vcpus[vi].busy_ns += ns;
+                        if self.vcpus[vi].playing_task {
+                            self.vcpus[vi].task_ns += ns;
+                        }
                         self.vcpus[vi].pos += 1;
                     }
                     Seg::Lock(l) => {
@@ -504,6 +524,9 @@ impl Engine {
                         ls.wait_ns += extra;
                         t += extra;
                         self.vcpus[vi].busy_ns += extra;
+                        if self.vcpus[vi].playing_task {
+                            self.vcpus[vi].task_ns += extra;
+                        }
                         self.vcpus[vi].pos += 1;
                     }
                     Seg::Unlock(l) => {
@@ -587,6 +610,9 @@ impl Engine {
             let waited = tw - self.vcpus[wi].lock_wait_since;
             self.stats.locks[l.class as usize].wait_ns += waited;
             self.vcpus[wi].busy_ns += waited;
+            if self.vcpus[wi].playing_task {
+                self.vcpus[wi].task_ns += waited;
+            }
             self.vcpus[wi].pos += 1;
             self.vcpus[wi].time = tw;
             self.schedule(w, tw);
@@ -665,7 +691,10 @@ impl Engine {
                     self.pa.free_pages(&mut self.cx, block.0, block.1);
                     self.vcpus[vi].segs.extend_from_slice(self.cx.segs());
                 }
-                Op::Compute { ns } => self.vcpus[vi].segs.push(Seg::Compute(ns)),
+                Op::Compute { ns } => {
+                    self.vcpus[vi].segs.push(Seg::Compute(ns));
+                    self.vcpus[vi].user_ns += ns;
+                }
                 Op::Send { chan, blocks } => {
                     // A task already waiting gets the message directly; one
                     // killed while it waited is skipped.
@@ -721,6 +750,12 @@ impl Engine {
                         .with_mm_locked(pid, |pa, cx, mm| mm.madvise(pa, cx, addr, len, advice));
                     self.vcpus[vi].segs.extend_from_slice(self.cx.segs());
                     self.tasks[tid].result = Some(OpResult::Sys(r));
+                }
+                Op::Brk { brk } => {
+                    self.cx.begin(VcpuId(v), SimTime(t));
+                    let r = self.with_mm_locked(pid, |pa, cx, mm| Ok(mm.brk(pa, cx, brk)));
+                    self.vcpus[vi].segs.extend_from_slice(self.cx.segs());
+                    self.tasks[tid].result = Some(OpResult::Brk(r.unwrap_or(0)));
                 }
                 Op::Touch {
                     addr,
@@ -841,6 +876,7 @@ impl Engine {
             }
         }
         self.vcpus[vi].segs.extend_from_slice(self.cx.segs());
+        self.vcpus[vi].user_ns += n * self.costs.get(Cost::Touch);
         match fault {
             None => {
                 if cur.next < cur.end {

@@ -81,6 +81,15 @@ pub enum Op {
         /// The advice.
         advice: Advice,
     },
+    /// `brk(brk)`: moves the program break of the task's process
+    /// ([`mm::vma::MmStruct::brk`]). Answers [`OpResult::Brk`] with the new
+    /// break, or the old one if the kernel refused (`brk: 0` asks for the
+    /// current break, as a C library does at start-up).
+    Brk {
+        /// The requested break (any byte address; the heap ends at its page
+        /// alignment).
+        brk: u64,
+    },
     /// User-space accesses to `addr`, `addr + stride`, ... below
     /// `addr + len`: each one that would fault enters the fault path. An
     /// access outside any VMA (or a write to a read-only one) is a SIGSEGV
@@ -145,6 +154,10 @@ pub enum OpResult {
     Sys(Result<(), Errno>),
     /// The result of `Fork` in the parent: the child's process id.
     Forked(Result<u32, Errno>),
+    /// The result of `Brk`: the break after the call (the old one if the
+    /// request was refused; 0 if the process could not even get an address
+    /// space).
+    Brk(u64),
 }
 
 /// A task's behaviour: a generator of operations.
