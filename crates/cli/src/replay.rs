@@ -178,6 +178,7 @@ pub fn replay_one(
             workload: exp.workloads[0].name.clone(),
             stats: run,
             vmstat: eng.pa.vmstat.clone(),
+            nr_runs: 0,
         },
         st,
     )

@@ -3,7 +3,8 @@
 
 use crate::experiment::{Experiment, Mode};
 use mm::cost::LockClass;
-use mm::vmstat::VmEvent;
+use mm::types::{HPAGE_PMD_ORDER, PAGE_SIZE};
+use mm::vmstat::{MthpStat, VmEvent};
 use serde_json::{json, Map, Value};
 use sim::RunStats;
 use std::fmt::Write;
@@ -16,6 +17,8 @@ pub enum MetricValue {
     /// A percentage: shown as it is, never relative to the baseline (as the
     /// seeds' "zone lock%" columns are).
     Pct(f64),
+    /// A rate (runs per minute): relative to the baseline like a count.
+    Rate(f64),
 }
 
 /// The metrics mmlab computes for every run, with what they mean.
@@ -68,6 +71,42 @@ pub const METRICS: &[(&str, &str)] = &[
     ("final_pcp_pages", "pages held on PCP lists at the end"),
     ("nr_ops", "operations the tasks executed"),
     (
+        "runs_per_min",
+        "benchmark runs per minute of virtual time (workloads that count runs: speedometer)",
+    ),
+    (
+        "anon_alloc_bytes",
+        "bytes of anonymous folios allocated and freed (every folio is freed by the end of a run)",
+    ),
+    (
+        "anon_touched_bytes",
+        "bytes of those folios that a user access reached",
+    ),
+    (
+        "bloat_pct",
+        "memory bloat: bytes of anonymous folios never touched, % of the bytes touched",
+    ),
+    (
+        "mix_4k_pct",
+        "order mix: bytes allocated by anonymous faults as 4 KiB folios, % of all such bytes",
+    ),
+    (
+        "mix_16k_pct",
+        "order mix: bytes allocated as 16 KiB folios, %",
+    ),
+    (
+        "mix_32k_pct",
+        "order mix: bytes allocated as 32 KiB folios, %",
+    ),
+    (
+        "mix_64k_pct",
+        "order mix: bytes allocated as 64 KiB folios, %",
+    ),
+    (
+        "mix_large_pct",
+        "order mix: bytes allocated as folios of 128 KiB to 2 MiB (PMD THP included), %",
+    ),
+    (
         "vmacache_hit_pct",
         "vmacache_find hits, % of vmacache_find calls",
     ),
@@ -102,6 +141,8 @@ pub struct RunResult {
     pub workload: String,
     pub stats: RunStats,
     pub vmstat: mm::vmstat::VmStat,
+    /// Benchmark runs the workload made (0 if it does not count runs).
+    pub nr_runs: u64,
 }
 
 impl RunResult {
@@ -124,6 +165,24 @@ impl RunResult {
             "peak_pcp_pages" => MetricValue::Int(s.peak_pcp_pages),
             "final_pcp_pages" => MetricValue::Int(s.final_pcp_pages),
             "nr_ops" => MetricValue::Int(s.nr_ops),
+            "runs_per_min" => MetricValue::Rate(if s.runtime_ns == 0 {
+                0.0
+            } else {
+                self.nr_runs as f64 * 60e9 / s.runtime_ns as f64
+            }),
+            "anon_alloc_bytes" => {
+                MetricValue::Int(self.vmstat.get(VmEvent::MMLAB_ANON_PAGES_FREED) * PAGE_SIZE)
+            }
+            "anon_touched_bytes" => MetricValue::Int(self.touched_pages() * PAGE_SIZE),
+            "bloat_pct" => pct(
+                self.vmstat.get(VmEvent::MMLAB_ANON_PAGES_UNTOUCHED),
+                self.touched_pages(),
+            ),
+            "mix_4k_pct" => self.mix(0..=0),
+            "mix_16k_pct" => self.mix(2..=2),
+            "mix_32k_pct" => self.mix(3..=3),
+            "mix_64k_pct" => self.mix(4..=4),
+            "mix_large_pct" => self.mix(5..=HPAGE_PMD_ORDER),
             "vmacache_hit_pct" => pct(
                 self.vmstat.get(VmEvent::VMACACHE_FIND_HITS),
                 self.vmstat.get(VmEvent::VMACACHE_FIND_CALLS),
@@ -144,6 +203,23 @@ impl RunResult {
     }
 }
 
+impl RunResult {
+    /// Pages of freed anonymous folios that a user access reached.
+    fn touched_pages(&self) -> u64 {
+        self.vmstat.get(VmEvent::MMLAB_ANON_PAGES_FREED)
+            - self.vmstat.get(VmEvent::MMLAB_ANON_PAGES_UNTOUCHED)
+    }
+
+    /// Share of the bytes that anonymous faults allocated in folios of
+    /// `orders`, in percent (order 0 as counted by the model, orders 2 and
+    /// up as `hugepages-*/stats/anon_fault_alloc`).
+    fn mix(&self, orders: std::ops::RangeInclusive<u8>) -> MetricValue {
+        let pages = |o: u8| self.vmstat.mthp(o, MthpStat::AnonFaultAlloc) << o;
+        let all: u64 = (0..=HPAGE_PMD_ORDER).filter(|&o| o != 1).map(pages).sum();
+        pct(orders.map(pages).sum(), all)
+    }
+}
+
 /// `part` as a percentage of `whole` (0 when `whole` is 0).
 fn pct(part: u64, whole: u64) -> MetricValue {
     MetricValue::Pct(if whole == 0 {
@@ -156,7 +232,7 @@ fn pct(part: u64, whole: u64) -> MetricValue {
 fn json_value(v: MetricValue) -> Value {
     match v {
         MetricValue::Int(i) => json!(i),
-        MetricValue::Pct(p) => json!((p * 1000.0).round() / 1000.0),
+        MetricValue::Pct(p) | MetricValue::Rate(p) => json!((p * 1000.0).round() / 1000.0),
     }
 }
 
@@ -231,6 +307,13 @@ pub enum Format {
 
 fn cell(v: MetricValue, base: Option<MetricValue>, mode: Mode) -> String {
     match (v, base, mode) {
+        (MetricValue::Rate(r), Some(MetricValue::Rate(b)), Mode::Relative) if b != 0.0 => {
+            format!("{:.1}", 100.0 * r / b)
+        }
+        (MetricValue::Rate(r), Some(MetricValue::Rate(b)), Mode::Change) if b != 0.0 => {
+            format!("{:+.1}%", 100.0 * (r - b) / b)
+        }
+        (MetricValue::Rate(r), _, _) => format!("{r:.1}"),
         (MetricValue::Pct(p), _, _) => format!("{p:.1}"),
         (MetricValue::Int(i), _, Mode::Absolute) | (MetricValue::Int(i), None, _) => i.to_string(),
         (MetricValue::Int(i), Some(MetricValue::Int(b)), Mode::Relative) => {
@@ -255,7 +338,7 @@ fn cell(v: MetricValue, base: Option<MetricValue>, mode: Mode) -> String {
                 format!("{:+.1}%", 100.0 * (i as f64 - b as f64) / b as f64)
             }
         }
-        (MetricValue::Int(i), Some(MetricValue::Pct(_)), _) => i.to_string(),
+        (MetricValue::Int(i), Some(MetricValue::Pct(_) | MetricValue::Rate(_)), _) => i.to_string(),
     }
 }
 
@@ -335,7 +418,14 @@ pub fn tables(exp: &Experiment, seed: u64, results: &[RunResult], format: Format
                 .into_iter()
                 .map(|k| {
                     std::iter::once(k.clone())
-                        .chain(p.rows[k].iter().map(|v| format!("{v:.1}")))
+                        .chain(p.rows[k].iter().map(|v| {
+                            // nan: the seed gives no figure for this cell.
+                            if v.is_nan() {
+                                "-".to_string()
+                            } else {
+                                format!("{v:.1}")
+                            }
+                        }))
                         .collect()
                 })
                 .collect();

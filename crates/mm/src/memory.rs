@@ -48,6 +48,7 @@ use crate::vmstat::{MthpStat, MTHP_NR_ORDERS};
 pub use anon_folio::{AnonFolioPolicy, MthpEnabled};
 
 use crate::cost::{Cost, Cx};
+use crate::page::PG_UTOUCHED;
 use crate::page_alloc::{Gfp, PageAlloc, PG_TAIL};
 use crate::pgtable::{
     entry_pfn, mk_entry, present, Level, Slot, PAGE_ACCESSED, PAGE_DIRTY, PAGE_PRESENT, PAGE_PSE,
@@ -179,6 +180,13 @@ fn folio_put_refs(pa: &mut PageAlloc, cx: &mut Cx, head: u32, n: u32) {
     pa.mem.set_refcount(head, r - n);
     if r == n {
         let order = pa.mem.order(head);
+        let nr = 1u32 << order;
+        let untouched = (head..head + nr)
+            .filter(|&p| pa.mem.flags(p) & PG_UTOUCHED == 0)
+            .count() as u64;
+        pa.vmstat
+            .count(VmEvent::MMLAB_ANON_PAGES_UNTOUCHED, untouched);
+        pa.vmstat.count(VmEvent::MMLAB_ANON_PAGES_FREED, nr as u64);
         anon_folio::folio_undo_large_anon(pa, head, order);
         pa.free_pages(cx, Pfn(head as u64), order);
     }
@@ -219,27 +227,51 @@ pub fn thp_vma_allowable(cfg: &MmConfig, vma: &Vma, addr: u64) -> bool {
 /// True if a user access to `addr` needs no fault: the page is mapped, and
 /// writable if `write`. Sets the accessed and dirty bits as the hardware does.
 pub fn access_ok(mm: &mut MmStruct, addr: u64, write: bool) -> bool {
-    let Some(pmd) = mm.pgt.lookup(addr, Level::Pmd) else {
+    access_entry(mm, addr, write).is_some()
+}
+
+/// [`access_ok`] for the engine's user accesses: also marks the page
+/// accessed in its `struct page` ([`PG_UTOUCHED`], model-only) so that the
+/// pages of a large folio that the program never used can be counted when
+/// the folio is freed (`mmlab_anon_pages_untouched`).
+pub fn user_access(pa: &mut PageAlloc, mm: &mut MmStruct, addr: u64, write: bool) -> bool {
+    let Some(e) = access_entry(mm, addr, write) else {
         return false;
     };
+    if e & PAGE_SPECIAL == 0 {
+        let sub = if e & PAGE_PSE != 0 {
+            (addr & (PMD_SIZE - 1)) / PAGE_SIZE
+        } else {
+            0
+        };
+        let p = crate::page::pfn_idx(entry_pfn(e).offset(sub));
+        let f = pa.mem.flags(p);
+        if f & PG_UTOUCHED == 0 {
+            pa.mem.set_flags(p, f | PG_UTOUCHED);
+        }
+    }
+    true
+}
+
+/// The entry (PTE or PMD leaf) that maps `addr` for this access, with the
+/// accessed and dirty bits set; `None` if the access must fault.
+fn access_entry(mm: &mut MmStruct, addr: u64, write: bool) -> Option<u64> {
+    let pmd = mm.pgt.lookup(addr, Level::Pmd)?;
     let e = mm.pgt.get(pmd);
     let slot = if present(e) && e & PAGE_PSE != 0 {
         pmd
     } else {
-        match mm.pgt.lookup(addr, Level::Pte) {
-            Some(s) => s,
-            None => return false,
-        }
+        mm.pgt.lookup(addr, Level::Pte)?
     };
     let e = mm.pgt.get(slot);
     if !present(e) || (write && e & PAGE_RW == 0) {
-        return false;
+        return None;
     }
     let bits = PAGE_ACCESSED | if write { PAGE_DIRTY } else { 0 };
     if e & bits != bits {
         mm.pgt.set(slot, e | bits);
     }
-    true
+    Some(e)
 }
 
 /// Models `handle_mm_fault()` of 6.18 for anonymous private memory: counts

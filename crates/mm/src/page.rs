@@ -48,6 +48,12 @@ pub const PG_HEAD: u32 = 1 << 7;
 /// flags as the kernel keeps it in the folio's). Set and cleared by
 /// `memory::anon_folio`; bit 11 is the allocator's `PG_TAIL`.
 pub const PG_PARTIALLY_MAPPED: u32 = 1 << 12;
+/// Model-only (the kernel has no such flag): a user access reached this page
+/// of an anonymous folio since it was allocated. Set by
+/// `memory::user_access`, read when the folio is freed, to measure memory
+/// bloat (pages a large folio allocated that the program never used). The
+/// allocator resets it with the other flags.
+pub const PG_UTOUCHED: u32 = 1 << 13;
 /// Shift of the migratetype stored in a free block's head
 /// (the kernel caches the PCP migratetype in `page->index`).
 pub const MT_SHIFT: u32 = 8;

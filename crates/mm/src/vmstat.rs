@@ -79,6 +79,12 @@ vm_events! {
     /// fault time can be reported as the seed's perf profile did (`mmlab`
     /// name).
     VMACACHE_FIND_NS = "vmacache_find_ns",
+    /// Model-only: pages of anonymous folios that were freed without a user
+    /// access ever reaching them (memory bloat of large folios; see
+    /// `memory::user_access`).
+    MMLAB_ANON_PAGES_UNTOUCHED = "mmlab_anon_pages_untouched",
+    /// Model-only: pages of anonymous folios freed (with the untouched ones).
+    MMLAB_ANON_PAGES_FREED = "mmlab_anon_pages_freed",
 }
 
 /// One per-size THP statistic, as in
@@ -145,7 +151,9 @@ impl MthpStat {
 }
 
 /// Orders with a `hugepages-<size>kB` directory: 2 (16 KiB) to the PMD
-/// order (2 MiB). The arrays below are indexed by order, 0 and 1 unused.
+/// order (2 MiB). The arrays below are indexed by order; order 1 is unused,
+/// and order 0's `anon_fault_alloc` (no sysfs file) counts the 4 KiB folios
+/// that anonymous faults allocate, for the model's order mix.
 pub const MTHP_NR_ORDERS: usize = crate::types::HPAGE_PMD_ORDER as usize + 1;
 
 /// A set of counters.

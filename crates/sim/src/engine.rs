@@ -847,7 +847,7 @@ impl Engine {
                 fault = Some(VmFault::Sigsegv);
                 break;
             };
-            if mm::memory::access_ok(mm, addr, cur.write) {
+            if mm::memory::user_access(&mut self.pa, mm, addr, cur.write) {
                 continue;
             }
             let policy = self.vmacache_policy;
@@ -865,7 +865,7 @@ impl Engine {
             ) {
                 Ok(()) => {
                     // The access is retried and now succeeds.
-                    let ok = mm::memory::access_ok(mm, addr, cur.write);
+                    let ok = mm::memory::user_access(&mut self.pa, mm, addr, cur.write);
                     debug_assert!(ok, "fault at {addr:#x} left it unmapped");
                     break;
                 }

@@ -7,9 +7,11 @@
 pub mod anon_cow_seq;
 pub mod anon_w_seq;
 pub mod kbuild;
+pub mod kernel_compile;
 pub mod page_churn;
 pub mod page_fault1;
 pub mod params;
+pub mod speedometer;
 pub mod stream;
 
 pub use params::{ParamError, ParamValue, Params};
@@ -32,10 +34,21 @@ pub const WORKLOADS: &[WorkloadDef] = &[
     anon_cow_seq::DEF,
     anon_w_seq::DEF,
     kbuild::DEF,
+    kernel_compile::DEF,
     page_churn::DEF,
     page_fault1::DEF,
+    speedometer::DEF,
     stream::DEF,
 ];
+
+/// The benchmark runs workload `name` makes with `params`, for a
+/// runs-per-minute score; 0 for workloads that do not count runs.
+pub fn nr_runs(name: &str, params: &Params) -> u64 {
+    match name {
+        "speedometer" => speedometer::nr_runs(params),
+        _ => 0,
+    }
+}
 
 /// Builds workload `name` with `params` for `machine`.
 pub fn build(name: &str, params: &Params, machine: &Machine) -> Result<Vec<TaskSpec>, ParamError> {

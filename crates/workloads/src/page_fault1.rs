@@ -19,11 +19,24 @@
 //! `tasks` to one per CPU (will-it-scale runs 1..nr_cpus tasks);
 //! `iterations` is the number of loops, which will-it-scale instead bounds
 //! by time.
+//!
+//! # Variants (the large-folio issue's fault patterns)
+//!
+//! - `random = 1` writes the pages in a random order (a fresh permutation
+//!   each loop, from the task's seeded stream), one access per page, as the
+//!   native fault harness's random pattern does.
+//! - `misalign = N` places the mapping N bytes past a 2 MiB boundary: the
+//!   task maps `size + N + 2 MiB`, and unmaps the head below the chosen start
+//!   and the tail above its end, as the native harness places its unaligned
+//!   mappings. (Without it, a `size` that is a multiple of 2 MiB is 2 MiB-
+//!   aligned on 6.7+ and any other size is only page-aligned.)
 
 use crate::params::{ParamError, Params};
 use crate::WorkloadDef;
+use mm::pgtable::PMD_SIZE;
 use mm::types::PAGE_SIZE;
 use sim::{Machine, Op, OpResult, Program, Rng, TaskSpec};
+use std::collections::VecDeque;
 
 pub(crate) const DEF: WorkloadDef = WorkloadDef {
     name: "page-fault1",
@@ -42,6 +55,12 @@ pub(crate) const DEF: WorkloadDef = WorkloadDef {
             "0",
             "1: the tasks are threads of one process (page_fault1_threads)",
         ),
+        ("random", "0", "1: write the pages in a random order"),
+        (
+            "misalign",
+            "none",
+            "place the mapping this many bytes past a 2 MiB boundary (page multiple)",
+        ),
     ],
     build,
 };
@@ -52,9 +71,28 @@ fn build(p: &Params, m: &Machine) -> Result<Vec<TaskSpec>, ParamError> {
     let iterations = p.int("iterations", 4, 1..=1_000_000)? as u32;
     let size = p.size("size", 128 << 20, PAGE_SIZE..=1 << 40)?;
     let threads = p.int("threads", 0, 0..=1)? == 1;
+    let random = p.int("random", 0, 0..=1)? == 1;
+    let misalign = if p.0.contains_key("misalign") {
+        let m = p.size("misalign", 0, 0..=PMD_SIZE - PAGE_SIZE)?;
+        if !m.is_multiple_of(PAGE_SIZE) {
+            return Err(ParamError::Invalid {
+                name: "misalign",
+                expected: "a multiple of 4 KiB below 2 MiB".into(),
+            });
+        }
+        Some(m)
+    } else {
+        None
+    };
+    if !size.is_multiple_of(PAGE_SIZE) && (random || misalign.is_some()) {
+        return Err(ParamError::Invalid {
+            name: "size",
+            expected: "a multiple of 4 KiB with random or misalign".into(),
+        });
+    }
     Ok((0..tasks)
         .map(|i| TaskSpec {
-            program: Box::new(PageFault1::new(size, iterations)),
+            program: Box::new(PageFault1::new(size, iterations).with(random, misalign)),
             cpu: mm::VcpuId(i % nr_cpus),
             process: threads.then_some(0),
         })
@@ -75,6 +113,10 @@ pub struct PageFault1 {
     iter: u32,
     phase: Phase,
     addr: u64,
+    random: bool,
+    misalign: Option<u64>,
+    /// Operations queued before the next phase (trims, random accesses).
+    pending: VecDeque<Op>,
 }
 
 impl PageFault1 {
@@ -86,12 +128,33 @@ impl PageFault1 {
             iter: 0,
             phase: Phase::Map,
             addr: 0,
+            random: false,
+            misalign: None,
+            pending: VecDeque::new(),
+        }
+    }
+
+    /// The variant: random write order, and the mapping's offset past a
+    /// 2 MiB boundary.
+    pub fn with(mut self, random: bool, misalign: Option<u64>) -> PageFault1 {
+        self.random = random;
+        self.misalign = misalign;
+        self
+    }
+
+    fn map_len(&self) -> u64 {
+        match self.misalign {
+            Some(m) => self.size + m + PMD_SIZE,
+            None => self.size,
         }
     }
 }
 
 impl Program for PageFault1 {
-    fn next(&mut self, last: OpResult, _rng: &mut Rng) -> Option<Op> {
+    fn next(&mut self, last: OpResult, rng: &mut Rng) -> Option<Op> {
+        if let Some(op) = self.pending.pop_front() {
+            return Some(op);
+        }
         match self.phase {
             Phase::Map => {
                 if self.iter == self.iterations {
@@ -99,7 +162,7 @@ impl Program for PageFault1 {
                 }
                 self.phase = Phase::Touch;
                 Some(Op::Mmap {
-                    len: self.size,
+                    len: self.map_len(),
                     hint: None,
                     fixed: false,
                     advice: None,
@@ -108,17 +171,47 @@ impl Program for PageFault1 {
             Phase::Touch => {
                 // The benchmark asserts that mmap() succeeded; a failure
                 // here ends the task.
-                let OpResult::Mapped(Ok(addr)) = last else {
+                let OpResult::Mapped(Ok(mut addr)) = last else {
                     return None;
                 };
+                if let Some(m) = self.misalign {
+                    let len = self.map_len();
+                    let start = addr.next_multiple_of(PMD_SIZE) + m;
+                    if start > addr {
+                        self.pending.push_back(Op::Munmap {
+                            addr,
+                            len: start - addr,
+                        });
+                    }
+                    self.pending.push_back(Op::Munmap {
+                        addr: start + self.size,
+                        len: addr + len - start - self.size,
+                    });
+                    addr = start;
+                }
                 self.addr = addr;
                 self.phase = Phase::Unmap;
-                Some(Op::Touch {
-                    addr,
-                    len: self.size,
-                    stride: PAGE_SIZE,
-                    write: true,
-                })
+                if self.random {
+                    let n = self.size / PAGE_SIZE;
+                    let mut order: Vec<u64> = (0..n).collect();
+                    for i in (1..order.len()).rev() {
+                        order.swap(i, rng.below(i as u64 + 1) as usize);
+                    }
+                    self.pending.extend(order.into_iter().map(|p| Op::Touch {
+                        addr: addr + p * PAGE_SIZE,
+                        len: 1,
+                        stride: PAGE_SIZE,
+                        write: true,
+                    }));
+                } else {
+                    self.pending.push_back(Op::Touch {
+                        addr,
+                        len: self.size,
+                        stride: PAGE_SIZE,
+                        write: true,
+                    });
+                }
+                self.pending.pop_front()
             }
             Phase::Unmap => {
                 self.iter += 1;

@@ -319,6 +319,9 @@ pub fn alloc_anon_folio(
     let pfn = pa
         .alloc_pages(cx, Gfp::HIGHUSER_MOVABLE, 0)
         .map_err(|_| VmFault::Oom)?;
+    // Order 0 has no sysfs directory; its slot counts the 4 KiB folios
+    // allocated here, so that the order mix can be reported (model-only).
+    pa.vmstat.count_mthp(0, MthpStat::AnonFaultAlloc, 1);
     Ok((pfn, 0))
 }
 

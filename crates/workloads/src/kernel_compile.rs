@@ -1,0 +1,343 @@
+//! A kernel build (`make -jN`) as the anonymous-memory fault path sees it:
+//! the compiler processes' heaps (seed 004's "kernel compilation" benchmark).
+//!
+//! # What it models
+//!
+//! Seed 004 times `make -j8` and `make -j80` of the kernel on an 80-core
+//! Ampere Altra and reports real, kernel (sys) and user time. What large
+//! anonymous folios change there is the compilers' memory: each `cc1` is a
+//! short-lived process whose heap grows through `brk()` (glibc's main
+//! arena) and `mmap()` (glibc's large chunks and GCC's garbage-collected
+//! pages), is partly given back while it runs, and is torn down at exit.
+//!
+//! Each of the `tasks` job slots (the N of `-jN`) is a vCPU whose run queue
+//! holds `jobs` compiler processes, run one after another. A job:
+//!
+//! 1. asks for its break (`brk(0)`, as glibc does at start-up);
+//! 2. allocates until it has used `job_mib` (uniform in ±50 %) of memory,
+//!    one allocation at a time, writing every page it allocates and then
+//!    computing `work_per_page_ns` for each such page:
+//!    - `mmap_pct` % of the allocations are mmapped chunks of 128 KiB to
+//!      2 MiB plus a page of header (glibc maps requests from
+//!      `M_MMAP_THRESHOLD`, 128 KiB, up as chunks of their own; GCC's
+//!      `ggc-page.c` maps its pages in runs), page-aligned lengths that are
+//!      rarely a multiple of 64 KiB;
+//!    - the others come from the heap: requests of 16 B to 256 KiB carved
+//!      from the top of the heap, the break moved up (by the request plus
+//!      glibc's `M_TOP_PAD`, 128 KiB, page-aligned) when they do not fit;
+//! 3. after each allocation, with probability `free_pct` %, frees memory:
+//!    a whole mmapped chunk (`munmap`, glibc's `free()` of a mapped chunk),
+//!    a page-aligned part of one (`MADV_DONTNEED`, as `ggc-page.c` releases
+//!    free pages; the part is reused, written again, by a later allocation),
+//!    or the top of the heap (`brk()` down to the in-use top plus
+//!    `M_TOP_PAD`, as glibc's `systrim()` does when the free top exceeds
+//!    `M_TRIM_THRESHOLD`, 128 KiB);
+//! 4. exits (`exit_mmap()` frees what is left).
+//!
+//! real time is `runtime_ns`, user time `user_ns`, kernel time `sys_ns`.
+//!
+//! # Where the parameters come from
+//!
+//! - `work_per_page_ns` = 49 µs: measured on this host kind, one page
+//!   allocation per 49 µs of CPU time while building C code (`make -j2`,
+//!   ../shared/reference/LIVE-KERNEL.md, "Tracing a real workload"; the same
+//!   figure as the `kbuild` workload).
+//! - The glibc constants (128 KiB mmap threshold, top pad and trim
+//!   threshold) are glibc's documented defaults (mallopt(3)).
+//! - `job_mib` = 32, `mmap_pct` = 30, `free_pct` = 20 and the request-size
+//!   ranges are estimates: a `cc1` compiling a kernel C file peaks at tens
+//!   of MiB; how its memory splits between brk and mmap, and how much it
+//!   gives back before exit, were not measured. `jobs` is chosen small
+//!   enough to run in seconds. None was tuned to the seed's result.
+//!
+//! Deviations: a job is a process of its own from the start; make's
+//! `fork()` and the `exec()` that throws the copy away are not modelled
+//! (the engine binds tasks to vCPUs without migration, so a make parent
+//! waiting on one vCPU would serialize behind its children). No file I/O,
+//! page cache, or the `as`/driver processes: kernel time here is the
+//! anonymous-memory part of a build's kernel time only.
+
+use crate::params::{ParamError, Params};
+use crate::WorkloadDef;
+use mm::types::PAGE_SIZE;
+use sim::{Machine, Op, OpResult, Program, Rng, TaskSpec};
+use std::collections::VecDeque;
+
+pub(crate) const DEF: WorkloadDef = WorkloadDef {
+    name: "kernel-compile",
+    summary: "make -jN of the kernel: compiler processes whose heaps grow by brk and mmap, \
+              are partly freed (munmap, MADV_DONTNEED, brk shrink) and torn down at exit",
+    params: &[
+        (
+            "tasks",
+            "8",
+            "job slots (make -jN), bound to CPUs spread over the machine",
+        ),
+        (
+            "jobs",
+            "4",
+            "compiler processes each slot runs one after another",
+        ),
+        (
+            "job_mib",
+            "32",
+            "mean MiB a job allocates and writes (uniform in ±50 %; estimate)",
+        ),
+        (
+            "work_per_page_ns",
+            "49000",
+            "user time per page allocated (measured: see the module doc)",
+        ),
+        (
+            "mmap_pct",
+            "30",
+            "% of allocations that are mmapped chunks rather than heap (estimate)",
+        ),
+        (
+            "free_pct",
+            "20",
+            "% of allocations followed by a free: munmap, MADV_DONTNEED or brk shrink (estimate)",
+        ),
+    ],
+    build,
+};
+
+/// glibc's `M_MMAP_THRESHOLD` default: requests from 128 KiB are mapped.
+const MMAP_THRESHOLD: u64 = 128 << 10;
+/// glibc's `M_TOP_PAD` default: extra bytes asked of `brk()` each time.
+const TOP_PAD: u64 = 128 << 10;
+/// glibc's `M_TRIM_THRESHOLD` default: a free heap top above this is
+/// returned with `brk()`.
+const TRIM_THRESHOLD: u64 = 128 << 10;
+/// Largest mmapped chunk (estimate: GCC's GC maps its pages in runs of up to
+/// 2 MiB).
+const MAX_CHUNK: u64 = 2 << 20;
+/// Largest heap request (below the mmap threshold by glibc's rule; estimate
+/// for the upper end of what stays on the heap after the threshold adapts).
+const MAX_HEAP_REQUEST: u64 = 256 << 10;
+
+#[derive(Clone, Copy, Debug)]
+struct JobParams {
+    job_bytes: u64,
+    work_per_page_ns: u64,
+    mmap_pct: u32,
+    free_pct: u32,
+}
+
+fn build(p: &Params, m: &Machine) -> Result<Vec<TaskSpec>, ParamError> {
+    let nr_cpus = m.nr_cpus() as i64;
+    let tasks = p.int("tasks", 8.min(nr_cpus), 1..=nr_cpus)? as u32;
+    let jobs = p.int("jobs", 4, 1..=100_000)? as u32;
+    let jp = JobParams {
+        job_bytes: (p.int("job_mib", 32, 1..=65_536)? as u64) << 20,
+        work_per_page_ns: p.int("work_per_page_ns", 49_000, 0..=1_000_000_000)? as u64,
+        mmap_pct: p.int("mmap_pct", 30, 0..=100)? as u32,
+        free_pct: p.int("free_pct", 20, 0..=100)? as u32,
+    };
+    // Spread the slots over the machine, as the scheduler spreads busy
+    // tasks over idle cores.
+    let stride = (nr_cpus as u32 / tasks).max(1);
+    let mut specs = Vec::new();
+    for _ in 0..jobs {
+        for t in 0..tasks {
+            specs.push(TaskSpec::new(
+                Box::new(CompileJob::new(jp)),
+                mm::VcpuId(t * stride),
+            ));
+        }
+    }
+    Ok(specs)
+}
+
+/// What the op in flight will answer.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Await {
+    Nothing,
+    /// `brk(0)` at start-up.
+    StartBrk,
+    /// `mmap()` of a chunk of this length.
+    Chunk(u64),
+}
+
+/// One compiler process.
+pub struct CompileJob {
+    p: JobParams,
+    /// Bytes this job allocates before it exits (drawn at start).
+    target: u64,
+    /// Bytes allocated so far (re-used parts count again).
+    allocated: u64,
+    /// First byte of the heap (`mm->start_brk`).
+    heap_start: u64,
+    /// Top of the heap's used part.
+    heap_used: u64,
+    /// The break as last set.
+    brk: u64,
+    /// Live mmapped chunks: (address, length).
+    chunks: Vec<(u64, u64)>,
+    /// Parts released with `MADV_DONTNEED`, waiting to be reused.
+    released: Vec<(u64, u64)>,
+    pending: VecDeque<Op>,
+    awaiting: Await,
+    started: bool,
+    exited: bool,
+}
+
+impl CompileJob {
+    fn new(p: JobParams) -> CompileJob {
+        CompileJob {
+            p,
+            target: 0,
+            allocated: 0,
+            heap_start: 0,
+            heap_used: 0,
+            brk: 0,
+            chunks: Vec::new(),
+            released: Vec::new(),
+            pending: VecDeque::new(),
+            awaiting: Await::Nothing,
+            started: false,
+            exited: false,
+        }
+    }
+
+    /// Writes `[addr, addr + len)` page by page, then computes for its pages.
+    fn use_range(&mut self, addr: u64, len: u64) {
+        let first = addr & !(PAGE_SIZE - 1);
+        let pages = (addr + len).div_ceil(PAGE_SIZE) - first / PAGE_SIZE;
+        self.pending.push_back(Op::Touch {
+            addr: first,
+            len: pages * PAGE_SIZE,
+            stride: PAGE_SIZE,
+            write: true,
+        });
+        self.allocated += len;
+        if self.p.work_per_page_ns > 0 {
+            self.pending.push_back(Op::Compute {
+                ns: pages * self.p.work_per_page_ns,
+            });
+        }
+    }
+
+    /// The next allocation: a released part reused, a mapped chunk, or heap.
+    fn allocate(&mut self, rng: &mut Rng) -> Option<Op> {
+        if !self.released.is_empty() && rng.percent(50) {
+            let (a, l) = self
+                .released
+                .swap_remove(rng.below(self.released.len() as u64) as usize);
+            self.use_range(a, l);
+            return None;
+        }
+        if rng.percent(self.p.mmap_pct) {
+            // A request of 128 KiB to 2 MiB and its chunk header, in pages.
+            let req = MMAP_THRESHOLD + rng.below(MAX_CHUNK - MMAP_THRESHOLD + 1);
+            let len = (req + 16).div_ceil(PAGE_SIZE) * PAGE_SIZE;
+            self.awaiting = Await::Chunk(len);
+            return Some(Op::Mmap {
+                len,
+                hint: None,
+                fixed: false,
+                advice: None,
+            });
+        }
+        let req = 16 + rng.below(MAX_HEAP_REQUEST - 16 + 1);
+        let start = self.heap_used;
+        self.heap_used += req;
+        if self.heap_used > self.brk {
+            // sysmalloc(): ask for the request plus M_TOP_PAD, page-aligned.
+            self.brk = (self.heap_used + TOP_PAD).div_ceil(PAGE_SIZE) * PAGE_SIZE;
+            self.pending.push_back(Op::Brk { brk: self.brk });
+        }
+        self.use_range(start, req);
+        None
+    }
+
+    /// Frees something, if there is anything to free.
+    fn free(&mut self, rng: &mut Rng) {
+        match rng.below(3) {
+            0 if !self.chunks.is_empty() => {
+                let (a, l) = self
+                    .chunks
+                    .swap_remove(rng.below(self.chunks.len() as u64) as usize);
+                self.released.retain(|&(ra, _)| ra < a || ra >= a + l);
+                self.pending.push_back(Op::Munmap { addr: a, len: l });
+            }
+            1 if !self.chunks.is_empty() => {
+                // A page-aligned run inside a chunk, up to half of it.
+                let (a, l) = self.chunks[rng.below(self.chunks.len() as u64) as usize];
+                let pages = l / PAGE_SIZE;
+                let n = 1 + rng.below(pages / 2);
+                let off = rng.below(pages - n + 1);
+                let (ra, rl) = (a + off * PAGE_SIZE, n * PAGE_SIZE);
+                if self
+                    .released
+                    .iter()
+                    .any(|&(x, y)| x < ra + rl && ra < x + y)
+                {
+                    return;
+                }
+                self.released.push((ra, rl));
+                self.pending.push_back(Op::Madvise {
+                    addr: ra,
+                    len: rl,
+                    advice: mm::vma::Advice::DontNeed,
+                });
+            }
+            _ => {
+                // Free the top of the heap: up to half of what is in use.
+                let used = self.heap_used - self.heap_start;
+                self.heap_used -= rng.below(used / 2 + 1);
+                let top = self.heap_used.div_ceil(PAGE_SIZE) * PAGE_SIZE;
+                if self.brk - top > TRIM_THRESHOLD {
+                    // systrim(): keep M_TOP_PAD above the in-use top.
+                    self.brk = top + TOP_PAD;
+                    self.pending.push_back(Op::Brk { brk: self.brk });
+                }
+            }
+        }
+    }
+}
+
+impl Program for CompileJob {
+    fn next(&mut self, last: OpResult, rng: &mut Rng) -> Option<Op> {
+        if self.exited {
+            return None;
+        }
+        match (self.awaiting, last) {
+            (Await::StartBrk, OpResult::Brk(b)) => {
+                self.heap_start = b;
+                self.heap_used = b;
+                self.brk = b;
+            }
+            (Await::Chunk(len), OpResult::Mapped(Ok(a))) => {
+                self.chunks.push((a, len));
+                self.use_range(a, len);
+            }
+            // A refused mmap: the job carries on with what it has.
+            _ => {}
+        }
+        self.awaiting = Await::Nothing;
+        if !self.started {
+            self.started = true;
+            let half = self.p.job_bytes / 2;
+            self.target = half + rng.below(self.p.job_bytes + 1);
+            self.awaiting = Await::StartBrk;
+            return Some(Op::Brk { brk: 0 });
+        }
+        loop {
+            if let Some(op) = self.pending.pop_front() {
+                return Some(op);
+            }
+            if self.allocated >= self.target {
+                self.exited = true;
+                return Some(Op::Exit);
+            }
+            let op = self.allocate(rng);
+            if rng.percent(self.p.free_pct) {
+                self.free(rng);
+            }
+            if op.is_some() {
+                return op;
+            }
+        }
+    }
+}

@@ -1,0 +1,191 @@
+//! The large-folio workloads (seed 004) on the engine: kernel-compile and
+//! speedometer run to the end under every order policy with every page
+//! back, deterministically; large folios cut their faults; and the
+//! page-fault1 variants give the live kernel's counts (the table,
+//! measured on Linux 6.18) through the whole engine.
+
+use mm::cost::CostTable;
+use mm::knobs::{KernelConfig, KnobValue, Preset};
+use mm::page_alloc::PageAlloc;
+use mm::vmstat::{MthpStat, VmEvent, VmStat};
+use sim::{Engine, Machine, NodeSpec, RunStats};
+use workloads::{ParamValue, Params};
+
+const KIB: i64 = 1 << 10;
+
+fn machine(cpus: u32, memory_bytes: u64) -> Machine {
+    Machine {
+        name: "test".into(),
+        nodes: vec![NodeSpec { cpus, memory_bytes }],
+        llc_bytes: 0,
+        dma32_bytes: 0,
+    }
+}
+
+fn params(kv: &[(&str, ParamValue)]) -> Params {
+    let mut p = Params::default();
+    for (k, v) in kv {
+        p.0.insert(k.to_string(), v.clone());
+    }
+    p
+}
+
+fn kernel(knobs: &[(&str, &str)]) -> KernelConfig {
+    let mut cfg = Preset::Linux6_6.config();
+    for (k, v) in knobs {
+        cfg.set_knob(k, &KnobValue::Str(v.to_string())).unwrap();
+    }
+    cfg
+}
+
+fn policy(p: &str) -> KernelConfig {
+    kernel(&[("mmlab.anon_folio_policy", p)])
+}
+
+/// Runs `workload` under `cfg`; checks that nothing was killed and every
+/// page came back.
+fn run(workload: &str, p: &Params, cfg: KernelConfig, m: &Machine) -> (RunStats, VmStat) {
+    let pa = PageAlloc::new(&m.memory_layout(), cfg.sysctl, cfg.pcp);
+    let boot = pa.nr_free_pages() + pa.nr_pcp_pages();
+    let mut eng = Engine::new(pa, CostTable::uniform(10), 1).with_mm_config(cfg.mm);
+    eng.check_invariants_every(1009);
+    for t in workloads::build(workload, p, m).unwrap() {
+        eng.spawn(t);
+    }
+    let stats = eng.run();
+    assert_eq!(stats.nr_sigsegv + stats.nr_oom_kills, 0, "{workload}");
+    assert_eq!(eng.nr_live_mms(), 0);
+    eng.drain_all_pages();
+    assert_eq!(eng.pa.nr_free_pages(), boot, "{workload}: pages leaked");
+    eng.check_invariants();
+    (stats, eng.vmstat().clone())
+}
+
+fn small(workload: &str) -> Params {
+    match workload {
+        "kernel-compile" => params(&[
+            ("tasks", ParamValue::Int(4)),
+            ("jobs", ParamValue::Int(2)),
+            ("job_mib", ParamValue::Int(4)),
+        ]),
+        _ => params(&[
+            ("runs", ParamValue::Int(3)),
+            ("objects", ParamValue::Int(60)),
+        ]),
+    }
+}
+
+#[test]
+fn compile_and_speedometer_run_under_every_policy_and_large_folios_cut_faults() {
+    let m = machine(8, 256 << 20);
+    for w in ["kernel-compile", "speedometer"] {
+        let p = small(w);
+        let (base, vb) = run(w, &p, policy("off"), &m);
+        let (again, va) = run(w, &p, policy("off"), &m);
+        assert_eq!((&base, &vb), (&again, &va), "{w}: not deterministic");
+        assert!(base.user_ns > 0 && base.sys_ns > 0);
+        let faults = |v: &VmStat| v.get(VmEvent::PGFAULT);
+        let mut large = Vec::new();
+        for pol in ["v1", "v2", "simple"] {
+            let (st, v) = run(w, &p, policy(pol), &m);
+            // The same program: the same user time, less kernel time.
+            assert_eq!(st.user_ns, base.user_ns, "{w} {pol}");
+            assert!(st.sys_ns < base.sys_ns, "{w} {pol}");
+            assert!(faults(&v) < faults(&vb), "{w} {pol}");
+            assert!(
+                v.mthp(4, MthpStat::AnonFaultAlloc) > 0,
+                "{w} {pol}: no 64K folio"
+            );
+            large.push(faults(&v));
+        }
+        // v2 falls back through 32K and 16K where simple goes to 4K.
+        assert!(
+            large[1] < large[2],
+            "{w}: v2 {} simple {}",
+            large[1],
+            large[2]
+        );
+        // The partial frees leave large folios partly mapped.
+        let (_, v) = run(w, &p, policy("v2"), &m);
+        assert!(v.mthp(4, MthpStat::SplitDeferred) > 0, "{w}");
+        // Everything a 4K kernel allocates is touched; large folios may not be.
+        assert_eq!(vb.get(VmEvent::MMLAB_ANON_PAGES_UNTOUCHED), 0);
+        assert!(vb.get(VmEvent::MMLAB_ANON_PAGES_FREED) > 0);
+    }
+}
+
+#[test]
+fn kernel_compile_grows_the_heap_with_brk() {
+    // All allocations from the heap and none freed: no mmap at all, yet at
+    // least the job's smallest size (1 MiB) is faulted in.
+    let m = machine(2, 128 << 20);
+    let p = params(&[
+        ("tasks", ParamValue::Int(1)),
+        ("jobs", ParamValue::Int(1)),
+        ("job_mib", ParamValue::Int(2)),
+        ("mmap_pct", ParamValue::Int(0)),
+        ("free_pct", ParamValue::Int(0)),
+    ]);
+    let (_, v) = run("kernel-compile", &p, policy("off"), &m);
+    assert!(
+        v.get(VmEvent::PGFAULT) >= 256,
+        "{}",
+        v.get(VmEvent::PGFAULT)
+    );
+}
+
+/// The live-kernel table, 1 GiB mappings with one write per 4 KiB
+/// (Linux 6.18, only the named sizes `always`), through the engine.
+#[test]
+fn page_fault1_variants_give_the_live_kernels_counts() {
+    let m = machine(1, 1280 << 20);
+    let size = ParamValue::Str("1GiB".into());
+    let mut cfg64 = Preset::Linux6_18.config();
+    for (k, v) in [
+        ("transparent_hugepage/enabled", "never"),
+        ("transparent_hugepage/hugepages-2048kB/enabled", "never"),
+        ("transparent_hugepage/hugepages-64kB/enabled", "always"),
+    ] {
+        cfg64.set_knob(k, &KnobValue::Str(v.into())).unwrap();
+    }
+    let one = |extra: &[(&str, ParamValue)]| {
+        let mut kv = vec![
+            ("tasks", ParamValue::Int(1)),
+            ("iterations", ParamValue::Int(1)),
+            ("size", size.clone()),
+        ];
+        kv.extend(extra.iter().cloned());
+        params(&kv)
+    };
+    // 64K, aligned, random touch order: 16,384 faults, all 64K folios.
+    let (_, v) = run(
+        "page-fault1",
+        &one(&[("random", ParamValue::Int(1))]),
+        cfg64,
+        &m,
+    );
+    assert_eq!(v.get(VmEvent::PGFAULT), 16_384);
+    assert_eq!(v.mthp(4, MthpStat::AnonFaultAlloc), 16_384);
+    // 64K, 12 KiB past a 2 MiB boundary, 20 KiB shorter than 1 GiB:
+    // 16,409 faults, 16,382 of them 64K folios.
+    let p = one(&[
+        ("misalign", ParamValue::Int(12 * KIB)),
+        ("size", ParamValue::Int((1 << 30) - 20 * KIB)),
+    ]);
+    let (_, v) = run("page-fault1", &p, cfg64, &m);
+    assert_eq!(v.get(VmEvent::PGFAULT), 16_409);
+    assert_eq!(v.mthp(4, MthpStat::AnonFaultAlloc), 16_382);
+    // Every size 16K..2M, the same unaligned mapping: 527 faults, 510 2M
+    // folios and 2 of each smaller size.
+    let mut all = cfg64;
+    all.mm.thp_enabled = mm::memory::ThpEnabled::Always;
+    for e in all.mm.mthp_enabled.iter_mut().skip(2) {
+        *e = mm::memory::MthpEnabled::Always;
+    }
+    let (_, v) = run("page-fault1", &p, all, &m);
+    assert_eq!(v.get(VmEvent::PGFAULT), 527);
+    assert_eq!(v.mthp(9, MthpStat::AnonFaultAlloc), 510);
+    for o in 2..9 {
+        assert_eq!(v.mthp(o, MthpStat::AnonFaultAlloc), 2, "order {o}");
+    }
+}
