@@ -25,6 +25,26 @@ const BUILTIN_EXPERIMENTS: &[(&str, &str)] = &[
         include_str!("../../../experiments/anon-cow-seq.toml"),
     ),
     (
+        "large-anon-folios",
+        include_str!("../../../experiments/large-anon-folios.toml"),
+    ),
+    (
+        "large-anon-folios-j80",
+        include_str!("../../../experiments/large-anon-folios-j80.toml"),
+    ),
+    (
+        "large-anon-folios-order-mix",
+        include_str!("../../../experiments/large-anon-folios-order-mix.toml"),
+    ),
+    (
+        "large-anon-folios-page-fault",
+        include_str!("../../../experiments/large-anon-folios-page-fault.toml"),
+    ),
+    (
+        "large-anon-folios-speedometer",
+        include_str!("../../../experiments/large-anon-folios-speedometer.toml"),
+    ),
+    (
         "page-churn",
         include_str!("../../../experiments/page-churn.toml"),
     ),

@@ -249,8 +249,10 @@ fn reproduce_names_unknown_experiments_and_list_shows_knobs() {
     assert!(
         e.contains(
             "no built-in experiment \"nope\"; built-in experiments: \
-             anon-cow-seq, page-churn, page-fault1, pcp-autotune, pcp-autotune-lmbench, \
-             pcp-autotune-netperf, vmacache"
+             anon-cow-seq, large-anon-folios, large-anon-folios-j80, \
+             large-anon-folios-order-mix, large-anon-folios-page-fault, \
+             large-anon-folios-speedometer, page-churn, page-fault1, pcp-autotune, \
+             pcp-autotune-lmbench, pcp-autotune-netperf, vmacache"
         ),
         "{e}"
     );
@@ -263,5 +265,59 @@ fn reproduce_names_unknown_experiments_and_list_shows_knobs() {
             && l.contains("transparent_hugepage/enabled")
             && l.contains("zone_lock_pct"),
         "{l}"
+    );
+}
+
+#[test]
+fn large_folio_table_shows_times_rates_and_published_gaps() {
+    let t = r#"
+name = "laf-small"
+profile = "host-epyc-zen3"
+[machine]
+name = "m"
+nodes = 1
+cpus_per_node = 4
+memory_per_node = "512MiB"
+[[kernel]]
+name = "base"
+preset = "linux-6.6"
+[[kernel]]
+name = "v2"
+preset = "linux-6.6"
+knobs = { "mmlab.anon_folio_policy" = "v2" }
+[[workload]]
+name = "sp"
+type = "speedometer"
+params = { runs = 2, objects = 40 }
+[report]
+metrics = ["runs_per_min", "sys_ns", "user_ns", "mix_64k_pct", "bloat_pct"]
+baseline = "base"
+mode = "change"
+[published]
+source = "test"
+columns = ["runs_per_min", "other"]
+rows = { "base" = [0.0, nan], "v2" = [0.5, 1.0] }
+"#;
+    let o = run_text("laf.toml", t);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let out = stdout(&o);
+    let row = |name: &str| -> Vec<String> {
+        out.lines()
+            .find(|l| l.split_whitespace().next() == Some(name))
+            .unwrap_or_else(|| panic!("no row {name}: {out}"))
+            .split_whitespace()
+            .map(str::to_string)
+            .collect()
+    };
+    // The model's table: runs per minute up, user time unchanged, some 64K.
+    let v2 = row("v2");
+    assert!(v2[1].starts_with('+') && v2[1] != "+0.0%", "{out}");
+    assert_eq!(v2[3], "+0.0%", "{out}");
+    assert!(v2[4].parse::<f64>().unwrap() > 0.0, "{out}");
+    // The published table: a figure the seed does not give is "-".
+    assert!(
+        out.lines()
+            .any(|l| l.split_whitespace().collect::<Vec<_>>() == ["base", "0.0", "-"]),
+        "{out}"
     );
 }
