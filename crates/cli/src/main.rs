@@ -225,11 +225,17 @@ enum NativeCmd {
     /// with and without a second thread streaming through the LLC.
     CopyOrder {
         /// Trials per (order, pressure) cell.
-        #[arg(long, default_value_t = 100)]
+        #[arg(long, default_value_t = 200)]
         trials: usize,
         /// Seed of the random targets.
         #[arg(long, default_value_t = 1)]
         seed: u64,
+        /// How a 4 KiB sub-page is copied: rep-movsq (the kernel's copy_page) or memcpy.
+        #[arg(long, default_value = "rep-movsq")]
+        method: String,
+        /// Copies of each order per trial, from cold caches; the fastest counts.
+        #[arg(long, default_value_t = 3)]
+        repeats: usize,
     },
     /// Copies of 2 MiB chunks and of a 256 MiB buffer with 1..nproc pinned threads.
     ParallelCopy,
@@ -450,10 +456,20 @@ fn replay_cmd(file: &Path, a: &ReplayArgs) -> Result<()> {
 
 fn native_cmd(what: NativeCmd) -> Result<()> {
     let table = match what {
-        NativeCmd::CopyOrder { trials, seed } => {
+        NativeCmd::CopyOrder {
+            trials,
+            seed,
+            method,
+            repeats,
+        } => {
+            let method = native::copy_order::CopyMethod::from_name(&method).ok_or_else(|| {
+                anyhow::anyhow!("unknown copy method \"{method}\"; valid: rep-movsq, memcpy")
+            })?;
             let cfg = native::copy_order::Config {
                 nr_trials: trials,
                 seed,
+                method,
+                repeats,
                 ..Default::default()
             };
             native::copy_order::run(&cfg)?.table()

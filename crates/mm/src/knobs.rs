@@ -294,7 +294,55 @@ pub const KNOBS: &[Knob] = &[
             None => false,
         }),
     },
+    Knob {
+        name: "vm.nr_hugepages",
+        accepts: "an integer from 0 to 9223372036854775807",
+        help: "persistent 2 MiB hugetlb pool size, set up at boot from the buddy allocator \
+               (as many as memory allows; default 0)",
+        set: set_nr_hugepages,
+        set_str: None,
+    },
+    Knob {
+        name: "hugepages/hugepages-2048kB/nr_hugepages",
+        accepts: "an integer from 0 to 9223372036854775807",
+        help: "the same as vm.nr_hugepages (the 2 MiB page size is the default hstate)",
+        set: set_nr_hugepages,
+        set_str: None,
+    },
+    Knob {
+        name: "vm.nr_overcommit_hugepages",
+        accepts: "an integer from 0 to 9223372036854775807",
+        help: "surplus 2 MiB hugetlb pages that may be allocated beyond nr_hugepages when a \
+               mapping reserves or a fault needs them (default 0)",
+        set: set_nr_overcommit_hugepages,
+        set_str: None,
+    },
+    Knob {
+        name: "hugepages/hugepages-2048kB/nr_overcommit_hugepages",
+        accepts: "an integer from 0 to 9223372036854775807",
+        help: "the same as vm.nr_overcommit_hugepages",
+        set: set_nr_overcommit_hugepages,
+        set_str: None,
+    },
 ];
+
+/// `vm.nr_hugepages` (`hugetlb_sysctl_handler()`: an unsigned long).
+fn set_nr_hugepages(c: &mut KernelConfig, v: i64) -> bool {
+    let ok = v >= 0;
+    if ok {
+        c.mm.nr_hugepages = v as u64;
+    }
+    ok
+}
+
+/// `vm.nr_overcommit_hugepages` (`hugetlb_overcommit_handler()`).
+fn set_nr_overcommit_hugepages(c: &mut KernelConfig, v: i64) -> bool {
+    let ok = v >= 0;
+    if ok {
+        c.mm.nr_overcommit_hugepages = v as u64;
+    }
+    ok
+}
 
 /// Sets `transparent_hugepage/hugepages-<4 << ORDER>kB/enabled`; only
 /// where the kernel has the file (the `mthp` policy, Linux ≥ 6.8).
@@ -365,6 +413,23 @@ pub const MODEL_KNOBS: &[Knob] = &[
             ok
         },
         set_str: None,
+    },
+    Knob {
+        name: "mmlab.huge_page_order",
+        accepts: "sequential, target-last or neighbourhood",
+        help: "MODEL-ONLY: the order in which huge pages (THP, hugetlb) are cleared and copied: \
+               sub-page 0 first (before 4.14/4.18), the fault's sub-page last \
+               (process_huge_page(), default), or the radius-2 neighbourhood last",
+        set: |_, _| false,
+        set_str: Some(
+            |c, s| match crate::memory::huge_order::HugeOrderPolicy::from_name(s) {
+                Some(p) => {
+                    c.mm.huge_page_order = p;
+                    true
+                }
+                None => false,
+            },
+        ),
     },
 ];
 
@@ -438,6 +503,35 @@ mod tests {
             .set_knob("mmlab.vmacache", &KnobValue::Str("fifo".into()))
             .unwrap_err();
         assert!(e.to_string().contains("pfn, pmd, lru or none"), "{e}");
+    }
+
+    #[test]
+    fn hugetlb_knobs_validate() {
+        let mut c = Preset::Linux6_18.config();
+        c.set_knob("vm.nr_hugepages", &KnobValue::Int(16)).unwrap();
+        assert_eq!(c.mm.nr_hugepages, 16);
+        c.set_knob(
+            "hugepages/hugepages-2048kB/nr_overcommit_hugepages",
+            &KnobValue::Int(3),
+        )
+        .unwrap();
+        assert_eq!(c.mm.nr_overcommit_hugepages, 3);
+        let e = c
+            .set_knob("vm.nr_hugepages", &KnobValue::Int(-1))
+            .unwrap_err();
+        assert!(e.to_string().contains("an integer from 0"), "{e}");
+        c.set_knob(
+            "mmlab.huge_page_order",
+            &KnobValue::Str("sequential".into()),
+        )
+        .unwrap();
+        assert_eq!(
+            c.mm.huge_page_order,
+            crate::memory::huge_order::HugeOrderPolicy::Sequential
+        );
+        assert!(c
+            .set_knob("mmlab.huge_page_order", &KnobValue::Str("random".into()))
+            .is_err());
     }
 
     #[test]

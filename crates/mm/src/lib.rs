@@ -8,6 +8,7 @@
 //! driven.
 
 pub mod cost;
+pub mod hugetlb;
 pub mod knobs;
 pub mod memory;
 pub mod page;

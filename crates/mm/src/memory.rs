@@ -119,6 +119,14 @@ pub struct MmConfig {
     pub mthp_enabled: [MthpEnabled; MTHP_NR_ORDERS],
     /// `arch_wants_pte_order()`: the preferred order of v1/v2/simple.
     pub arch_pte_order: u8,
+    /// The order in which huge pages are cleared and copied (no knob in
+    /// the kernel: a property of the kernel version; see [`huge_order`]).
+    pub huge_page_order: huge_order::HugeOrderPolicy,
+    /// `vm.nr_hugepages`: the persistent hugetlb pool size the engine sets
+    /// up at boot (2 MiB pages).
+    pub nr_hugepages: u64,
+    /// `vm.nr_overcommit_hugepages`: surplus hugetlb pages allowed.
+    pub nr_overcommit_hugepages: u64,
 }
 
 impl Default for MmConfig {
@@ -132,6 +140,9 @@ impl Default for MmConfig {
             anon_folio: AnonFolioPolicy::Mthp,
             mthp_enabled: anon_folio::MTHP_DEFAULTS,
             arch_pte_order: anon_folio::DEFAULT_PTE_ORDER,
+            huge_page_order: huge_order::HugeOrderPolicy::TargetLast,
+            nr_hugepages: 0,
+            nr_overcommit_hugepages: 0,
         }
     }
 }
@@ -162,6 +173,8 @@ pub enum VmFault {
     Sigsegv,
     /// No memory even for a 4 KiB page or a page table (`VM_FAULT_OOM`).
     Oom,
+    /// No hugetlb page for a hugetlb fault (`VM_FAULT_SIGBUS`).
+    Sigbus,
 }
 
 fn folio_head(pa: &PageAlloc, pfn: Pfn) -> u32 {
@@ -325,6 +338,9 @@ fn handle_mm_fault_vma(
         return Err(VmFault::Sigsegv);
     }
     mm.nr_faults += 1;
+    if crate::hugetlb::is_vm_hugetlb_page(&vma) {
+        return crate::hugetlb::hugetlb_fault(pa, cx, g.cfg.huge_page_order, mm, &vma, addr, write);
+    }
     let pmd = mm
         .pgt
         .walk_alloc(pa, cx, addr, Level::Pmd)
@@ -678,6 +694,12 @@ pub fn fork(pa: &mut PageAlloc, cx: &mut Cx, parent: &mut MmStruct) -> Result<Mm
     let vmas: Vec<Vma> = parent.vmas.values().copied().collect();
     let res = (|| {
         for v in vmas {
+            if crate::hugetlb::is_vm_hugetlb_page(&v) {
+                crate::hugetlb::copy_hugetlb_page_range(pa, cx, parent, &mut child, &v)?;
+                let cv = child.vmas.get_mut(&v.start).expect("copied vma");
+                cv.flags = crate::hugetlb::hugetlb_dup_vma_private(cv.flags);
+                continue;
+            }
             let mut addr = v.start;
             while addr < v.end {
                 let next = ((addr | (PMD_SIZE - 1)) + 1).min(v.end);
@@ -771,7 +793,11 @@ fn copy_pmd_range(
 pub fn exit_mmap(pa: &mut PageAlloc, cx: &mut Cx, mut mm: MmStruct) {
     let vmas: Vec<Vma> = mm.vmas.values().copied().collect();
     for v in vmas {
-        zap_page_range(pa, cx, &mut mm, v.start, v.end);
+        if crate::hugetlb::is_vm_hugetlb_page(&v) {
+            crate::hugetlb::hugetlb_unmap_vma(pa, cx, &mut mm, &v);
+        } else {
+            zap_page_range(pa, cx, &mut mm, v.start, v.end);
+        }
     }
     mm.vmas.clear();
     mm.pgt.free_pgd_range(pa, cx, 0, u64::MAX);

@@ -721,6 +721,9 @@ pub struct PageAlloc {
     pub pcp_policy: crate::pcp::PcpPolicy,
     /// `min_free_kbytes` in force (computed or set).
     pub min_free_kbytes: u64,
+    /// The hugetlb pool of the 2 MiB page size (`default_hstate`), whose
+    /// pages are allocated blocks of this allocator.
+    pub hugetlb: crate::hugetlb::Hstate,
     layout: MemoryLayout,
     cpu_node: Vec<NodeId>,
     /// Per node, the zones to try in order (`zonelist`), highest zone of the
@@ -799,6 +802,7 @@ impl PageAlloc {
             sysctl,
             pcp_policy,
             min_free_kbytes: 0,
+            hugetlb: crate::hugetlb::Hstate::new(layout.nodes.len()),
             layout: layout.clone(),
             cpu_node,
             zonelists,
@@ -880,6 +884,24 @@ impl PageAlloc {
     /// The node of `cpu` (`cpu_to_node()`).
     pub fn cpu_to_node(&self, cpu: crate::types::VcpuId) -> NodeId {
         self.cpu_node[cpu.idx()]
+    }
+
+    /// Number of nodes.
+    pub fn nr_nodes(&self) -> usize {
+        self.layout.nodes.len()
+    }
+
+    /// The nodes in the order `node`'s zonelist visits them (`node` first,
+    /// then the others by distance).
+    pub fn zonelist_nodes(&self, node: NodeId) -> Vec<NodeId> {
+        let mut nodes: Vec<NodeId> = Vec::new();
+        for &zi in &self.zonelists[node.0 as usize] {
+            let n = self.zones[zi as usize].node;
+            if !nodes.contains(&n) {
+                nodes.push(n);
+            }
+        }
+        nodes
     }
 
     /// Number of CPUs on `node`.
@@ -968,8 +990,8 @@ impl PageAlloc {
         gfp: Gfp,
         order: u8,
         mark: Wmark,
+        node: NodeId,
     ) -> Option<(u32, usize)> {
-        let node = self.cpu_to_node(cx.cpu);
         let highest = gfp.zone();
         let mt = gfp.migratetype();
         for i in 0..self.zonelists[node.0 as usize].len() {
@@ -1003,10 +1025,24 @@ impl PageAlloc {
     /// slow path retries at the min watermark and, since the model has no
     /// reclaim, fails after that.
     pub fn alloc_pages(&mut self, cx: &mut Cx, gfp: Gfp, order: u8) -> Result<Pfn, AllocError> {
+        let node = self.cpu_to_node(cx.cpu);
+        self.alloc_pages_node(cx, gfp, order, node)
+    }
+
+    /// Models `__alloc_pages(gfp, order, nid)`: as [`PageAlloc::alloc_pages`]
+    /// but walking the zonelist of `node` (with [`Gfp::THISNODE`], only
+    /// `node`'s zones); the per-CPU lists are still those of `cx.cpu`.
+    pub fn alloc_pages_node(
+        &mut self,
+        cx: &mut Cx,
+        gfp: Gfp,
+        order: u8,
+        node: NodeId,
+    ) -> Result<Pfn, AllocError> {
         cx.charge(Cost::AllocPagesEntry);
         let got = self
-            .get_page_from_freelist(cx, gfp, order, Wmark::Low)
-            .or_else(|| self.get_page_from_freelist(cx, gfp, order, Wmark::Min));
+            .get_page_from_freelist(cx, gfp, order, Wmark::Low, node)
+            .or_else(|| self.get_page_from_freelist(cx, gfp, order, Wmark::Min, node));
         let Some((pfn, zi)) = got else {
             self.vmstat.count(VmEvent::ALLOC_FAIL, 1);
             return Err(AllocError::NoMem);
@@ -1058,6 +1094,7 @@ impl PageAlloc {
     /// lists, counts, flags, PCP lists, and that no page is in two places.
     /// Panics with a message naming the broken invariant. O(pages).
     pub fn check_invariants(&self) {
+        self.hugetlb.check_pages(&self.mem);
         let mut owner = vec![0u8; self.mem.len() as usize]; // 0 unseen, 1 buddy, 2 pcp
         for z in &self.zones {
             let mut free = 0u64;

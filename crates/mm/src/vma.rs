@@ -39,7 +39,7 @@ use crate::cost::{Cost, Cx};
 use crate::page_alloc::{AllocError, PageAlloc};
 use crate::pgtable::{PageTables, PMD_SIZE};
 use crate::types::PAGE_SIZE;
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
 
 /// `TASK_SIZE` of x86-64 with 4-level paging (47 bits, less one page).
@@ -70,6 +70,17 @@ impl VmFlags {
     pub const READ: VmFlags = VmFlags(1 << 0);
     /// `VM_WRITE`.
     pub const WRITE: VmFlags = VmFlags(1 << 1);
+    /// `VM_NORESERVE` (0x00200000): a `MAP_NORESERVE` hugetlb mapping that
+    /// reserved no pages.
+    pub const NORESERVE: VmFlags = VmFlags(1 << 21);
+    /// `VM_HUGETLB` (0x00400000): a hugetlb mapping (`MAP_HUGETLB`), see
+    /// [`crate::hugetlb`].
+    pub const HUGETLB: VmFlags = VmFlags(1 << 22);
+    /// Model bit, not a `VM_*` flag: the kernel's `HPAGE_RESV_OWNER` bit in
+    /// `vm_private_data`, set on the private hugetlb VMA of the process that
+    /// called mmap and holds its reservations (cleared in a forked child's
+    /// copy).
+    pub const HUGETLB_RESV_OWNER: VmFlags = VmFlags(1 << 28);
     /// `VM_HUGEPAGE`, set by `MADV_HUGEPAGE`.
     pub const HUGEPAGE: VmFlags = VmFlags(1 << 29);
     /// `VM_NOHUGEPAGE`, set by `MADV_NOHUGEPAGE`.
@@ -174,6 +185,11 @@ pub struct MmStruct {
     /// `mm->brk`: the current break as the program last set it (not
     /// necessarily page-aligned; the heap VMA ends at its page alignment).
     pub brk: u64,
+    /// The reservation map of this process's private hugetlb mappings
+    /// (`resv_map` of its `HPAGE_RESV_OWNER` VMAs): the huge pages, by
+    /// address, whose reservation a fault has consumed. A page of an owner
+    /// VMA not in the set still holds a reservation.
+    pub hugetlb_resv_map: BTreeSet<u64>,
 }
 
 fn page_align(len: u64) -> Option<u64> {
@@ -195,6 +211,7 @@ impl MmStruct {
             vmacache_seqnum: 0,
             start_brk: DEFAULT_START_BRK,
             brk: DEFAULT_START_BRK,
+            hugetlb_resv_map: BTreeSet::new(),
         })
     }
 
@@ -226,6 +243,26 @@ impl MmStruct {
     }
 
     /// True if no VMA overlaps `[start, end)`.
+    pub(crate) fn range_is_free(&self, start: u64, end: u64) -> bool {
+        self.range_free(start, end)
+    }
+
+    /// Inserts a new VMA (the caller found the range free) and merges it
+    /// with equal neighbours.
+    pub(crate) fn insert_vma(&mut self, vma: Vma) {
+        self.vmas.insert(vma.start, vma);
+        self.merge_range(vma.start, vma.end, Some(vma.start));
+    }
+
+    /// `vma->vm_ops->may_split()` for a split at `addr` of the VMA holding
+    /// it: a hugetlb VMA splits only at a huge page boundary.
+    fn may_split_at(&self, addr: u64) -> Result<(), Errno> {
+        match self.vmas.range(..addr).next_back() {
+            Some((_, v)) if v.end > addr => crate::hugetlb::hugetlb_vm_op_split(v, addr),
+            _ => Ok(()),
+        }
+    }
+
     fn range_free(&self, start: u64, end: u64) -> bool {
         let below = self.vmas.range(..end).next_back();
         below.is_none_or(|(_, v)| v.end <= start)
@@ -303,7 +340,8 @@ impl MmStruct {
             let v = self.vmas[&k];
             if let Some(c) = cur {
                 let cv = self.vmas[&c];
-                if cv.end == v.start && cv.flags == v.flags {
+                // Each MAP_HUGETLB mapping has its own file: never merged.
+                if cv.end == v.start && cv.flags == v.flags && !v.flags.contains(VmFlags::HUGETLB) {
                     self.vmas.remove(&k);
                     if fresh != Some(k) {
                         crate::vmacache::vmacache_invalidate(self);
@@ -376,6 +414,8 @@ impl MmStruct {
         }
         let end = addr + len;
         cx.charge_n(Cost::VmaLookupLevel, self.maple_depth());
+        self.may_split_at(addr)?;
+        self.may_split_at(end)?;
         self.split_at(addr);
         self.split_at(end);
         let gone: Vec<u64> = self.vmas.range(addr..end).map(|(&s, _)| s).collect();
@@ -387,7 +427,11 @@ impl MmStruct {
             // Detaching a VMA is what makes cached pointers to it stale
             // (`detach_vmas_to_be_unmapped()` calls `vmacache_invalidate()`).
             crate::vmacache::vmacache_invalidate(self);
-            crate::memory::zap_page_range(pa, cx, self, v.start, v.end);
+            if v.flags.contains(VmFlags::HUGETLB) {
+                crate::hugetlb::hugetlb_unmap_vma(pa, cx, self, &v);
+            } else {
+                crate::memory::zap_page_range(pa, cx, self, v.start, v.end);
+            }
         }
         // Page tables may be freed up to the neighbouring VMAs (the kernel's
         // floor and ceiling in free_pgtables()).
@@ -537,17 +581,39 @@ impl MmStruct {
         unmapped |= pos < end;
         match advice {
             Advice::DontNeed => {
-                let parts: Vec<(u64, u64)> = self
+                let parts: Vec<(u64, u64, bool)> = self
                     .vmas
                     .range(..end)
                     .filter(|(_, v)| v.end > addr)
-                    .map(|(_, v)| (v.start.max(addr), v.end.min(end)))
+                    .map(|(_, v)| {
+                        (
+                            v.start.max(addr),
+                            v.end.min(end),
+                            v.flags.contains(VmFlags::HUGETLB),
+                        )
+                    })
                     .collect();
-                for (s, e) in parts {
-                    crate::memory::zap_page_range(pa, cx, self, s, e);
+                // madvise_dontneed_free_valid_vma(): in a hugetlb VMA the
+                // start must be huge-page aligned and the end is rounded
+                // down to a huge page.
+                let hsize = crate::hugetlb::HPAGE_SIZE;
+                if parts.iter().any(|&(s, _, h)| h && !s.is_multiple_of(hsize)) {
+                    return Err(Errno::Inval);
+                }
+                for (s, e, hugetlb) in parts {
+                    if hugetlb {
+                        let e = e & !(hsize - 1);
+                        if e > s {
+                            crate::hugetlb::unmap_hugepage_range(pa, cx, self, s, e);
+                        }
+                    } else {
+                        crate::memory::zap_page_range(pa, cx, self, s, e);
+                    }
                 }
             }
             Advice::HugePage | Advice::NoHugePage => {
+                self.may_split_at(addr)?;
+                self.may_split_at(end)?;
                 self.split_at(addr);
                 self.split_at(end);
                 let (set, clear) = if advice == Advice::HugePage {
@@ -583,7 +649,9 @@ impl MmStruct {
             if let Some(p) = prev {
                 assert!(p.end <= v.start, "overlapping vmas {p:?} {v:?}");
                 assert!(
-                    !(p.end == v.start && p.flags == v.flags),
+                    !(p.end == v.start
+                        && p.flags == v.flags
+                        && !v.flags.contains(VmFlags::HUGETLB)),
                     "unmerged neighbours {p:?} {v:?}"
                 );
             }

@@ -64,6 +64,15 @@ vm_events! {
     THP_SPLIT_PMD = "thp_split_pmd",
     /// Allocations of the huge zero page (`thp_zero_page_alloc`).
     THP_ZERO_PAGE_ALLOC = "thp_zero_page_alloc",
+    /// Huge pages the hugetlb pool got from the page allocator, for the
+    /// persistent pool or as surplus pages (`htlb_buddy_alloc_success`).
+    HTLB_BUDDY_PGALLOC = "htlb_buddy_alloc_success",
+    /// Failed attempts of the same (`htlb_buddy_alloc_fail`).
+    HTLB_BUDDY_PGALLOC_FAIL = "htlb_buddy_alloc_fail",
+    /// A gauge, not an event: base pages of hugetlb folios in use (handed out
+    /// by `alloc_hugetlb_folio()` and not yet freed back; the node stat
+    /// `nr_hugetlb` of Linux 6.12+). Pool pages that are free do not count.
+    NR_HUGETLB = "nr_hugetlb",
     /// Fallback allocations that took a block of another migratetype
     /// (tracepoint kmem:mm_page_alloc_extfrag).
     MM_PAGE_ALLOC_EXTFRAG = "mm_page_alloc_extfrag",
@@ -179,6 +188,14 @@ impl VmStat {
     #[inline]
     pub fn count(&mut self, ev: VmEvent, n: u64) {
         self.v[ev as usize] += n;
+    }
+
+    /// Subtracts `n` from the gauge `ev` (`mod_node_page_state(.., -n)`).
+    #[inline]
+    pub fn sub(&mut self, ev: VmEvent, n: u64) {
+        let v = &mut self.v[ev as usize];
+        assert!(*v >= n, "counter {} below zero", ev.name());
+        *v -= n;
     }
 
     /// The value of `ev`.

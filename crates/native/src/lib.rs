@@ -14,6 +14,7 @@
 //! | [`knobs`] | THP/mTHP sysfs knobs, sysctls | [`knobs::LiveKernel::probe`], [`knobs::LiveLock`], [`knobs::KnobGuard`] |
 //! | [`vmstat`] | `/proc/vmstat`, `hugepages-*/stats` | [`vmstat::Snapshot::take`] |
 //! | [`faults`] | anonymous faults, mTHP order choice, THP COW split | [`faults::run`] |
+//! | [`hugetlb`] | hugetlb pool, `MAP_HUGETLB` faults and COW, `HugePages_*` | [`hugetlb::run`] |
 //! | [`copy_order`] | `process_huge_page()` sub-page order | [`copy_order::run`] |
 //! | [`parallel_copy`] | multi-threaded huge-page copy (seed 001) | [`parallel_copy::run`] |
 //!
@@ -31,6 +32,7 @@
 pub mod copy_order;
 pub mod error;
 pub mod faults;
+pub mod hugetlb;
 pub mod knobs;
 pub mod parallel_copy;
 pub mod rng;

@@ -201,6 +201,9 @@ pub struct RunStats {
     /// teardown, the spinning on locks included; not the periodic per-CPU
     /// vmstat work, which runs in a kworker.
     pub sys_ns: u64,
+    /// Hugetlb faults that found no huge page (`VM_FAULT_SIGBUS`): each
+    /// killed its process.
+    pub nr_sigbus: u64,
 }
 
 /// One sample of one CPU's pageset for one zone.
@@ -307,8 +310,16 @@ impl Engine {
 
     /// Uses `cfg` (a kernel's `KernelConfig.mm`) for the fault path instead
     /// of [`MmConfig::default`]. Call before spawning tasks.
+    ///
+    /// The hugetlb pool is set up here, as a boot-time `vm.nr_hugepages`
+    /// (`hugepages=`) would: its pages are taken from the buddy allocator
+    /// before any task runs, at no cost to any vCPU.
     pub fn with_mm_config(mut self, cfg: MmConfig) -> Engine {
         self.mmg = MmGlobal::new(cfg);
+        self.pa.hugetlb.nr_overcommit_huge_pages = cfg.nr_overcommit_hugepages;
+        self.cx.begin(VcpuId(0), SimTime(0));
+        mm::hugetlb::set_max_huge_pages(&mut self.pa, &mut self.cx, cfg.nr_hugepages);
+        self.cx.begin(VcpuId(0), SimTime(0));
         self
     }
 
@@ -738,6 +749,41 @@ impl Engine {
                     self.vcpus[vi].segs.extend_from_slice(self.cx.segs());
                     self.tasks[tid].result = Some(OpResult::Mapped(r));
                 }
+                Op::MmapHugetlb {
+                    len,
+                    hint,
+                    fixed,
+                    noreserve,
+                } => {
+                    self.cx.begin(VcpuId(v), SimTime(t));
+                    let r = self.with_mm_locked(pid, |pa, cx, mm| {
+                        mm::hugetlb::hugetlb_mmap(
+                            pa,
+                            cx,
+                            mm,
+                            hint.unwrap_or(0),
+                            len,
+                            fixed,
+                            noreserve,
+                        )
+                    });
+                    self.vcpus[vi].segs.extend_from_slice(self.cx.segs());
+                    self.tasks[tid].result = Some(OpResult::Mapped(r));
+                }
+                Op::SetHugepages {
+                    nr_hugepages,
+                    nr_overcommit_hugepages,
+                } => {
+                    self.cx.begin(VcpuId(v), SimTime(t));
+                    if let Some(n) = nr_overcommit_hugepages {
+                        self.pa.hugetlb.nr_overcommit_huge_pages = n;
+                    }
+                    if let Some(n) = nr_hugepages {
+                        mm::hugetlb::set_max_huge_pages(&mut self.pa, &mut self.cx, n);
+                    }
+                    self.vcpus[vi].segs.extend_from_slice(self.cx.segs());
+                    self.tasks[tid].result = Some(OpResult::Sys(Ok(())));
+                }
                 Op::Munmap { addr, len } => {
                     self.cx.begin(VcpuId(v), SimTime(t));
                     let r = self.with_mm_locked(pid, |pa, cx, mm| mm.munmap(pa, cx, addr, len));
@@ -889,6 +935,7 @@ impl Engine {
                 match e {
                     VmFault::Sigsegv => self.stats.nr_sigsegv += 1,
                     VmFault::Oom => self.stats.nr_oom_kills += 1,
+                    VmFault::Sigbus => self.stats.nr_sigbus += 1,
                 }
                 self.exit_group(pid);
                 let torn_down = self.finish_task(tid, v, t);

@@ -65,6 +65,31 @@ pub enum Op {
         /// Advice applied to the new mapping (`MADV_HUGEPAGE`, ...).
         advice: Option<Advice>,
     },
+    /// `mmap(hint, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS
+    /// | MAP_HUGETLB [| MAP_NORESERVE] [| MAP_FIXED])` with the default
+    /// 2 MiB huge page size, in the task's process (see
+    /// [`mm::hugetlb::hugetlb_mmap`]). Answers [`OpResult::Mapped`]:
+    /// `ENOMEM` if the hugetlb pool cannot reserve the pages.
+    MmapHugetlb {
+        /// Length in bytes (rounded up to 2 MiB).
+        len: u64,
+        /// The address hint (`MAP_FIXED`: the address, 2 MiB aligned).
+        hint: Option<u64>,
+        /// `MAP_FIXED`.
+        fixed: bool,
+        /// `MAP_NORESERVE`: reserve no pool pages; faults take what is free.
+        noreserve: bool,
+    },
+    /// Writes `/sys/kernel/mm/hugepages/hugepages-2048kB/nr_hugepages`
+    /// and/or `nr_overcommit_hugepages` (as a benchmark's setup script
+    /// does): resizes the hugetlb pool from the buddy allocator
+    /// ([`mm::hugetlb::set_max_huge_pages`]). Answers [`OpResult::Sys`].
+    SetHugepages {
+        /// New `nr_hugepages`, if written.
+        nr_hugepages: Option<u64>,
+        /// New `nr_overcommit_hugepages`, if written.
+        nr_overcommit_hugepages: Option<u64>,
+    },
     /// `munmap(addr, len)`. Answers [`OpResult::Sys`].
     Munmap {
         /// Start, page aligned.

@@ -6,6 +6,7 @@
 
 pub mod anon_cow_seq;
 pub mod anon_w_seq;
+pub mod hugetlb_cow;
 pub mod kbuild;
 pub mod kernel_compile;
 pub mod page_churn;
@@ -33,6 +34,7 @@ pub struct WorkloadDef {
 pub const WORKLOADS: &[WorkloadDef] = &[
     anon_cow_seq::DEF,
     anon_w_seq::DEF,
+    hugetlb_cow::DEF,
     kbuild::DEF,
     kernel_compile::DEF,
     page_churn::DEF,

@@ -103,6 +103,26 @@ impl Params {
         }
     }
 
+    /// One of the words `choices`, or `default` if absent.
+    pub fn choice(
+        &self,
+        name: &'static str,
+        default: &'static str,
+        choices: &[&'static str],
+    ) -> Result<&'static str, ParamError> {
+        match self.0.get(name) {
+            None => Ok(default),
+            Some(ParamValue::Str(s)) if choices.contains(&s.as_str()) => Ok(choices
+                .iter()
+                .find(|c| **c == s.as_str())
+                .expect("contained")),
+            Some(_) => Err(ParamError::Invalid {
+                name,
+                expected: format!("one of {}", choices.join(", ")),
+            }),
+        }
+    }
+
     /// A size in bytes in `range`, or `default` if absent: an integer (bytes)
     /// or a string with a binary unit (`"128MiB"`, `"2GiB"`, `"4KiB"`).
     pub fn size(

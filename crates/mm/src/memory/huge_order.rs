@@ -70,7 +70,8 @@
 use std::fmt;
 use std::iter::FusedIterator;
 
-use crate::types::{Vaddr, PAGE_SHIFT};
+use crate::cost::{Cost, Cx};
+use crate::types::{Pfn, Vaddr, PAGE_SHIFT};
 
 /// Base pages in the largest block the buddy allocator hands out
 /// (`MAX_ORDER_NR_PAGES`, 1 << `MAX_PAGE_ORDER` = 1024 on x86-64). A folio
@@ -326,6 +327,85 @@ impl Iterator for HugeOrderIter {
 
 impl ExactSizeIterator for HugeOrderIter {}
 impl FusedIterator for HugeOrderIter {}
+
+/// One clear or copy of a huge page, as a tracepoint on `folio_zero_user()`
+/// or `copy_user_large_folio()` would record it: which folio, and the
+/// sub-pages in the order they were processed.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct HugePageOp {
+    /// The folio written (cleared, or the copy's destination).
+    pub dst: Pfn,
+    /// The copy's source; `None` for a clear.
+    pub src: Option<Pfn>,
+    /// Sub-page indices in processing order.
+    pub subpages: Vec<u32>,
+}
+
+/// An optional record of huge page clears and copies (off by default: it
+/// costs a vector per huge page). Tests turn it on to check the order; a
+/// cache model can read the same sequence.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct HugePageLog(pub Option<Vec<HugePageOp>>);
+
+impl HugePageLog {
+    /// A log that records.
+    pub fn recording() -> HugePageLog {
+        HugePageLog(Some(Vec::new()))
+    }
+
+    fn record(&mut self, dst: Pfn, src: Option<Pfn>, order: HugeOrderIter) {
+        if let Some(ops) = &mut self.0 {
+            ops.push(HugePageOp {
+                dst,
+                src,
+                subpages: order.collect(),
+            });
+        }
+    }
+}
+
+/// Models `folio_zero_user()` (Linux 6.10+; `clear_huge_page()` before):
+/// clears the `nr_subpages` sub-pages of the folio at `folio` in the order
+/// `policy` gives for the sub-page holding `addr_hint` (the fault address,
+/// not the aligned one), charging one `clear_page()` per sub-page.
+///
+/// Deviation: the model keeps no page contents, so clearing is its cost and
+/// its order (recorded in `log` when recording).
+pub fn folio_zero_user(
+    cx: &mut Cx,
+    log: &mut HugePageLog,
+    policy: HugeOrderPolicy,
+    folio: Pfn,
+    nr_subpages: u32,
+    addr_hint: Vaddr,
+) {
+    let target = target_subpage_index(addr_hint, nr_subpages);
+    let order = process_huge_page_order(policy, nr_subpages, target);
+    cx.charge_n(Cost::ClearPage, order.len() as u64);
+    log.record(folio, None, order);
+}
+
+/// Models `copy_user_large_folio()` (Linux 6.7+; `copy_user_huge_page()`
+/// before): copies the `nr_subpages` sub-pages of `src` to `dst` in the
+/// order `policy` gives for the sub-page holding `addr_hint`, charging one
+/// `copy_page()` per sub-page. Gigantic folios are copied sequentially.
+///
+/// Deviation: no contents and no machine-check-safe copy; the cost and the
+/// order (recorded in `log`) are what the model keeps.
+pub fn copy_user_large_folio(
+    cx: &mut Cx,
+    log: &mut HugePageLog,
+    policy: HugeOrderPolicy,
+    dst: Pfn,
+    src: Pfn,
+    nr_subpages: u32,
+    addr_hint: Vaddr,
+) {
+    let target = target_subpage_index(addr_hint, nr_subpages);
+    let order = process_huge_page_order(policy, nr_subpages, target);
+    cx.charge_n(Cost::CopyPage, order.len() as u64);
+    log.record(dst, Some(src), order);
+}
 
 #[cfg(test)]
 mod tests {

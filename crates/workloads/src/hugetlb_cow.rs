@@ -1,0 +1,172 @@
+//! vm-scalability `anon-cow-seq-hugetlb`: children write, page after page,
+//! hugetlb memory they share copy-on-write with their parent.
+//!
+//! # What it models
+//!
+//! vm-scalability's `case-anon-cow-seq-hugetlb` runs
+//! `usemem -n $nr_task --prealloc --prefault -O -U $((unit_size / (nr_task+1)))`
+//! after `setup_hugetlb`: the parent maps `size` bytes with
+//! `MAP_PRIVATE | MAP_ANONYMOUS | MAP_HUGETLB` (`-O -U`) and populates them
+//! (`--prealloc --prefault`) before forking `nr_task` children; each child
+//! writes one word per 4 KiB from the start to the end and exits; the parent
+//! waits.
+//!
+//! It is the copy-on-write variant of `anon-cow-seq` that still copies huge
+//! pages on current kernels: a child's first write to each 2 MiB page is a
+//! `hugetlb_wp()` fault that takes a new page from the pool and copies all
+//! 512 sub-pages (`copy_user_large_folio()`, in the order of
+//! `mmlab.huge_page_order`); the next 511 writes to it do not fault. (The
+//! anonymous THP copy-on-write has split the PMD and copied 4 KiB since
+//! Linux 5.8.)
+//!
+//! # Parameters and their sources
+//!
+//! - `size` (default 16 MiB, rounded up to 2 MiB by mmap): the bytes each
+//!   process maps. vm-scalability uses `unit_size / (nr_task + 1)` with
+//!   `unit_size = mem / 2` (half of MemTotal), so that the parent's pages and
+//!   one copy per child fit; here it is given so that experiments stay small.
+//! - `children` (default one per CPU, less one): `nr_task`, which
+//!   vm-scalability sets to the number of CPUs.
+//! - `setup` (default `overcommit`): what `setup_hugetlb` does before the
+//!   run: it writes `nr_overcommit_hugepages = unit_size / Hugepagesize +
+//!   nr_task + 1` (the pages of all `nr_task + 1` copies, plus one per
+//!   process for unaligned sizes), so that the pool is made of surplus pages
+//!   allocated at mmap and at copy-on-write and freed when unmapped. `none`
+//!   leaves the pool to the kernel's `vm.nr_hugepages` /
+//!   `vm.nr_overcommit_hugepages` knobs.
+//!
+//! Deviation: `--prefault` is `MAP_POPULATE`, whose faults the kernel takes
+//! through `get_user_pages()` (counted in `pgfault` but not in the task's
+//! `ru_minflt`); the model populates with user writes, one fault per 2 MiB
+//! either way.
+
+use crate::params::{ParamError, Params};
+use crate::WorkloadDef;
+use mm::hugetlb::HPAGE_SIZE;
+use mm::types::PAGE_SIZE;
+use sim::{Machine, Op, OpResult, Program, Rng, TaskSpec};
+
+pub(crate) const DEF: WorkloadDef = WorkloadDef {
+    name: "hugetlb-cow",
+    summary: "vm-scalability anon-cow-seq-hugetlb: a parent populates MAP_HUGETLB memory, \
+              forked children write it (2 MiB copy-on-write)",
+    params: &[
+        (
+            "size",
+            "16MiB",
+            "bytes the parent maps with MAP_HUGETLB and populates",
+        ),
+        (
+            "children",
+            "one per CPU, less one",
+            "children forked, placed round-robin on the CPUs after the parent's",
+        ),
+        (
+            "setup",
+            "overcommit",
+            "overcommit: write nr_overcommit_hugepages as vm-scalability's setup_hugetlb; \
+             none: use the kernel's hugetlb knobs",
+        ),
+    ],
+    build,
+};
+
+fn build(p: &Params, m: &Machine) -> Result<Vec<TaskSpec>, ParamError> {
+    let nr_cpus = m.nr_cpus();
+    let size = p.size("size", 16 << 20, PAGE_SIZE..=1 << 40)?;
+    let children = p.int("children", (nr_cpus as i64 - 1).max(1), 1..=65_536)? as u32;
+    let overcommit = match p.choice("setup", "overcommit", &["overcommit", "none"])? {
+        "overcommit" => {
+            let per_process = size.div_ceil(HPAGE_SIZE);
+            Some(per_process * (children as u64 + 1) + children as u64 + 1)
+        }
+        _ => None,
+    };
+    Ok(vec![TaskSpec::new(
+        Box::new(HugetlbCowParent {
+            size,
+            children,
+            overcommit,
+            forked: 0,
+            addr: 0,
+            phase: Phase::Setup,
+        }),
+        mm::VcpuId(0),
+    )])
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Phase {
+    Setup,
+    Map,
+    Populate,
+    Fork,
+    Wait,
+    Done,
+}
+
+/// The parent process.
+struct HugetlbCowParent {
+    size: u64,
+    children: u32,
+    overcommit: Option<u64>,
+    forked: u32,
+    addr: u64,
+    phase: Phase,
+}
+
+impl Program for HugetlbCowParent {
+    fn next(&mut self, last: OpResult, _rng: &mut Rng) -> Option<Op> {
+        loop {
+            match self.phase {
+                Phase::Setup => {
+                    self.phase = Phase::Map;
+                    if let Some(n) = self.overcommit {
+                        return Some(Op::SetHugepages {
+                            nr_hugepages: None,
+                            nr_overcommit_hugepages: Some(n),
+                        });
+                    }
+                }
+                Phase::Map => {
+                    self.phase = Phase::Populate;
+                    return Some(Op::MmapHugetlb {
+                        len: self.size,
+                        hint: None,
+                        fixed: false,
+                        noreserve: false,
+                    });
+                }
+                Phase::Populate => {
+                    // usemem exits if mmap fails; so does the parent here.
+                    let OpResult::Mapped(Ok(addr)) = last else {
+                        return None;
+                    };
+                    self.addr = addr;
+                    self.phase = Phase::Fork;
+                    return Some(Op::Touch {
+                        addr,
+                        len: self.size,
+                        stride: PAGE_SIZE,
+                        write: true,
+                    });
+                }
+                Phase::Fork => {
+                    if self.forked == self.children {
+                        self.phase = Phase::Wait;
+                        continue;
+                    }
+                    self.forked += 1;
+                    return Some(Op::fork(crate::anon_cow_seq::CowChild::new(
+                        self.addr, self.size,
+                    )));
+                }
+                Phase::Wait => {
+                    self.phase = Phase::Done;
+                    return Some(Op::Wait);
+                }
+                Phase::Done => return None,
+            }
+        }
+    }
+}
