@@ -213,7 +213,8 @@ fn unknown_metric_workload_and_parameter_are_named() {
     assert!(
         e.contains(
             "unknown workload \"page-chrun\"; valid workloads: \
-             anon-cow-seq, anon-w-seq, kbuild, page-churn, page-fault1, stream"
+             anon-cow-seq, anon-w-seq, ebizzy, kbuild, malloc-dontneed, page-churn, \
+             page-fault1, small-vmas, stream"
         ),
         "{e}"
     );

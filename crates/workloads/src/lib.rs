@@ -6,10 +6,13 @@
 
 pub mod anon_cow_seq;
 pub mod anon_w_seq;
+pub mod ebizzy;
 pub mod kbuild;
+pub mod malloc_dontneed;
 pub mod page_churn;
 pub mod page_fault1;
 pub mod params;
+pub mod small_vmas;
 pub mod stream;
 
 pub use params::{ParamError, ParamValue, Params};
@@ -31,9 +34,12 @@ pub struct WorkloadDef {
 pub const WORKLOADS: &[WorkloadDef] = &[
     anon_cow_seq::DEF,
     anon_w_seq::DEF,
+    ebizzy::DEF,
     kbuild::DEF,
+    malloc_dontneed::DEF,
     page_churn::DEF,
     page_fault1::DEF,
+    small_vmas::DEF,
     stream::DEF,
 ];
 

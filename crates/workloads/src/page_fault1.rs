@@ -18,7 +18,13 @@
 //! Parameters: `size` defaults to the benchmark's 128 MiB (`MEMSIZE`);
 //! `tasks` to one per CPU (will-it-scale runs 1..nr_cpus tasks);
 //! `iterations` is the number of loops, which will-it-scale instead bounds
-//! by time.
+//! by time. The model's tasks all start at once and run at one pace, so
+//! their loops stay in step; will-it-scale samples after a warm-up, by
+//! which time the tasks' loops are out of phase. `stagger = 1` models that
+//! steady state: task `i` of `n` begins with a loop that writes only the
+//! last `(n - i) / n` of its mapping, so the tasks' `munmap()`s are spread
+//! evenly over a loop (in `page_fault1_threads` each one invalidates every
+//! thread's VMA cache).
 
 use crate::params::{ParamError, Params};
 use crate::WorkloadDef;
@@ -42,6 +48,12 @@ pub(crate) const DEF: WorkloadDef = WorkloadDef {
             "0",
             "1: the tasks are threads of one process (page_fault1_threads)",
         ),
+        (
+            "stagger",
+            "0",
+            "1: task i of n first runs a partial loop, (n-i)/n of the size, so the \
+             tasks' loops are out of phase as after will-it-scale's warm-up",
+        ),
     ],
     build,
 };
@@ -52,9 +64,18 @@ fn build(p: &Params, m: &Machine) -> Result<Vec<TaskSpec>, ParamError> {
     let iterations = p.int("iterations", 4, 1..=1_000_000)? as u32;
     let size = p.size("size", 128 << 20, PAGE_SIZE..=1 << 40)?;
     let threads = p.int("threads", 0, 0..=1)? == 1;
+    let stagger = p.int("stagger", 0, 0..=1)? == 1;
+    let pages = size.div_ceil(PAGE_SIZE);
     Ok((0..tasks)
         .map(|i| TaskSpec {
-            program: Box::new(PageFault1::new(size, iterations)),
+            program: Box::new(PageFault1 {
+                skip: if stagger {
+                    pages * u64::from(i) / u64::from(tasks) * PAGE_SIZE
+                } else {
+                    0
+                },
+                ..PageFault1::new(size, iterations)
+            }),
             cpu: mm::VcpuId(i % nr_cpus),
             process: threads.then_some(0),
         })
@@ -75,6 +96,8 @@ pub struct PageFault1 {
     iter: u32,
     phase: Phase,
     addr: u64,
+    /// Bytes of the mapping that the first loop leaves unwritten (stagger).
+    skip: u64,
 }
 
 impl PageFault1 {
@@ -86,6 +109,7 @@ impl PageFault1 {
             iter: 0,
             phase: Phase::Map,
             addr: 0,
+            skip: 0,
         }
     }
 }
@@ -113,9 +137,11 @@ impl Program for PageFault1 {
                 };
                 self.addr = addr;
                 self.phase = Phase::Unmap;
+                // Only the first loop is partial.
+                let skip = std::mem::take(&mut self.skip);
                 Some(Op::Touch {
-                    addr,
-                    len: self.size,
+                    addr: addr + skip,
+                    len: self.size - skip,
                     stride: PAGE_SIZE,
                     write: true,
                 })
