@@ -26,6 +26,30 @@
 //! instead (keep the array LRU-ordered in place, as `bh_lru_install()` does);
 //! it was never merged.
 //!
+//! # The seed's figure of merit, and what moves it
+//!
+//! The seed counts hits in the *first slot examined*, as a share of hits
+//! ("~25 % ... *if* the vma is cached"). Only a miss writes a slot, so where
+//! a VMA sits is decided by the address of the miss that cached it:
+//!
+//! - pfn: the slot is the missing page's number mod 4 and the scan always
+//!   starts at 0, so a VMA is found first with probability 1/4 over miss
+//!   addresses. One process sweeping one VMA keeps it in one slot for the
+//!   whole sweep: 100 % or 0 % for that process. The kernel's ASLR draws a
+//!   random page offset per exec (`kernel.randomize_va_space`), which is
+//!   what makes it 25 % over processes.
+//! - pmd: lookups in the PMD of the miss find it first. The next PMD up
+//!   hashes one slot later and the scan wraps, so a sequential sweep takes
+//!   4, 3, 2 probes in the three PMDs after the miss's: without frequent
+//!   invalidations (which make the next miss land where the lookups are)
+//!   a sweep gains nothing over pfn.
+//! - lru: a hit moves to slot 0, so repeated hits on one VMA are first-slot.
+//!
+//! System calls look up through the cache too ([`find_vma_syscall`]):
+//! `madvise(MADV_DONTNEED)` of the seed's malloc example caches the arena's
+//! VMA in the slot of the arena's PMD right before the faults that refill
+//! it.
+//!
 //! Deviation: a [`VmaRef`] is the VMA's start address, the key of the model's
 //! VMA tree, not an object identity. The part of a split that keeps the start
 //! keeps the identity (in the kernel it depends on `new_below`), and a new
