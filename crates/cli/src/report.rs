@@ -19,6 +19,9 @@ pub enum MetricValue {
     Pct(f64),
     /// A rate (runs per minute): relative to the baseline like a count.
     Rate(f64),
+    /// A percentage of the order of a hundredth (the seed 002 overhead
+    /// shares): shown to three decimals.
+    SmallPct(f64),
 }
 
 /// The metrics mmlab computes for every run, with what they mean.
@@ -112,11 +115,17 @@ pub const METRICS: &[(&str, &str)] = &[
     ),
     (
         "vmacache_first_slot_pct",
-        "hits in the first slot checked, % of vmacache_find calls (seed 002's figure)",
+        "hits in the first slot checked, % of vmacache_find hits (seed 002's figure: \
+         the chance that a cached VMA is in the first slot examined)",
     ),
     (
         "vmacache_find_share_pct",
-        "time in vmacache_find, % of busy vCPU time",
+        "time in vmacache_find (faults and system calls), % of busy vCPU time, as perf \
+         attributes cycles",
+    ),
+    (
+        "vmacache_fault_share_pct",
+        "time in vmacache_find during page faults, % of page-fault time (fault_ns)",
     ),
 ];
 
@@ -187,11 +196,19 @@ impl RunResult {
                 self.vmstat.get(VmEvent::VMACACHE_FIND_HITS),
                 self.vmstat.get(VmEvent::VMACACHE_FIND_CALLS),
             ),
+            // Of hits, not of calls: the seed's "~25 % ... *if* the vma is
+            // cached" is conditional on a hit.
             "vmacache_first_slot_pct" => pct(
                 self.vmstat.get(VmEvent::VMACACHE_FIRST_SLOT_HITS),
-                self.vmstat.get(VmEvent::VMACACHE_FIND_CALLS),
+                self.vmstat.get(VmEvent::VMACACHE_FIND_HITS),
             ),
-            "vmacache_find_share_pct" => pct(self.vmstat.get(VmEvent::VMACACHE_FIND_NS), s.busy_ns),
+            "vmacache_find_share_pct" => {
+                small(pct(self.vmstat.get(VmEvent::VMACACHE_FIND_NS), s.busy_ns))
+            }
+            "vmacache_fault_share_pct" => small(pct(
+                self.vmstat.get(VmEvent::VMACACHE_FIND_FAULT_NS),
+                self.vmstat.get(VmEvent::FAULT_NS),
+            )),
             other => {
                 let e = VmEvent::ALL
                     .iter()
@@ -220,6 +237,14 @@ impl RunResult {
     }
 }
 
+/// A percentage shown with more decimals.
+fn small(v: MetricValue) -> MetricValue {
+    match v {
+        MetricValue::Pct(p) => MetricValue::SmallPct(p),
+        other => other,
+    }
+}
+
 /// `part` as a percentage of `whole` (0 when `whole` is 0).
 fn pct(part: u64, whole: u64) -> MetricValue {
     MetricValue::Pct(if whole == 0 {
@@ -233,6 +258,7 @@ fn json_value(v: MetricValue) -> Value {
     match v {
         MetricValue::Int(i) => json!(i),
         MetricValue::Pct(p) | MetricValue::Rate(p) => json!((p * 1000.0).round() / 1000.0),
+        MetricValue::SmallPct(p) => json!((p * 100_000.0).round() / 100_000.0),
     }
 }
 
@@ -315,6 +341,7 @@ fn cell(v: MetricValue, base: Option<MetricValue>, mode: Mode) -> String {
         }
         (MetricValue::Rate(r), _, _) => format!("{r:.1}"),
         (MetricValue::Pct(p), _, _) => format!("{p:.1}"),
+        (MetricValue::SmallPct(p), _, _) => format!("{p:.3}"),
         (MetricValue::Int(i), _, Mode::Absolute) | (MetricValue::Int(i), None, _) => i.to_string(),
         (MetricValue::Int(i), Some(MetricValue::Int(b)), Mode::Relative) => {
             if b == 0 {
@@ -338,7 +365,11 @@ fn cell(v: MetricValue, base: Option<MetricValue>, mode: Mode) -> String {
                 format!("{:+.1}%", 100.0 * (i as f64 - b as f64) / b as f64)
             }
         }
-        (MetricValue::Int(i), Some(MetricValue::Pct(_) | MetricValue::Rate(_)), _) => i.to_string(),
+        (
+            MetricValue::Int(i),
+            Some(MetricValue::Pct(_) | MetricValue::Rate(_) | MetricValue::SmallPct(_)),
+            _,
+        ) => i.to_string(),
     }
 }
 
@@ -418,14 +449,7 @@ pub fn tables(exp: &Experiment, seed: u64, results: &[RunResult], format: Format
                 .into_iter()
                 .map(|k| {
                     std::iter::once(k.clone())
-                        .chain(p.rows[k].iter().map(|v| {
-                            // nan: the seed gives no figure for this cell.
-                            if v.is_nan() {
-                                "-".to_string()
-                            } else {
-                                format!("{v:.1}")
-                            }
-                        }))
+                        .chain(p.rows[k].iter().map(|&v| published_cell(v)))
                         .collect()
                 })
                 .collect();
@@ -439,6 +463,21 @@ pub fn tables(exp: &Experiment, seed: u64, results: &[RunResult], format: Format
         }
     }
     out
+}
+
+/// A published figure: "-" for `nan` (the source gives none), else as
+/// many decimals as it was published with (at least one, at most three).
+fn published_cell(v: f64) -> String {
+    if v.is_nan() {
+        return "-".into();
+    }
+    let decimals = (1..=3)
+        .find(|&d| {
+            let scale = 10f64.powi(d);
+            ((v * scale).round() - v * scale).abs() < 1e-6
+        })
+        .unwrap_or(3) as usize;
+    format!("{v:.decimals$}")
 }
 
 fn render(out: &mut String, format: Format, title: &str, header: &[String], body: &[Vec<String>]) {
@@ -492,5 +531,58 @@ fn render(out: &mut String, format: Format, title: &str, header: &[String], body
                 let _ = writeln!(out, "{}", r.join(","));
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn pct_of(v: MetricValue) -> f64 {
+        match v {
+            MetricValue::Pct(p) | MetricValue::SmallPct(p) => p,
+            MetricValue::Rate(r) => panic!("{r} is a rate"),
+            MetricValue::Int(i) => panic!("{i} is a count"),
+        }
+    }
+
+    /// Seed 002's figure of merit is conditional on a hit ("~25 % ... *if*
+    /// the vma is cached"): 30 first-slot hits of 40 hits in 100 calls is
+    /// 75 %, not 30 %.
+    #[test]
+    fn first_slot_rate_is_of_hits_and_fault_share_of_fault_time() {
+        let mut vmstat = mm::vmstat::VmStat::default();
+        vmstat.count(VmEvent::VMACACHE_FIND_CALLS, 100);
+        vmstat.count(VmEvent::VMACACHE_FIND_HITS, 40);
+        vmstat.count(VmEvent::VMACACHE_FIRST_SLOT_HITS, 30);
+        vmstat.count(VmEvent::VMACACHE_FIND_NS, 600);
+        vmstat.count(VmEvent::VMACACHE_FIND_FAULT_NS, 500);
+        vmstat.count(VmEvent::FAULT_NS, 200_000);
+        let r = RunResult {
+            kernel: "k".into(),
+            workload: "w".into(),
+            stats: RunStats {
+                busy_ns: 1_000_000,
+                ..RunStats::default()
+            },
+            vmstat,
+            nr_runs: 0,
+        };
+        assert_eq!(pct_of(r.metric("vmacache_hit_pct")), 40.0);
+        assert_eq!(pct_of(r.metric("vmacache_first_slot_pct")), 75.0);
+        assert_eq!(pct_of(r.metric("vmacache_fault_share_pct")), 0.25);
+        assert_eq!(pct_of(r.metric("vmacache_find_share_pct")), 0.06);
+        assert_eq!(
+            cell(r.metric("vmacache_fault_share_pct"), None, Mode::Absolute),
+            "0.250"
+        );
+    }
+
+    #[test]
+    fn published_cells_keep_their_decimals_and_nan_is_a_dash() {
+        assert_eq!(published_cell(25.0), "25.0");
+        assert_eq!(published_cell(0.055), "0.055");
+        assert_eq!(published_cell(99.97), "99.97");
+        assert_eq!(published_cell(f64::NAN), "-");
     }
 }

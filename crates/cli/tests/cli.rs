@@ -213,8 +213,8 @@ fn unknown_metric_workload_and_parameter_are_named() {
     assert!(
         e.contains(
             "unknown workload \"page-chrun\"; valid workloads: \
-             anon-cow-seq, anon-w-seq, hugetlb-cow, kbuild, kernel-compile, page-churn, \
-             page-fault1, speedometer, stream"
+             anon-cow-seq, anon-w-seq, ebizzy, hugetlb-cow, kbuild, kernel-compile, \
+             malloc-dontneed, page-churn, page-fault1, small-vmas, speedometer, stream"
         ),
         "{e}"
     );

@@ -86,6 +86,10 @@ costs! {
     /// (Linux 3.15–6.0): a load from `current->vmacache`, a NULL check and
     /// the bounds compare against the VMA (usually an L1 hit).
     VmacacheProbe = "vmacache_probe_ns",
+    /// The fixed part of one `vmacache_find()` call (Linux 3.15–6.0): the
+    /// call and return and `vmacache_valid()` (`current->mm == mm`, not a
+    /// kernel thread, the seqnum compare), before any slot is examined.
+    VmacacheFindEntry = "vmacache_find_entry_ns",
     /// Setting one PTE or PMD entry, with the rmap and counter updates around
     /// it (`set_pte_at()`, `folio_add_new_anon_rmap()`).
     PteSet = "pte_set_ns",

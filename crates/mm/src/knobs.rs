@@ -226,6 +226,22 @@ pub const KNOBS: &[Knob] = &[
         set_str: None,
     },
     Knob {
+        name: "kernel.randomize_va_space",
+        accepts: "an integer (0 off; 1 and 2 randomize)",
+        help: "ASLR: nonzero lowers each new address space's mmap_base by a random \
+               number of pages (28 bits), drawn from the run's seed; the model's default \
+               is 0 (the kernel's is 2)",
+        // proc_dointvec: any int; every nonzero value sets PF_RANDOMIZE.
+        set: |c, v| {
+            let ok = (i32::MIN as i64..=i32::MAX as i64).contains(&v);
+            if ok {
+                c.mm.randomize_va_space = v as i32;
+            }
+            ok
+        },
+        set_str: None,
+    },
+    Knob {
         name: "vm.watermark_scale_factor",
         accepts: "an integer from 1 to 3000",
         help: "distance between watermarks in 1/10000 of the zone (default 10)",

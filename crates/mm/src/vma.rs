@@ -10,9 +10,11 @@
 //!
 //! # Placement
 //!
-//! `get_unmapped_area()` is the top-down allocator of x86-64 without ASLR
-//! (so that runs are deterministic): the highest gap below `mmap_base` that
-//! fits. Anonymous mappings whose length is a multiple of 2 MiB are aligned
+//! `get_unmapped_area()` is the top-down allocator of x86-64: the highest
+//! gap below `mm->mmap_base` that fits. By default `mmap_base` is the fixed
+//! [`MMAP_BASE`] (ASLR off); with `kernel.randomize_va_space` ≥ 1 the engine
+//! lowers it by `arch_mmap_rnd()` pages from its seeded stream
+//! ([`MmStruct::randomize_mmap_base`]), so runs stay deterministic. Anonymous mappings whose length is a multiple of 2 MiB are aligned
 //! to 2 MiB, as `thp_get_unmapped_area()` does for anonymous mappings since
 //! 6.7 (efa7df3e3bb5), restricted to PMD-multiple lengths since 6.12
 //! (d4148aeab412); the `linux-4.18` preset does not align ([`MmapLayout`]).
@@ -47,6 +49,9 @@ pub const TASK_SIZE: u64 = (1 << 47) - PAGE_SIZE;
 /// `mmap_base` without ASLR: `TASK_SIZE` less the default 8 MiB stack gap
 /// rounded as `mmap_base()` does (128 MiB minimum gap).
 pub const MMAP_BASE: u64 = TASK_SIZE - (128 << 20);
+/// `vm.mmap_rnd_bits` default on x86-64 (`CONFIG_ARCH_MMAP_RND_BITS`, 28):
+/// the bits of page-granular randomness in `mmap_base`.
+pub const MMAP_RND_BITS: u32 = 28;
 /// `vm.mmap_min_addr` default.
 pub const MMAP_MIN_ADDR: u64 = 0x10000;
 /// `ELF_ET_DYN_BASE` of x86-64 (`DEFAULT_MAP_WINDOW / 3 * 2`, page-aligned
@@ -176,6 +181,8 @@ pub struct MmStruct {
     pub nr_faults: u64,
     /// Placement of new mappings.
     pub layout: MmapLayout,
+    /// `mm->mmap_base`: where top-down placement starts.
+    pub mmap_base: u64,
     /// `mm->vmacache_seqnum` (Linux 3.15–6.0): bumped whenever a VMA leaves
     /// the tree, so that every task's per-task VMA cache revalidates
     /// ([`crate::vmacache`]).
@@ -208,11 +215,23 @@ impl MmStruct {
             pgt: PageTables::new(pa, cx)?,
             nr_faults: 0,
             layout,
+            mmap_base: MMAP_BASE,
             vmacache_seqnum: 0,
             start_brk: DEFAULT_START_BRK,
             brk: DEFAULT_START_BRK,
             hugetlb_resv_map: BTreeSet::new(),
         })
+    }
+
+    /// Models x86-64's `arch_pick_mmap_layout()` with `PF_RANDOMIZE`
+    /// (`kernel.randomize_va_space` ≥ 1): `mmap_base` lies
+    /// `arch_mmap_rnd()` pages below its fixed place, `random` taking
+    /// [`MMAP_RND_BITS`] bits (`get_random_long()` in the kernel, a seeded
+    /// stream in the model). Done once, at exec; a forked child keeps its
+    /// parent's layout.
+    pub fn randomize_mmap_base(&mut self, random: u64) {
+        let rnd = (random & ((1 << MMAP_RND_BITS) - 1)) << crate::types::PAGE_SHIFT;
+        self.mmap_base = MMAP_BASE - rnd;
     }
 
     /// Depth of a maple tree of fan-out 16 over this many VMAs.
@@ -229,6 +248,12 @@ impl MmStruct {
     /// Models `find_vma()`: the first VMA ending above `addr`.
     pub fn find_vma(&self, cx: &mut Cx, addr: u64) -> Option<Vma> {
         cx.charge_n(Cost::VmaLookupLevel, self.maple_depth());
+        self.find_vma_uncharged(addr)
+    }
+
+    /// [`MmStruct::find_vma`] without charging the walk, for a caller whose
+    /// walk is charged elsewhere.
+    pub fn find_vma_uncharged(&self, addr: u64) -> Option<Vma> {
         self.vmas
             .range(..=addr)
             .next_back()
@@ -288,12 +313,12 @@ impl MmStruct {
             PAGE_SIZE
         };
         // Walk the gaps from the top down.
-        let mut high = MMAP_BASE;
+        let mut high = self.mmap_base;
         let fit = |low: u64, high: u64| -> Option<u64> {
             let start = high.checked_sub(len)? & !(align - 1);
             (start >= low.max(MMAP_MIN_ADDR)).then_some(start)
         };
-        for (_, v) in self.vmas.range(..MMAP_BASE).rev() {
+        for (_, v) in self.vmas.range(..self.mmap_base).rev() {
             if v.end < high {
                 if let Some(s) = fit(v.end, high) {
                     return Ok(s);

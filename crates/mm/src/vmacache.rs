@@ -26,6 +26,30 @@
 //! instead (keep the array LRU-ordered in place, as `bh_lru_install()` does);
 //! it was never merged.
 //!
+//! # The seed's figure of merit, and what moves it
+//!
+//! The seed counts hits in the *first slot examined*, as a share of hits
+//! ("~25 % ... *if* the vma is cached"). Only a miss writes a slot, so where
+//! a VMA sits is decided by the address of the miss that cached it:
+//!
+//! - pfn: the slot is the missing page's number mod 4 and the scan always
+//!   starts at 0, so a VMA is found first with probability 1/4 over miss
+//!   addresses. One process sweeping one VMA keeps it in one slot for the
+//!   whole sweep: 100 % or 0 % for that process. The kernel's ASLR draws a
+//!   random page offset per exec (`kernel.randomize_va_space`), which is
+//!   what makes it 25 % over processes.
+//! - pmd: lookups in the PMD of the miss find it first. The next PMD up
+//!   hashes one slot later and the scan wraps, so a sequential sweep takes
+//!   4, 3, 2 probes in the three PMDs after the miss's: without frequent
+//!   invalidations (which make the next miss land where the lookups are)
+//!   a sweep gains nothing over pfn.
+//! - lru: a hit moves to slot 0, so repeated hits on one VMA are first-slot.
+//!
+//! System calls look up through the cache too ([`find_vma_syscall`]):
+//! `madvise(MADV_DONTNEED)` of the seed's malloc example caches the arena's
+//! VMA in the slot of the arena's PMD right before the faults that refill
+//! it.
+//!
 //! Deviation: a [`VmaRef`] is the VMA's start address, the key of the model's
 //! VMA tree, not an object identity. The part of a split that keeps the start
 //! keeps the identity (in the kernel it depends on `new_below`), and a new
@@ -253,6 +277,7 @@ fn vmacache_find_inner(
     addr: u64,
 ) -> Option<Vma> {
     vmstat.count(VmEvent::VMACACHE_FIND_CALLS, 1);
+    cx.charge(Cost::VmacacheFindEntry);
     // vmacache_valid(): the mm check, then the seqnum check. The first
     // lookup after an invalidation takes the new seqnum and clears the slots.
     if !task.valid_mm(mm) {
@@ -302,17 +327,48 @@ pub fn find_vma(
     cx: &mut Cx,
     addr: u64,
 ) -> Option<Vma> {
-    if task.policy == VmacachePolicy::None {
-        return mm.find_vma(cx, addr);
-    }
-    if let Some(v) = vmacache_find(task, mm, vmstat, cx, addr) {
-        return Some(v);
-    }
-    let found = mm.find_vma(cx, addr);
-    if let Some(v) = &found {
-        vmacache_update(task, mm, addr, v);
-    }
+    let ns_before = cx.compute_ns();
+    let found = if task.policy == VmacachePolicy::None {
+        mm.find_vma(cx, addr)
+    } else if let Some(v) = vmacache_find(task, mm, vmstat, cx, addr) {
+        Some(v)
+    } else {
+        let found = mm.find_vma(cx, addr);
+        if let Some(v) = &found {
+            vmacache_update(task, mm, addr, v);
+        }
+        found
+    };
+    vmstat.count(VmEvent::FIND_VMA_NS, cx.compute_ns() - ns_before);
     found
+}
+
+/// The cached `find_vma()` with which `munmap()` (`do_munmap()`),
+/// `madvise()` (`find_vma_prev()`) and `mmap()` with an address hint
+/// (`arch_get_unmapped_area_topdown()`) begin in Linux 3.15–6.0: it counts
+/// as a `vmacache_find()` call and a miss caches what the walk found, so a
+/// system call changes which slots later faults hit.
+///
+/// Deviation: only the cache's probes are charged here; the tree walk is
+/// charged by the system call's own lookup ([`MmStruct::munmap`],
+/// [`MmStruct::madvise`], [`MmStruct::get_unmapped_area`]) whether or not the
+/// cache hit, so a hit does not save the walk's few nanoseconds.
+pub fn find_vma_syscall(
+    task: &mut TaskStruct,
+    mm: &MmStruct,
+    vmstat: &mut VmStat,
+    cx: &mut Cx,
+    addr: u64,
+) {
+    if task.policy == VmacachePolicy::None {
+        return;
+    }
+    if vmacache_find(task, mm, vmstat, cx, addr).is_some() {
+        return;
+    }
+    if let Some(v) = mm.find_vma_uncharged(addr) {
+        vmacache_update(task, mm, addr, &v);
+    }
 }
 
 /// The VMA containing `addr` through the cache (`vma_lookup()` over

@@ -94,6 +94,17 @@ vm_events! {
     MMLAB_ANON_PAGES_UNTOUCHED = "mmlab_anon_pages_untouched",
     /// Model-only: pages of anonymous folios freed (with the untouched ones).
     MMLAB_ANON_PAGES_FREED = "mmlab_anon_pages_freed",
+    /// The part of `vmacache_find_ns` spent in page faults (the rest is in
+    /// the `munmap()`/`madvise()`/`mmap()` lookups; `mmlab` name).
+    VMACACHE_FIND_FAULT_NS = "vmacache_find_fault_ns",
+    /// Nanoseconds of the whole cached `find_vma()` (cache probes and, on a
+    /// miss, the tree walk) of page faults; under the `none` policy the
+    /// tree walk alone (`mmlab` name).
+    FIND_VMA_NS = "find_vma_ns",
+    /// Nanoseconds of compute charged inside `do_user_addr_fault()`, from
+    /// the exception entry to the return (lock waits excluded), the
+    /// denominator of the seed's "share of page-fault time" (`mmlab` name).
+    FAULT_NS = "fault_ns",
 }
 
 /// One per-size THP statistic, as in

@@ -739,13 +739,26 @@ impl Engine {
                     advice,
                 } => {
                     self.cx.begin(VcpuId(v), SimTime(t));
+                    let mut task = self.tasks[tid].vmacache.take();
+                    let policy = self.vmacache_policy;
                     let r = self.with_mm_locked(pid, |pa, cx, mm| {
+                        // arch_get_unmapped_area_topdown() looks the hint up;
+                        // MAP_FIXED over a mapping goes through do_munmap().
+                        if let Some(h) = hint {
+                            let over = mm
+                                .find_vma_uncharged(h)
+                                .is_some_and(|v| v.start < h.saturating_add(len));
+                            if !fixed || over {
+                                syscall_find_vma(&mut task, policy, pa, cx, mm, h);
+                            }
+                        }
                         let addr = mm.mmap(pa, cx, hint.unwrap_or(0), len, fixed)?;
                         if let Some(a) = advice {
                             mm.madvise(pa, cx, addr, len, a)?;
                         }
                         Ok(addr)
                     });
+                    self.tasks[tid].vmacache = task;
                     self.vcpus[vi].segs.extend_from_slice(self.cx.segs());
                     self.tasks[tid].result = Some(OpResult::Mapped(r));
                 }
@@ -786,14 +799,25 @@ impl Engine {
                 }
                 Op::Munmap { addr, len } => {
                     self.cx.begin(VcpuId(v), SimTime(t));
-                    let r = self.with_mm_locked(pid, |pa, cx, mm| mm.munmap(pa, cx, addr, len));
+                    let mut task = self.tasks[tid].vmacache.take();
+                    let policy = self.vmacache_policy;
+                    let r = self.with_mm_locked(pid, |pa, cx, mm| {
+                        syscall_find_vma(&mut task, policy, pa, cx, mm, addr);
+                        mm.munmap(pa, cx, addr, len)
+                    });
+                    self.tasks[tid].vmacache = task;
                     self.vcpus[vi].segs.extend_from_slice(self.cx.segs());
                     self.tasks[tid].result = Some(OpResult::Sys(r));
                 }
                 Op::Madvise { addr, len, advice } => {
                     self.cx.begin(VcpuId(v), SimTime(t));
-                    let r = self
-                        .with_mm_locked(pid, |pa, cx, mm| mm.madvise(pa, cx, addr, len, advice));
+                    let mut task = self.tasks[tid].vmacache.take();
+                    let policy = self.vmacache_policy;
+                    let r = self.with_mm_locked(pid, |pa, cx, mm| {
+                        syscall_find_vma(&mut task, policy, pa, cx, mm, addr);
+                        mm.madvise(pa, cx, addr, len, advice)
+                    });
+                    self.tasks[tid].vmacache = task;
                     self.vcpus[vi].segs.extend_from_slice(self.cx.segs());
                     self.tasks[tid].result = Some(OpResult::Sys(r));
                 }
@@ -861,8 +885,16 @@ impl Engine {
         f: impl FnOnce(&mut PageAlloc, &mut Cx, &mut MmStruct) -> Result<R, Errno>,
     ) -> Result<R, Errno> {
         if self.procs[pid].mm.is_none() {
-            // mm_alloc() at exec: the PGD.
-            let mm = MmStruct::new(&mut self.pa, &mut self.cx, self.mmg.cfg.mmap_layout)?;
+            // mm_alloc() at exec: the PGD, and the layout that
+            // arch_pick_mmap_layout() chooses (randomized with ASLR, from a
+            // stream of the run's seed that is this process's own).
+            let mut mm = MmStruct::new(&mut self.pa, &mut self.cx, self.mmg.cfg.mmap_layout)?;
+            if self.mmg.cfg.randomize_va_space != 0 {
+                let mut r = mm::rng::SplitMix64(
+                    self.seed ^ (pid as u64 + 1).wrapping_mul(0xA5A5_5A5A_0F0F_F0F1),
+                );
+                mm.randomize_mmap_base(r.next_u64());
+            }
             self.procs[pid].mm = Some(mm);
         }
         let lock = mmap_lock(pid);
@@ -1088,4 +1120,23 @@ fn mmap_lock(pid: Pid) -> LockId {
         class: LockClass::MmapLock,
         index: pid as u32,
     }
+}
+
+/// The cached `find_vma()` at the start of `munmap()`, `madvise()` and a
+/// hinted `mmap()` (Linux 3.15–6.0): makes the task's VMA cache if it has
+/// none yet, then [`mm::vmacache::find_vma_syscall`]. Nothing under the
+/// `none` policy.
+fn syscall_find_vma(
+    task: &mut Option<mm::vmacache::TaskStruct>,
+    policy: mm::vmacache::VmacachePolicy,
+    pa: &mut PageAlloc,
+    cx: &mut Cx,
+    mm: &MmStruct,
+    addr: u64,
+) {
+    if policy == mm::vmacache::VmacachePolicy::None {
+        return;
+    }
+    let t = task.get_or_insert_with(|| mm::vmacache::TaskStruct::new(mm, policy));
+    mm::vmacache::find_vma_syscall(t, mm, &mut pa.vmstat, cx, addr);
 }

@@ -6,12 +6,15 @@
 
 pub mod anon_cow_seq;
 pub mod anon_w_seq;
+pub mod ebizzy;
 pub mod hugetlb_cow;
 pub mod kbuild;
 pub mod kernel_compile;
+pub mod malloc_dontneed;
 pub mod page_churn;
 pub mod page_fault1;
 pub mod params;
+pub mod small_vmas;
 pub mod speedometer;
 pub mod stream;
 
@@ -34,11 +37,14 @@ pub struct WorkloadDef {
 pub const WORKLOADS: &[WorkloadDef] = &[
     anon_cow_seq::DEF,
     anon_w_seq::DEF,
+    ebizzy::DEF,
     hugetlb_cow::DEF,
     kbuild::DEF,
     kernel_compile::DEF,
+    malloc_dontneed::DEF,
     page_churn::DEF,
     page_fault1::DEF,
+    small_vmas::DEF,
     speedometer::DEF,
     stream::DEF,
 ];

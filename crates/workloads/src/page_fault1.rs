@@ -18,7 +18,13 @@
 //! Parameters: `size` defaults to the benchmark's 128 MiB (`MEMSIZE`);
 //! `tasks` to one per CPU (will-it-scale runs 1..nr_cpus tasks);
 //! `iterations` is the number of loops, which will-it-scale instead bounds
-//! by time.
+//! by time. The model's tasks all start at once and run at one pace, so
+//! their loops stay in step; will-it-scale samples after a warm-up, by
+//! which time the tasks' loops are out of phase. `stagger = 1` models that
+//! steady state: task `i` of `n` begins with a loop that writes only the
+//! last `(n - i) / n` of its mapping, so the tasks' `munmap()`s are spread
+//! evenly over a loop (in `page_fault1_threads` each one invalidates every
+//! thread's VMA cache).
 //!
 //! # Variants (the large-folio issue's fault patterns)
 //!
@@ -57,6 +63,12 @@ pub(crate) const DEF: WorkloadDef = WorkloadDef {
         ),
         ("random", "0", "1: write the pages in a random order"),
         (
+            "stagger",
+            "0",
+            "1: task i of n first runs a partial loop, (n-i)/n of the size, so the \
+             tasks' loops are out of phase as after will-it-scale's warm-up",
+        ),
+        (
             "misalign",
             "none",
             "place the mapping this many bytes past a 2 MiB boundary (page multiple)",
@@ -72,6 +84,8 @@ fn build(p: &Params, m: &Machine) -> Result<Vec<TaskSpec>, ParamError> {
     let size = p.size("size", 128 << 20, PAGE_SIZE..=1 << 40)?;
     let threads = p.int("threads", 0, 0..=1)? == 1;
     let random = p.int("random", 0, 0..=1)? == 1;
+    let stagger = p.int("stagger", 0, 0..=1)? == 1;
+    let pages = size.div_ceil(PAGE_SIZE);
     let misalign = if p.0.contains_key("misalign") {
         let m = p.size("misalign", 0, 0..=PMD_SIZE - PAGE_SIZE)?;
         if !m.is_multiple_of(PAGE_SIZE) {
@@ -92,7 +106,14 @@ fn build(p: &Params, m: &Machine) -> Result<Vec<TaskSpec>, ParamError> {
     }
     Ok((0..tasks)
         .map(|i| TaskSpec {
-            program: Box::new(PageFault1::new(size, iterations).with(random, misalign)),
+            program: Box::new(PageFault1 {
+                skip: if stagger {
+                    pages * u64::from(i) / u64::from(tasks) * PAGE_SIZE
+                } else {
+                    0
+                },
+                ..PageFault1::new(size, iterations).with(random, misalign)
+            }),
             cpu: mm::VcpuId(i % nr_cpus),
             process: threads.then_some(0),
         })
@@ -115,6 +136,8 @@ pub struct PageFault1 {
     addr: u64,
     random: bool,
     misalign: Option<u64>,
+    /// Bytes of the mapping that the first loop leaves unwritten (stagger).
+    skip: u64,
     /// Operations queued before the next phase (trims, random accesses).
     pending: VecDeque<Op>,
 }
@@ -130,6 +153,7 @@ impl PageFault1 {
             addr: 0,
             random: false,
             misalign: None,
+            skip: 0,
             pending: VecDeque::new(),
         }
     }
@@ -204,9 +228,11 @@ impl Program for PageFault1 {
                         write: true,
                     }));
                 } else {
+                    // Only the first loop is partial.
+                    let skip = std::mem::take(&mut self.skip);
                     self.pending.push_back(Op::Touch {
-                        addr,
-                        len: self.size,
+                        addr: addr + skip,
+                        len: self.size - skip,
                         stride: PAGE_SIZE,
                         write: true,
                     });

@@ -101,15 +101,16 @@ fn pmd_scan_starts_at_hash_and_wraps() {
     // Anywhere in the same PMD: the first slot examined is A's.
     let ns = w.cx.compute_ns();
     assert_eq!(w.find(&mut t, &mm, B + 400 * P), (Some(B), true));
-    assert_eq!(w.cx.compute_ns() - ns, 1, "one probe");
+    assert_eq!(w.cx.compute_ns() - ns, 1 + 1, "the call and one probe");
     assert_eq!(w.ev(VmEvent::VMACACHE_FIRST_SLOT_HITS), 1);
     // The last PMD hashes to slot 3: empty, wrap to slot 0, hit on the second probe.
     let ns = w.cx.compute_ns();
     assert_eq!(w.find(&mut t, &mm, B + 3 * PMD + P), (Some(B), true));
-    assert_eq!(w.cx.compute_ns() - ns, 2, "two probes");
+    assert_eq!(w.cx.compute_ns() - ns, 1 + 2, "the call and two probes");
     assert_eq!(w.ev(VmEvent::VMACACHE_FIRST_SLOT_HITS), 1);
-    // Four probes of the empty cache on the first miss, then one, then two.
-    assert_eq!(w.ev(VmEvent::VMACACHE_FIND_NS), 7);
+    // Three calls; four probes of the empty cache on the first miss, then
+    // one, then two.
+    assert_eq!(w.ev(VmEvent::VMACACHE_FIND_NS), 3 + 7);
 }
 
 #[test]
@@ -281,7 +282,8 @@ fn run_faults(policy: VmacachePolicy, mm: &MmStruct, addrs: &[u64]) -> Rates {
     let calls = w.ev(VmEvent::VMACACHE_FIND_CALLS) as f64;
     Rates {
         hit: w.ev(VmEvent::VMACACHE_FIND_HITS) as f64 / calls,
-        first: w.ev(VmEvent::VMACACHE_FIRST_SLOT_HITS) as f64 / calls,
+        first: w.ev(VmEvent::VMACACHE_FIRST_SLOT_HITS) as f64
+            / w.ev(VmEvent::VMACACHE_FIND_HITS) as f64,
         share: w.ev(VmEvent::VMACACHE_FIND_NS) as f64 / w.cx.compute_ns() as f64,
     }
 }
@@ -351,7 +353,8 @@ fn seed_claim_pmd_hash_raises_first_slot_hits() {
             policy,
             Rates {
                 hit: w2.ev(VmEvent::VMACACHE_FIND_HITS) as f64 / calls,
-                first: w2.ev(VmEvent::VMACACHE_FIRST_SLOT_HITS) as f64 / calls,
+                first: w2.ev(VmEvent::VMACACHE_FIRST_SLOT_HITS) as f64
+                    / w2.ev(VmEvent::VMACACHE_FIND_HITS) as f64,
                 share: w2.ev(VmEvent::VMACACHE_FIND_NS) as f64 / w2.cx.compute_ns() as f64,
             },
         ));
@@ -395,4 +398,226 @@ fn reviewer_point_small_vmas_favour_pfn() {
     );
     assert!(pfn.hit > pmd.hit, "pfn {} vs pmd {}", pfn.hit, pmd.hit);
     assert!(pfn.share <= pmd.share);
+}
+
+/// Two threads of one process: each has its own four slots over the shared
+/// mm; what one caches the other does not see, and a VMA leaving the tree
+/// makes both stale (one seqnum per mm).
+#[test]
+fn threads_have_separate_caches_over_a_shared_mm() {
+    let mut w = world();
+    let mut mm = w.mm();
+    let mut t1 = TaskStruct::new(&mm, VmacachePolicy::Pmd);
+    let mut t2 = TaskStruct::new(&mm, VmacachePolicy::Pmd);
+    // AAAA BBBB         (PMDs: A at PMD indices ≡ 0..3, B at ≡ 1..)
+    w.map(&mut mm, B, 4 * PMD);
+    w.map(&mut mm, B + 5 * PMD, 4 * PMD);
+    // t1 looks in A, t2 in B: each misses once and caches only its own.
+    assert_eq!(w.find(&mut t1, &mm, B), (Some(B), false));
+    assert_eq!(
+        w.find(&mut t2, &mm, B + 5 * PMD),
+        (Some(B + 5 * PMD), false)
+    );
+    assert_eq!(slots(&t1), [Some(B), None, None, None]);
+    assert_eq!(slots(&t2), [None, Some(B + 5 * PMD), None, None]);
+    assert_eq!(w.find(&mut t1, &mm, B + P), (Some(B), true));
+    // t2 has never looked in A: a miss for t2 however warm t1 is.
+    assert_eq!(w.find(&mut t2, &mm, B + P), (Some(B), false));
+    assert_eq!(slots(&t2), [Some(B), Some(B + 5 * PMD), None, None]);
+    // AAAA              t1 unmaps B: both caches are stale.
+    w.unmap(&mut mm, B + 5 * PMD, 4 * PMD);
+    assert_eq!(w.find(&mut t2, &mm, B + P), (Some(B), false));
+    assert_eq!(
+        slots(&t2),
+        [Some(B), None, None, None],
+        "flushed, then refilled"
+    );
+    assert_eq!(t1.vmacache.seqnum, 0, "t1 has not looked since");
+    assert_eq!(w.find(&mut t1, &mm, B + P), (Some(B), false));
+    assert_eq!(t1.vmacache.seqnum, 1);
+}
+
+/// A merge that frees a VMA a task had cached: the next lookup flushes the
+/// slots and misses, and finds the merged VMA.
+#[test]
+fn merge_that_frees_a_cached_vma_flushes_the_next_lookup() {
+    let mut w = world();
+    let mut mm = w.mm();
+    let mut t = TaskStruct::new(&mm, VmacachePolicy::Pfn);
+    // AA  CC            (pages)
+    w.map(&mut mm, B, 2 * P);
+    w.map(&mut mm, B + 4 * P, 2 * P);
+    w.find(&mut t, &mm, B);
+    assert_eq!(slots(&t), [Some(B), None, None, None]);
+    // pfn of B+4P ≡ 0 as well: C overwrites A in slot 0.
+    w.find(&mut t, &mm, B + 4 * P);
+    assert_eq!(slots(&t), [Some(B + 4 * P), None, None, None]);
+    assert_eq!(w.find(&mut t, &mm, B + 5 * P), (Some(B + 4 * P), true));
+    // AAAAAA            the hole filled: A grows over it and C is freed.
+    w.map(&mut mm, B + 2 * P, 2 * P);
+    assert_eq!(mm.vmacache_seqnum, 1);
+    assert_eq!(w.find(&mut t, &mm, B + 5 * P), (Some(B), false));
+    assert_eq!(slots(&t), [None, Some(B), None, None]);
+    assert_eq!(w.find(&mut t, &mm, B + 5 * P), (Some(B), true));
+}
+
+/// Why a sequential sweep does not favour the pmd hash: the VMA is cached
+/// in the slot of the PMD where it missed, and the scan of the next PMD
+/// starts one slot later and wraps, so it takes four probes there, then
+/// three, then two, and one again four PMDs on.
+#[test]
+fn pmd_sweep_upward_wraps_the_long_way_round() {
+    let mut w = world();
+    let mut mm = w.mm();
+    let mut t = TaskStruct::new(&mm, VmacachePolicy::Pmd);
+    // AAAAAAAA          (PMDs ≡ 0 1 2 3 0 1 2 3)
+    w.map(&mut mm, B, 8 * PMD);
+    w.find(&mut t, &mm, B);
+    let mut probes = Vec::new();
+    for pmd in 0..8 {
+        let ns = w.cx.compute_ns();
+        assert_eq!(w.find(&mut t, &mm, B + pmd * PMD + P), (Some(B), true));
+        probes.push(w.cx.compute_ns() - ns - 1);
+    }
+    assert_eq!(probes, [1, 4, 3, 2, 1, 4, 3, 2]);
+    // pfn: the slot of the first fault's page (B ≡ 0), scanned first always.
+    let mut t = TaskStruct::new(&mm, VmacachePolicy::Pfn);
+    w.find(&mut t, &mm, B);
+    let ns = w.cx.compute_ns();
+    for pmd in 0..8 {
+        w.find(&mut t, &mm, B + pmd * PMD + P);
+    }
+    assert_eq!(w.cx.compute_ns() - ns, 8 * (1 + 1));
+}
+
+/// A scan that wraps past the end of the array and misses: all four slots
+/// examined, then the walk, and the miss's slot overwritten.
+#[test]
+fn pmd_miss_after_wrap_overwrites_the_hashed_slot() {
+    let mut w = world();
+    let mut mm = w.mm();
+    let mut t = TaskStruct::new(&mm, VmacachePolicy::Pmd);
+    // A B C D E         (one page each, in PMDs ≡ 3, 0, 1, 2, 3)
+    let v: Vec<u64> = (0..5).map(|i| B + (3 + i) * PMD).collect();
+    for &a in &v {
+        w.map(&mut mm, a, P);
+    }
+    for &a in &v[..4] {
+        w.find(&mut t, &mm, a);
+    }
+    assert_eq!(slots(&t), [Some(v[1]), Some(v[2]), Some(v[3]), Some(v[0])]);
+    // E hashes to slot 3 (A's): scan 3, 0, 1, 2, all miss; E replaces A.
+    let ns = w.cx.compute_ns();
+    assert_eq!(w.find(&mut t, &mm, v[4]), (Some(v[4]), false));
+    assert_eq!(
+        w.cx.compute_ns() - ns,
+        1 + 4 + 1,
+        "call, four probes, one level"
+    );
+    assert_eq!(slots(&t), [Some(v[1]), Some(v[2]), Some(v[3]), Some(v[4])]);
+    // A is gone from the cache but not from the tree.
+    assert_eq!(w.find(&mut t, &mm, v[0]), (Some(v[0]), false));
+}
+
+/// exec: the task's slots and seqnum start again in a new mm whose
+/// seqnum is reset, however stale the old one was.
+#[test]
+fn exec_flushes_and_resets_the_seqnum() {
+    let mut w = world();
+    let mut mm = w.mm();
+    let mut t = TaskStruct::new(&mm, VmacachePolicy::Lru);
+    // AA  CC            (pages) then C unmapped twice over: seqnum 2
+    w.map(&mut mm, B, 2 * P);
+    w.map(&mut mm, B + 4 * P, 2 * P);
+    w.unmap(&mut mm, B + 4 * P, P);
+    w.unmap(&mut mm, B + 5 * P, P);
+    w.find(&mut t, &mm, B);
+    assert_eq!((t.vmacache.seqnum, slots(&t)[0]), (2, Some(B)));
+    let mut new_mm = w.mm();
+    // DDDD              the new image's mapping, at the same address as A
+    w.map(&mut new_mm, B, 4 * P);
+    t.exec(&mut new_mm);
+    assert_eq!((t.vmacache.seqnum, new_mm.vmacache_seqnum), (0, 0));
+    assert_eq!(slots(&t), [None; 4]);
+    assert_eq!(w.find(&mut t, &new_mm, B + 3 * P), (Some(B), false));
+    assert_eq!(w.find(&mut t, &new_mm, B + 3 * P), (Some(B), true));
+}
+
+/// The system calls' lookups: madvise() on a page caches its VMA for the
+/// faults that follow; munmap()'s lookup counts, then its detach makes the
+/// slots stale. Under `none` nothing is counted.
+#[test]
+fn syscall_lookups_fill_the_cache() {
+    let mut w = world();
+    let mut mm = w.mm();
+    let mut t = TaskStruct::new(&mm, VmacachePolicy::Pmd);
+    // AAAA              (PMDs)
+    w.map(&mut mm, B, 4 * PMD);
+    let ns = w.cx.compute_ns();
+    find_vma_syscall(&mut t, &mm, &mut w.vs, &mut w.cx, B + 2 * PMD);
+    assert_eq!(
+        w.cx.compute_ns() - ns,
+        1 + 4,
+        "probes only; the walk is the syscall's"
+    );
+    assert_eq!(slots(&t), [None, None, Some(B), None]);
+    assert_eq!(w.find(&mut t, &mm, B + 2 * PMD + 7 * P), (Some(B), true));
+    assert_eq!(w.ev(VmEvent::VMACACHE_FIRST_SLOT_HITS), 1);
+    find_vma_syscall(&mut t, &mm, &mut w.vs, &mut w.cx, B);
+    w.unmap(&mut mm, B, PMD);
+    assert_eq!(w.ev(VmEvent::VMACACHE_FIND_CALLS), 3);
+    assert_eq!(w.ev(VmEvent::VMACACHE_FIND_HITS), 2);
+    let mut none = TaskStruct::new(&mm, VmacachePolicy::None);
+    find_vma_syscall(&mut none, &mm, &mut w.vs, &mut w.cx, B + PMD);
+    assert_eq!(w.ev(VmEvent::VMACACHE_FIND_CALLS), 3);
+}
+
+/// The seed's overhead figure is vmacache_find's share of page-fault time:
+/// the fault path counts its own compute (`fault_ns`) and the cache's part
+/// of it (`vmacache_find_fault_ns`), from the profile's costs.
+#[test]
+fn fault_counts_its_time_and_the_caches_share() {
+    let mut w = world();
+    let mut table = CostTable::uniform(0);
+    table.set(Cost::FaultEntry, 1000);
+    table.set(Cost::VmacacheFindEntry, 2);
+    table.set(Cost::VmacacheProbe, 3);
+    table.set(Cost::VmaLookupLevel, 12);
+    table.set(Cost::ClearPage, 450);
+    w.cx = Cx::new(VcpuId(0), table);
+    let mut mm = w.mm();
+    // AAAA              (pages: pfn of B ≡ 0)
+    w.map(&mut mm, B, 4 * P);
+    let mut g = crate::memory::MmGlobal::new(crate::memory::MmConfig {
+        thp_enabled: crate::memory::ThpEnabled::Never,
+        ..Default::default()
+    });
+    let mut t = TaskStruct::new(&mm, VmacachePolicy::Pfn);
+    let ns_before = w.cx.compute_ns();
+    for i in 0..4 {
+        crate::memory::do_user_addr_fault(
+            &mut w.pa,
+            &mut w.cx,
+            &mut g,
+            &mut mm,
+            &mut t,
+            B + i * P,
+            true,
+        )
+        .unwrap();
+    }
+    let v = &w.pa.vmstat;
+    // A miss (entry + four probes), then three hits in slot 0.
+    assert_eq!(
+        v.get(VmEvent::VMACACHE_FIND_FAULT_NS),
+        (2 + 4 * 3) + 3 * (2 + 3)
+    );
+    assert_eq!(v.get(VmEvent::FIND_VMA_NS), (2 + 4 * 3 + 12) + 3 * (2 + 3));
+    let fault_ns = v.get(VmEvent::FAULT_NS);
+    assert_eq!(
+        fault_ns,
+        w.cx.compute_ns() - ns_before,
+        "every charge since was a fault"
+    );
+    assert!(fault_ns >= 4 * (1000 + 450));
 }
