@@ -219,19 +219,9 @@ pub fn thp_vma_allowable(cfg: &MmConfig, vma: &Vma, addr: u64) -> bool {
 /// True if a user access to `addr` needs no fault: the page is mapped, and
 /// writable if `write`. Sets the accessed and dirty bits as the hardware does.
 pub fn access_ok(mm: &mut MmStruct, addr: u64, write: bool) -> bool {
-    let Some(pmd) = mm.pgt.lookup(addr, Level::Pmd) else {
+    let Some((slot, _, e)) = mm.pgt.leaf(addr) else {
         return false;
     };
-    let e = mm.pgt.get(pmd);
-    let slot = if present(e) && e & PAGE_PSE != 0 {
-        pmd
-    } else {
-        match mm.pgt.lookup(addr, Level::Pte) {
-            Some(s) => s,
-            None => return false,
-        }
-    };
-    let e = mm.pgt.get(slot);
     if !present(e) || e & PAGE_PROTNONE != 0 || (write && e & PAGE_RW == 0) {
         return false;
     }
@@ -326,7 +316,7 @@ fn handle_mm_fault_vma(
     }
     let pte = mm
         .pgt
-        .walk_alloc(pa, cx, addr, Level::Pte)
+        .pte_alloc(pa, cx, pmd, addr)
         .map_err(|_| VmFault::Oom)?;
     let e = mm.pgt.get(pte);
     if e == 0 {

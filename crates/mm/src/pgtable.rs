@@ -217,6 +217,58 @@ impl PageTables {
         }
     }
 
+    /// The leaf entry that maps `addr`, in one walk: a PMD leaf's slot,
+    /// [`Level::Pmd`] and its entry, or the PTE slot, [`Level::Pte`] and its
+    /// entry; `None` if a table on the way is missing. (The hardware walk of
+    /// a user access.)
+    #[inline]
+    pub fn leaf(&self, addr: u64) -> Option<(Slot, Level, u64)> {
+        let mut table = self.pgd;
+        let mut l = Level::Pgd;
+        loop {
+            let index = l.index(addr);
+            let e = self.tables[&table][index];
+            let slot = Slot { table, index };
+            if l == Level::Pte {
+                return Some((slot, l, e));
+            }
+            if !present(e) {
+                return None;
+            }
+            if e & PAGE_PSE != 0 {
+                return Some((slot, l, e));
+            }
+            table = entry_pfn(e).0 as u32;
+            l = l.next().expect("level below PTE");
+        }
+    }
+
+    /// The PTE slot of `addr` under the PMD entry `pmd`, allocating the PTE
+    /// table if the entry is empty (`pte_alloc()` once the PMD is known).
+    ///
+    /// Panics if `pmd` is a leaf: the caller splits it first.
+    pub fn pte_alloc(
+        &mut self,
+        pa: &mut PageAlloc,
+        cx: &mut Cx,
+        pmd: Slot,
+        addr: u64,
+    ) -> Result<Slot, AllocError> {
+        let e = self.get(pmd);
+        assert!(e & PAGE_PSE == 0, "pte_alloc under a PMD leaf at {addr:#x}");
+        let table = if present(e) {
+            entry_pfn(e).0 as u32
+        } else {
+            let t = self.alloc_table(pa, cx)?;
+            self.set(pmd, mk_entry(Pfn(t as u64), PAGE_PRESENT | PAGE_RW));
+            t
+        };
+        Ok(Slot {
+            table,
+            index: Level::Pte.index(addr),
+        })
+    }
+
     /// The slot of `addr` at `level`, allocating missing tables above it
     /// (`p4d_alloc()`, `pud_alloc()`, `pmd_alloc()`, `pte_alloc()`).
     ///
@@ -275,6 +327,11 @@ impl PageTables {
     pub fn free_deposit(&mut self, pa: &mut PageAlloc, cx: &mut Cx, slot: Slot) {
         let t = self.withdraw(slot);
         self.free_table(pa, cx, t);
+    }
+
+    /// The entries of table `table`, to set several at once (`set_ptes()`).
+    pub fn table_mut(&mut self, table: u32) -> &mut [u64; PTRS_PER_TABLE] {
+        self.tables.get_mut(&table).expect("a known table")
     }
 
     /// The entries of table `table` (read-only).

@@ -343,16 +343,11 @@ pub fn map_anon_folio(
     let ptl = super::pte_lockptr(pte.table);
     cx.lock(ptl);
     cx.charge(Cost::PteSet);
-    for i in 0..nr as usize {
-        mm.pgt.set(
-            Slot {
-                table: pte.table,
-                index: first + i,
-            },
-            mk_entry(
-                pfn.offset(i as u64),
-                PAGE_PRESENT | PAGE_RW | PAGE_ACCESSED | PAGE_DIRTY | PAGE_ANON_EXCLUSIVE,
-            ),
+    let t = mm.pgt.table_mut(pte.table);
+    for (i, e) in t[first..first + nr as usize].iter_mut().enumerate() {
+        *e = mk_entry(
+            pfn.offset(i as u64),
+            PAGE_PRESENT | PAGE_RW | PAGE_ACCESSED | PAGE_DIRTY | PAGE_ANON_EXCLUSIVE,
         );
     }
     cx.unlock(ptl);
