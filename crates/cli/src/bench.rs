@@ -145,3 +145,75 @@ fn small_llc() -> CacheConfig {
         ..CacheConfig::haswell_e5_2699_v3_llc_only()
     }
 }
+
+/// The model's anonymous fault path against the live kernel's, on the same
+/// patterns in one run: `mib` MiB written one byte per 4 KiB, sequentially,
+/// with THP off (4 KiB faults) and with only 64 KiB mTHP (one fault maps 16
+/// pages). The model's rate is faults of `handle_mm_fault()` (crate `mm`,
+/// without the engine: no event queue, no virtual time) per host second;
+/// the live rate is the kernel's faults per second of the child's touch
+/// phase (`getrusage()` and the wall clock around it). The live half needs
+/// root and writable THP knobs (restored afterwards); without them the line
+/// says why it was not measured.
+pub fn faults(mib: u64, live: bool) -> anyhow::Result<()> {
+    use mmlab::fault_model::run_model;
+    use native::faults::{Advice, FaultPattern};
+    use native::knobs::{LiveKernel, ThpEnabled, ThpKnobs};
+    let len = (mib.max(2) << 20) as usize;
+    let mut m64 = FaultPattern::new(
+        &format!("{mib} MiB, 64K mTHP"),
+        len,
+        ThpKnobs::only(64, ThpEnabled::Madvise),
+    );
+    m64.advice = Advice::Hugepage;
+    let patterns = [
+        FaultPattern::new(&format!("{mib} MiB, 4K (THP off)"), len, ThpKnobs::off()),
+        m64,
+    ];
+    println!(
+        "anonymous write faults, one byte per 4 KiB, sequential; model: mm::memory::handle_mm_fault \
+         (linux-6.18 preset, no engine); live: this host's kernel"
+    );
+    let mut rows = vec![vec![
+        "pattern".to_string(),
+        "model faults".into(),
+        "model faults/s".into(),
+        "live faults".into(),
+        "live faults/s".into(),
+        "model/live".into(),
+    ]];
+    for p in &patterns {
+        let m = run_model(p, mm::knobs::Preset::Linux6_18).map_err(anyhow::Error::msg)?;
+        let m_rate = m.touch as f64 / (m.touch_host_ns.max(1) as f64 / 1e9);
+        let sizes: Vec<u32> = p.knobs.sizes.iter().map(|&(s, _)| s).collect();
+        let live = match LiveKernel::probe().require_thp_knobs(&sizes) {
+            _ if !live => Err("--no-live".to_string()),
+            Err(why) => Err(why.to_string()),
+            Ok(()) => native::faults::run(p).map_err(|e| e.to_string()),
+        };
+        let (l_faults, l_rate, ratio) = match &live {
+            Ok(r) => {
+                let rate = r.touch.nr_minflt as f64 / (r.touch.elapsed_ns.max(1) as f64 / 1e9);
+                (
+                    r.touch.nr_minflt.to_string(),
+                    format!("{:.0}", rate),
+                    format!("{:.1}x", m_rate / rate),
+                )
+            }
+            Err(_) => ("-".into(), "not measured".into(), "-".into()),
+        };
+        rows.push(vec![
+            p.name.clone(),
+            m.touch.to_string(),
+            format!("{m_rate:.0}"),
+            l_faults,
+            l_rate,
+            ratio,
+        ]);
+        if let Err(why) = live {
+            println!("live kernel: {}: could not be measured: {why}", p.name);
+        }
+    }
+    print!("{}", native::table::format(&rows));
+    Ok(())
+}

@@ -186,13 +186,33 @@ enum Cmd {
     },
     /// Measure the model's speed (PCP fast path) and memory per simulated page.
     Bench {
+        /// Only this benchmark (default: all of them).
+        #[arg(value_enum)]
+        what: Option<BenchWhat>,
         /// Allocation+free pairs to time.
         #[arg(long, default_value_t = 20_000_000)]
         ops: u64,
         /// Cache-model line accesses to time per configuration.
         #[arg(long, default_value_t = 20_000_000)]
         cache_lines: u64,
+        /// Size of the fault patterns, in MiB.
+        #[arg(long, default_value_t = 1024)]
+        fault_mib: u64,
+        /// Time only the model's fault path, not the live kernel's.
+        #[arg(long)]
+        no_live: bool,
     },
+}
+
+/// The benchmarks of `mmlab bench`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+enum BenchWhat {
+    /// The PCP fast path and the memory per simulated page.
+    Pcp,
+    /// The cache model's line accesses per second.
+    Cache,
+    /// The model's anonymous faults per host second beside the live kernel's.
+    Faults,
 }
 
 #[derive(clap::Args)]
@@ -313,9 +333,22 @@ fn real_main() -> Result<()> {
             }
         }
         Cmd::List => print!("{}", list_text()),
-        Cmd::Bench { ops, cache_lines } => {
-            bench::pcp(ops);
-            bench::cache(cache_lines);
+        Cmd::Bench {
+            what,
+            ops,
+            cache_lines,
+            fault_mib,
+            no_live,
+        } => {
+            if what.is_none_or(|w| w == BenchWhat::Pcp) {
+                bench::pcp(ops);
+            }
+            if what.is_none_or(|w| w == BenchWhat::Cache) {
+                bench::cache(cache_lines);
+            }
+            if what.is_none_or(|w| w == BenchWhat::Faults) {
+                bench::faults(fault_mib, !no_live)?;
+            }
         }
         Cmd::Native { what } => native_cmd(what)?,
         Cmd::Record {

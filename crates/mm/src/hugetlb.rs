@@ -79,7 +79,7 @@ use crate::pgtable::{
     PAGE_RW, PMD_SIZE,
 };
 use crate::types::{NodeId, Pfn, Vaddr, HPAGE_PMD_ORDER};
-use crate::vma::{Errno, MmStruct, VmFlags, Vma, MMAP_BASE, MMAP_MIN_ADDR, TASK_SIZE};
+use crate::vma::{Errno, MmStruct, VmFlags, Vma, MMAP_MIN_ADDR, TASK_SIZE};
 use crate::vmstat::VmEvent;
 use std::fmt;
 
@@ -644,11 +644,7 @@ pub fn hugetlb_mmap(
             return Err(e);
         }
     }
-    mm.insert_vma(Vma {
-        start: addr,
-        end: addr + len,
-        flags,
-    });
+    mm.insert_vma(Vma::anon(addr, addr + len, flags));
     Ok(addr)
 }
 
@@ -672,8 +668,8 @@ fn hugetlb_get_unmapped_area(
         let start = high.checked_sub(len)? & !(HPAGE_SIZE - 1);
         (start >= low.max(MMAP_MIN_ADDR)).then_some(start)
     };
-    let mut high = MMAP_BASE;
-    for v in mm.vmas.range(..MMAP_BASE).rev().map(|(_, v)| v) {
+    let mut high = mm.mmap_base;
+    for v in mm.vmas.range(..mm.mmap_base).rev().map(|(_, v)| v) {
         if v.end < high {
             if let Some(s) = fit(v.end, high) {
                 return Ok(s);

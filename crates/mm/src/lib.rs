@@ -11,6 +11,8 @@ pub mod cost;
 pub mod hugetlb;
 pub mod knobs;
 pub mod memory;
+pub mod mprotect;
+pub mod mremap;
 pub mod page;
 pub mod page_alloc;
 pub mod pcp;

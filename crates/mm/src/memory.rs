@@ -47,12 +47,12 @@ pub mod huge_order;
 use crate::vmstat::{MthpStat, MTHP_NR_ORDERS};
 pub use anon_folio::{AnonFolioPolicy, MthpEnabled};
 
-use crate::cost::{Cost, Cx};
+use crate::cost::{Cost, Cx, LockClass, LockId};
 use crate::page::PG_UTOUCHED;
 use crate::page_alloc::{Gfp, PageAlloc, PG_TAIL};
 use crate::pgtable::{
-    entry_pfn, mk_entry, present, Level, Slot, PAGE_ACCESSED, PAGE_DIRTY, PAGE_PRESENT, PAGE_PSE,
-    PAGE_RW, PAGE_SPECIAL, PMD_SIZE, PTRS_PER_TABLE,
+    entry_pfn, mk_entry, present, Level, Slot, PAGE_ACCESSED, PAGE_ANON_EXCLUSIVE, PAGE_DIRTY,
+    PAGE_PRESENT, PAGE_PROTNONE, PAGE_PSE, PAGE_RW, PAGE_SPECIAL, PMD_SIZE, PTRS_PER_TABLE,
 };
 use crate::types::{Pfn, HPAGE_PMD_ORDER, PAGE_SIZE};
 use crate::vma::{MmStruct, MmapLayout, VmFlags, Vma};
@@ -278,15 +278,8 @@ pub fn user_access(pa: &mut PageAlloc, mm: &mut MmStruct, addr: u64, write: bool
 /// The entry (PTE or PMD leaf) that maps `addr` for this access, with the
 /// accessed and dirty bits set; `None` if the access must fault.
 fn access_entry(mm: &mut MmStruct, addr: u64, write: bool) -> Option<u64> {
-    let pmd = mm.pgt.lookup(addr, Level::Pmd)?;
-    let e = mm.pgt.get(pmd);
-    let slot = if present(e) && e & PAGE_PSE != 0 {
-        pmd
-    } else {
-        mm.pgt.lookup(addr, Level::Pte)?
-    };
-    let e = mm.pgt.get(slot);
-    if !present(e) || (write && e & PAGE_RW == 0) {
+    let (slot, _, e) = mm.pgt.leaf(addr)?;
+    if !present(e) || e & PAGE_PROTNONE != 0 || (write && e & PAGE_RW == 0) {
         return None;
     }
     let bits = PAGE_ACCESSED | if write { PAGE_DIRTY } else { 0 };
@@ -296,9 +289,10 @@ fn access_entry(mm: &mut MmStruct, addr: u64, write: bool) -> Option<u64> {
     Some(e)
 }
 
-/// Models `handle_mm_fault()` of 6.18 for anonymous private memory: counts
-/// the fault (`pgfault`, the task's `ru_minflt`), finds the VMA, walks and
-/// fills the page tables, and maps or copies a page.
+/// Models `handle_mm_fault()` of 6.18 for anonymous private memory: finds
+/// the VMA, checks the access (`access_error()`), counts the fault
+/// (`pgfault`, the task's `ru_minflt`), walks and fills the page tables, and
+/// maps or copies a page.
 pub fn handle_mm_fault(
     pa: &mut PageAlloc,
     cx: &mut Cx,
@@ -307,7 +301,6 @@ pub fn handle_mm_fault(
     addr: u64,
     write: bool,
 ) -> Result<(), VmFault> {
-    pa.vmstat.count(VmEvent::PGFAULT, 1);
     cx.charge(Cost::FaultEntry);
     let vma = mm.vma_lookup(cx, addr).ok_or(VmFault::Sigsegv)?;
     handle_mm_fault_vma(pa, cx, g, mm, vma, addr, write)
@@ -328,7 +321,6 @@ pub fn do_user_addr_fault(
 ) -> Result<(), VmFault> {
     let ns_before = cx.compute_ns();
     let cache_ns_before = pa.vmstat.get(VmEvent::VMACACHE_FIND_NS);
-    pa.vmstat.count(VmEvent::PGFAULT, 1);
     cx.charge(Cost::FaultEntry);
     let r = match crate::vmacache::vma_lookup(task, mm, &mut pa.vmstat, cx, addr) {
         Some(vma) => handle_mm_fault_vma(pa, cx, g, mm, vma, addr, write),
@@ -344,6 +336,12 @@ pub fn do_user_addr_fault(
 }
 
 /// The body of `handle_mm_fault()` once the VMA is known.
+///
+/// x86's `access_error()` comes first: a write needs `VM_WRITE`, any other
+/// access one of read, write or exec (`vma_is_accessible()`; x86 cannot
+/// map write-only). A refused access is a SIGSEGV that reaches neither
+/// `pgfault` nor `ru_minflt` (the kernel counts both inside
+/// `handle_mm_fault()`, which `bad_area_access_error()` never calls).
 fn handle_mm_fault_vma(
     pa: &mut PageAlloc,
     cx: &mut Cx,
@@ -353,9 +351,15 @@ fn handle_mm_fault_vma(
     addr: u64,
     write: bool,
 ) -> Result<(), VmFault> {
-    if write && !vma.flags.contains(VmFlags::WRITE) {
+    let ok = if write {
+        vma.flags.contains(VmFlags::WRITE)
+    } else {
+        vma.flags.0 & VmFlags::ACCESS.0 != 0
+    };
+    if !ok {
         return Err(VmFault::Sigsegv);
     }
+    pa.vmstat.count(VmEvent::PGFAULT, 1);
     mm.nr_faults += 1;
     if crate::hugetlb::is_vm_hugetlb_page(&vma) {
         return crate::hugetlb::hugetlb_fault(pa, cx, g.cfg.huge_page_order, mm, &vma, addr, write);
@@ -382,7 +386,7 @@ fn handle_mm_fault_vma(
     }
     let pte = mm
         .pgt
-        .walk_alloc(pa, cx, addr, Level::Pte)
+        .pte_alloc(pa, cx, pmd, addr)
         .map_err(|_| VmFault::Oom)?;
     let e = mm.pgt.get(pte);
     if e == 0 {
@@ -412,11 +416,14 @@ pub fn do_anonymous_page(
     write: bool,
 ) -> Result<(), VmFault> {
     if !write {
+        let ptl = pte_lockptr(pte.table);
+        cx.lock(ptl);
         cx.charge(Cost::PteSet);
         mm.pgt.set(
             pte,
             mk_entry(ZERO_PFN, PAGE_PRESENT | PAGE_SPECIAL | PAGE_ACCESSED),
         );
+        cx.unlock(ptl);
         return Ok(());
     }
     let (pfn, order) = anon_folio::alloc_anon_folio(pa, cx, &g.cfg, mm, vma, pte, addr)?;
@@ -443,6 +450,8 @@ pub fn do_huge_pmd_anonymous_page(
             g.huge_zero_page = true;
             pa.vmstat.count(VmEvent::THP_ZERO_PAGE_ALLOC, 1);
         }
+        let ptl = pmd_lockptr(pmd);
+        cx.lock(ptl);
         cx.charge(Cost::PteSet);
         mm.pgt.set(
             pmd,
@@ -451,19 +460,28 @@ pub fn do_huge_pmd_anonymous_page(
                 PAGE_PRESENT | PAGE_PSE | PAGE_SPECIAL | PAGE_ACCESSED,
             ),
         );
+        cx.unlock(ptl);
         return true;
     }
     match alloc_thp(pa, cx, mm, pmd) {
         Some(pfn) => {
             cx.charge_n(Cost::ClearPage, HPAGE_PMD_NR as u64);
+            let ptl = pmd_lockptr(pmd);
+            cx.lock(ptl);
             cx.charge(Cost::PteSet);
             mm.pgt.set(
                 pmd,
                 mk_entry(
                     pfn,
-                    PAGE_PRESENT | PAGE_RW | PAGE_PSE | PAGE_ACCESSED | PAGE_DIRTY,
+                    PAGE_PRESENT
+                        | PAGE_RW
+                        | PAGE_PSE
+                        | PAGE_ACCESSED
+                        | PAGE_DIRTY
+                        | PAGE_ANON_EXCLUSIVE,
                 ),
             );
+            cx.unlock(ptl);
             true
         }
         None => false,
@@ -525,7 +543,13 @@ pub fn do_huge_pmd_wp_page(
     let head = crate::page::pfn_idx(entry_pfn(e));
     if pa.mem.refcount(head) == HPAGE_PMD_NR && pa.mem.entire_mapcount(head) == 1 {
         // Only this PMD maps the folio: reuse it.
-        mm.pgt.set(pmd, e | PAGE_RW | PAGE_DIRTY | PAGE_ACCESSED);
+        let ptl = pmd_lockptr(pmd);
+        cx.lock(ptl);
+        mm.pgt.set(
+            pmd,
+            e | PAGE_RW | PAGE_DIRTY | PAGE_ACCESSED | PAGE_ANON_EXCLUSIVE,
+        );
+        cx.unlock(ptl);
         return true;
     }
     match g.cfg.thp_cow {
@@ -550,14 +574,22 @@ pub fn do_huge_pmd_wp_page(
             let m = pa.mem.entire_mapcount(head);
             pa.mem.set_entire_mapcount(head, m - 1);
             folio_put_refs(pa, cx, head, HPAGE_PMD_NR);
+            let ptl = pmd_lockptr(pmd);
+            cx.lock(ptl);
             cx.charge(Cost::PteSet);
             mm.pgt.set(
                 pmd,
                 mk_entry(
                     pfn,
-                    PAGE_PRESENT | PAGE_RW | PAGE_PSE | PAGE_ACCESSED | PAGE_DIRTY,
+                    PAGE_PRESENT
+                        | PAGE_RW
+                        | PAGE_PSE
+                        | PAGE_ACCESSED
+                        | PAGE_DIRTY
+                        | PAGE_ANON_EXCLUSIVE,
                 ),
             );
+            cx.unlock(ptl);
             true
         }
     }
@@ -573,8 +605,17 @@ pub fn split_huge_pmd(pa: &mut PageAlloc, cx: &mut Cx, mm: &mut MmStruct, pmd: S
         "split of a PMD that is not a leaf"
     );
     pa.vmstat.count(VmEvent::THP_SPLIT_PMD, 1);
+    let ptl = pmd_lockptr(pmd);
+    cx.lock(ptl);
     let table = mm.pgt.withdraw(pmd);
-    let flags = e & (PAGE_PRESENT | PAGE_RW | PAGE_ACCESSED | PAGE_DIRTY | PAGE_SPECIAL);
+    let flags = e
+        & (PAGE_PRESENT
+            | PAGE_RW
+            | PAGE_ACCESSED
+            | PAGE_DIRTY
+            | PAGE_SPECIAL
+            | PAGE_PROTNONE
+            | PAGE_ANON_EXCLUSIVE);
     let special = e & PAGE_SPECIAL != 0;
     let pfn = entry_pfn(e);
     for i in 0..PTRS_PER_TABLE {
@@ -593,11 +634,37 @@ pub fn split_huge_pmd(pa: &mut PageAlloc, cx: &mut Cx, mm: &mut MmStruct, pmd: S
     }
     mm.pgt
         .set(pmd, mk_entry(Pfn(table as u64), PAGE_PRESENT | PAGE_RW));
+    cx.unlock(ptl);
+}
+
+/// `pte_lockptr()`: the split page-table lock of the PTE table `table`.
+pub fn pte_lockptr(table: u32) -> LockId {
+    LockId {
+        class: LockClass::Ptl,
+        index: table,
+    }
+}
+
+/// `pmd_lockptr()`: the split lock of the PMD table holding `pmd` (taken for
+/// PMD leaves).
+pub fn pmd_lockptr(pmd: Slot) -> LockId {
+    pte_lockptr(pmd.table)
+}
+
+/// Models `split_huge_pmd_address()`: splits the PMD leaf mapping `addr`,
+/// if there is one (a VMA boundary is about to fall inside it).
+pub fn split_huge_pmd_address(pa: &mut PageAlloc, cx: &mut Cx, mm: &mut MmStruct, addr: u64) {
+    if let Some(pmd) = mm.pgt.lookup(addr, Level::Pmd) {
+        let e = mm.pgt.get(pmd);
+        if present(e) && e & PAGE_PSE != 0 {
+            split_huge_pmd(pa, cx, mm, pmd);
+        }
+    }
 }
 
 /// Models `do_wp_page()`: a write to a write-protected PTE. Reuses the page
-/// if this mapping holds its last reference (`wp_can_reuse_anon_folio()`),
-/// else copies it (`wp_page_copy()`; from the zero page: a cleared page).
+/// if it is `PageAnonExclusive()` or this mapping holds its last reference
+/// (`wp_can_reuse_anon_folio()`), else copies it (`wp_page_copy()`; from the zero page: a cleared page).
 pub fn do_wp_page(
     pa: &mut PageAlloc,
     cx: &mut Cx,
@@ -608,8 +675,14 @@ pub fn do_wp_page(
     let special = e & PAGE_SPECIAL != 0;
     let old_head = (!special).then(|| folio_head(pa, entry_pfn(e)));
     if let Some(h) = old_head {
-        if pa.mem.refcount(h) == 1 {
-            mm.pgt.set(pte, e | PAGE_RW | PAGE_DIRTY | PAGE_ACCESSED);
+        if e & PAGE_ANON_EXCLUSIVE != 0 || pa.mem.refcount(h) == 1 {
+            let ptl = pte_lockptr(pte.table);
+            cx.lock(ptl);
+            mm.pgt.set(
+                pte,
+                e | PAGE_RW | PAGE_DIRTY | PAGE_ACCESSED | PAGE_ANON_EXCLUSIVE,
+            );
+            cx.unlock(ptl);
             return Ok(());
         }
     }
@@ -625,11 +698,17 @@ pub fn do_wp_page(
     if let Some(h) = old_head {
         folio_put_refs(pa, cx, h, 1);
     }
+    let ptl = pte_lockptr(pte.table);
+    cx.lock(ptl);
     cx.charge(Cost::PteSet);
     mm.pgt.set(
         pte,
-        mk_entry(pfn, PAGE_PRESENT | PAGE_RW | PAGE_ACCESSED | PAGE_DIRTY),
+        mk_entry(
+            pfn,
+            PAGE_PRESENT | PAGE_RW | PAGE_ACCESSED | PAGE_DIRTY | PAGE_ANON_EXCLUSIVE,
+        ),
     );
+    cx.unlock(ptl);
     Ok(())
 }
 
@@ -645,8 +724,11 @@ pub fn zap_page_range(pa: &mut PageAlloc, cx: &mut Cx, mm: &mut MmStruct, start:
             let e = mm.pgt.get(pmd);
             if present(e) && e & PAGE_PSE != 0 {
                 if addr.is_multiple_of(PMD_SIZE) && next - addr == PMD_SIZE {
+                    let ptl = pmd_lockptr(pmd);
+                    cx.lock(ptl);
                     cx.charge(Cost::PteZap);
                     mm.pgt.set(pmd, 0);
+                    cx.unlock(ptl);
                     mm.pgt.free_deposit(pa, cx, pmd);
                     if e & PAGE_SPECIAL == 0 {
                         let head = crate::page::pfn_idx(entry_pfn(e));
@@ -665,6 +747,8 @@ pub fn zap_page_range(pa: &mut PageAlloc, cx: &mut Cx, mm: &mut MmStruct, start:
                 // for partial mapping once this table's range is done (a
                 // naturally aligned folio never spans two PTE tables).
                 let mut touched: Vec<u32> = Vec::new();
+                let ptl = pte_lockptr(table);
+                cx.lock(ptl);
                 let mut a = addr;
                 while a < next {
                     let slot = Slot {
@@ -688,6 +772,7 @@ pub fn zap_page_range(pa: &mut PageAlloc, cx: &mut Cx, mm: &mut MmStruct, start:
                     }
                     a += PAGE_SIZE;
                 }
+                cx.unlock(ptl);
                 for h in touched {
                     // Still allocated (zap allocates nothing, so a freed head
                     // cannot have been reused)?
@@ -759,21 +844,43 @@ fn copy_pmd_range(
             .walk_alloc(pa, cx, addr, Level::Pmd)
             .map_err(oom)?;
         child.pgt.deposit(pa, cx, cpmd).map_err(oom)?;
-        let wp = e & !PAGE_RW;
+        let wp = e & !(PAGE_RW | PAGE_ANON_EXCLUSIVE);
         if e & PAGE_SPECIAL == 0 {
             let head = crate::page::pfn_idx(entry_pfn(e));
             folio_get_refs(pa, head, HPAGE_PMD_NR);
             let m = pa.mem.entire_mapcount(head);
             pa.mem.set_entire_mapcount(head, m + 1);
         }
+        let (lp, lc) = (pmd_lockptr(ppmd), pmd_lockptr(cpmd));
+        cx.lock(lc);
+        cx.lock(lp);
         cx.charge(Cost::PteCopy);
         parent.pgt.set(ppmd, wp);
         child.pgt.set(cpmd, wp);
+        cx.unlock(lp);
+        cx.unlock(lc);
         return Ok(());
     }
     let ptable = entry_pfn(e).0 as u32;
-    let mut a = addr;
-    let mut ctable = None;
+    // copy_pte_range(): the child's table is allocated before either lock
+    // is taken; the parent's lock nests inside the child's.
+    let Some(first) = (addr..next).step_by(PAGE_SIZE as usize).find(|&a| {
+        present(parent.pgt.get(Slot {
+            table: ptable,
+            index: Level::Pte.index(a),
+        }))
+    }) else {
+        return Ok(());
+    };
+    let ct = child
+        .pgt
+        .walk_alloc(pa, cx, first, Level::Pte)
+        .map_err(oom)?
+        .table;
+    let (lp, lc) = (pte_lockptr(ptable), pte_lockptr(ct));
+    cx.lock(lc);
+    cx.lock(lp);
+    let mut a = first;
     while a < next {
         let ps = Slot {
             table: ptable,
@@ -781,15 +888,7 @@ fn copy_pmd_range(
         };
         let pe = parent.pgt.get(ps);
         if present(pe) {
-            let ct = match ctable {
-                Some(t) => t,
-                None => {
-                    let s = child.pgt.walk_alloc(pa, cx, a, Level::Pte).map_err(oom)?;
-                    ctable = Some(s.table);
-                    s.table
-                }
-            };
-            let wp = pe & !PAGE_RW;
+            let wp = pe & !(PAGE_RW | PAGE_ANON_EXCLUSIVE);
             if pe & PAGE_SPECIAL == 0 {
                 let h = folio_head(pa, entry_pfn(pe));
                 folio_get_refs(pa, h, 1);
@@ -806,6 +905,8 @@ fn copy_pmd_range(
         }
         a += PAGE_SIZE;
     }
+    cx.unlock(lp);
+    cx.unlock(lc);
     Ok(())
 }
 
@@ -822,4 +923,119 @@ pub fn exit_mmap(pa: &mut PageAlloc, cx: &mut Cx, mut mm: MmStruct) {
     mm.vmas.clear();
     mm.pgt.free_pgd_range(pa, cx, 0, u64::MAX);
     mm.pgt.free_pgd(pa, cx);
+}
+
+/// Checks the address spaces `mms` against each other and the allocator
+/// (the model's CONFIG_DEBUG_VM): every VMA tree is consistent; every page
+/// table (deposited ones included) is an allocated order-0 block; every
+/// present leaf lies inside a VMA, is `PROT_NONE` exactly when its VMA is,
+/// and is writable only in a writable VMA; every PMD leaf has a deposited
+/// table and every deposit a PMD leaf; every mapped page belongs to an
+/// allocated folio (none is both free and mapped), and each folio's
+/// refcount and entire mapcount equal the mappings found (one per PTE, 512
+/// and one entire mapping per PMD leaf) over all the address spaces; a page
+/// marked exclusive is mapped once.
+///
+/// Panics with a message naming the address and what is wrong.
+pub fn check_mm_invariants(pa: &PageAlloc, mms: &[&MmStruct]) {
+    use crate::page::{PG_BUDDY, PG_HEAD, PG_PCP};
+    use std::collections::BTreeMap;
+    let allocated_table = |t: u32, what: &str| {
+        let f = pa.mem.flags(t);
+        assert!(
+            f & PG_HEAD != 0 && f & (PG_BUDDY | PG_PCP) == 0 && pa.mem.order(t) == 0,
+            "{what} table pfn {t:#x} is not an allocated order-0 block (flags {f:#x})"
+        );
+    };
+    // head -> (references, entire mappings, exclusive mappings of order-0)
+    let mut seen: BTreeMap<u32, (u32, u32, u32)> = BTreeMap::new();
+    for (i, mm) in mms.iter().enumerate() {
+        mm.check_vmas();
+        for t in mm.pgt.table_pfns() {
+            allocated_table(t, "page");
+        }
+        let mut pmd_leaves = Vec::new();
+        mm.pgt.for_each_leaf(|addr, level, slot, e| {
+            let size = if level == Level::Pmd { PMD_SIZE } else { PAGE_SIZE };
+            let vma = mm
+                .vma_at(addr)
+                .filter(|v| v.end >= addr + size)
+                .unwrap_or_else(|| panic!("mm {i}: {level:?} entry at {addr:#x} outside any VMA"));
+            let accessible = vma.flags.0 & VmFlags::ACCESS.0 != 0;
+            assert_eq!(
+                e & PAGE_PROTNONE == 0,
+                accessible,
+                "mm {i}: entry at {addr:#x} ({e:#x}) and VMA {vma:?} disagree on PROT_NONE"
+            );
+            assert!(
+                e & PAGE_RW == 0 || vma.flags.contains(VmFlags::WRITE),
+                "mm {i}: writable entry at {addr:#x} in a read-only VMA {vma:?}"
+            );
+            if level == Level::Pmd {
+                pmd_leaves.push(slot);
+            }
+            if e & PAGE_SPECIAL != 0 {
+                return;
+            }
+            let pfn = entry_pfn(e);
+            let head = folio_head(pa, pfn);
+            let f = pa.mem.flags(head);
+            assert!(
+                f & PG_HEAD != 0 && f & (PG_BUDDY | PG_PCP) == 0,
+                "mm {i}: {addr:#x} maps {pfn}, which is not in an allocated folio (head flags {f:#x})"
+            );
+            let s = seen.entry(head).or_default();
+            if level == Level::Pmd {
+                assert_eq!(
+                    pa.mem.order(head),
+                    HPAGE_PMD_ORDER,
+                    "mm {i}: PMD at {addr:#x} maps a folio of another order"
+                );
+                s.0 += HPAGE_PMD_NR;
+                s.1 += 1;
+            } else {
+                s.0 += 1;
+            }
+            if e & PAGE_ANON_EXCLUSIVE != 0 && pa.mem.order(head) == 0 {
+                s.2 += 1;
+            }
+        });
+        let deposits: Vec<Slot> = mm
+            .pgt
+            .deposited()
+            .map(|(slot, t)| {
+                allocated_table(t, "deposited");
+                slot
+            })
+            .collect();
+        pmd_leaves.sort();
+        assert_eq!(
+            pmd_leaves, deposits,
+            "mm {i}: PMD leaves and deposited tables differ"
+        );
+    }
+    for (head, (refs, entire, excl)) in seen {
+        assert_eq!(
+            pa.mem.refcount(head),
+            refs,
+            "folio pfn {head:#x}: refcount {} but {refs} mappings",
+            pa.mem.refcount(head)
+        );
+        // Only a PMD-size folio keeps an entire mapcount (page.rs).
+        let pmd_order = pa.mem.order(head) == HPAGE_PMD_ORDER;
+        assert_eq!(
+            if pmd_order {
+                pa.mem.entire_mapcount(head)
+            } else {
+                0
+            },
+            entire,
+            "folio pfn {head:#x}: entire mapcount {} but {entire} PMD mappings",
+            pa.mem.entire_mapcount(head)
+        );
+        assert!(
+            excl == 0 || refs == 1,
+            "folio pfn {head:#x}: exclusive but mapped {refs} times"
+        );
+    }
 }

@@ -44,10 +44,24 @@ pub const PAGE_ACCESSED: u64 = 1 << 5;
 pub const PAGE_DIRTY: u64 = 1 << 6;
 /// `_PAGE_PSE`: a PMD entry that maps a huge page rather than a PTE table.
 pub const PAGE_PSE: u64 = 1 << 7;
+/// `_PAGE_PROTNONE` (x86 reuses `_PAGE_GLOBAL`, bit 8): a `PROT_NONE`
+/// entry. The kernel clears `_PAGE_PRESENT` in such an entry and treats it
+/// as present (`pte_present()` tests both bits); the model keeps
+/// [`PAGE_PRESENT`] set and adds this bit, which the hardware walk of
+/// [`crate::memory::access_ok`] refuses.
+pub const PAGE_PROTNONE: u64 = 1 << 8;
 /// `_PAGE_SPECIAL`: no `struct page` behind it (the zero pages here).
 pub const PAGE_SPECIAL: u64 = 1 << 9;
+/// Model-only software bit (58, one the hardware ignores): the mapped
+/// anonymous page is `PageAnonExclusive()`. The kernel keeps that flag in
+/// the `struct page`; a page that is exclusive has exactly one mapping, so
+/// the model keeps it in that mapping's entry (a PMD leaf: the head page's
+/// flag). Set when a fault maps a new page or reuses one, inherited by a PMD
+/// split, cleared on both sides by fork (`folio_try_dup_anon_rmap_*()`);
+/// `mprotect()` makes only exclusive pages writable again.
+pub const PAGE_ANON_EXCLUSIVE: u64 = 1 << 58;
 /// Bits holding the pfn.
-const PFN_MASK: u64 = ((1u64 << 52) - 1) & !((1u64 << PAGE_SHIFT) - 1);
+pub const PFN_MASK: u64 = ((1u64 << 52) - 1) & !((1u64 << PAGE_SHIFT) - 1);
 
 /// Makes an entry for `pfn` with `flags`.
 #[inline]
@@ -203,6 +217,58 @@ impl PageTables {
         }
     }
 
+    /// The leaf entry that maps `addr`, in one walk: a PMD leaf's slot,
+    /// [`Level::Pmd`] and its entry, or the PTE slot, [`Level::Pte`] and its
+    /// entry; `None` if a table on the way is missing. (The hardware walk of
+    /// a user access.)
+    #[inline]
+    pub fn leaf(&self, addr: u64) -> Option<(Slot, Level, u64)> {
+        let mut table = self.pgd;
+        let mut l = Level::Pgd;
+        loop {
+            let index = l.index(addr);
+            let e = self.tables[&table][index];
+            let slot = Slot { table, index };
+            if l == Level::Pte {
+                return Some((slot, l, e));
+            }
+            if !present(e) {
+                return None;
+            }
+            if e & PAGE_PSE != 0 {
+                return Some((slot, l, e));
+            }
+            table = entry_pfn(e).0 as u32;
+            l = l.next().expect("level below PTE");
+        }
+    }
+
+    /// The PTE slot of `addr` under the PMD entry `pmd`, allocating the PTE
+    /// table if the entry is empty (`pte_alloc()` once the PMD is known).
+    ///
+    /// Panics if `pmd` is a leaf: the caller splits it first.
+    pub fn pte_alloc(
+        &mut self,
+        pa: &mut PageAlloc,
+        cx: &mut Cx,
+        pmd: Slot,
+        addr: u64,
+    ) -> Result<Slot, AllocError> {
+        let e = self.get(pmd);
+        assert!(e & PAGE_PSE == 0, "pte_alloc under a PMD leaf at {addr:#x}");
+        let table = if present(e) {
+            entry_pfn(e).0 as u32
+        } else {
+            let t = self.alloc_table(pa, cx)?;
+            self.set(pmd, mk_entry(Pfn(t as u64), PAGE_PRESENT | PAGE_RW));
+            t
+        };
+        Ok(Slot {
+            table,
+            index: Level::Pte.index(addr),
+        })
+    }
+
     /// The slot of `addr` at `level`, allocating missing tables above it
     /// (`p4d_alloc()`, `pud_alloc()`, `pmd_alloc()`, `pte_alloc()`).
     ///
@@ -261,6 +327,11 @@ impl PageTables {
     pub fn free_deposit(&mut self, pa: &mut PageAlloc, cx: &mut Cx, slot: Slot) {
         let t = self.withdraw(slot);
         self.free_table(pa, cx, t);
+    }
+
+    /// The entries of table `table`, to set several at once (`set_ptes()`).
+    pub fn table_mut(&mut self, table: u32) -> &mut [u64; PTRS_PER_TABLE] {
+        self.tables.get_mut(&table).expect("a known table")
     }
 
     /// The entries of table `table` (read-only).
@@ -329,5 +400,46 @@ impl PageTables {
     /// Every table's pfn (for checks).
     pub fn table_pfns(&self) -> impl Iterator<Item = u32> + '_ {
         self.tables.keys().copied()
+    }
+
+    /// The tables deposited with PMD leaves: `(PMD slot, table pfn)`.
+    pub fn deposited(&self) -> impl Iterator<Item = (Slot, u32)> + '_ {
+        self.deposited.iter().map(|(&s, &t)| (s, t))
+    }
+
+    /// Calls `f(addr, level, slot, entry)` for every present leaf entry (PTE,
+    /// or a PMD leaf), in address order. For checks and differential tests.
+    pub fn for_each_leaf(&self, mut f: impl FnMut(u64, Level, Slot, u64)) {
+        self.leaves_in(self.pgd, Level::Pgd, 0, &mut f);
+    }
+
+    fn leaves_in(
+        &self,
+        table: u32,
+        level: Level,
+        base: u64,
+        f: &mut impl FnMut(u64, Level, Slot, u64),
+    ) {
+        let span = 1u64 << level.shift();
+        for (i, &e) in self.tables[&table].iter().enumerate() {
+            if !present(e) {
+                continue;
+            }
+            let addr = base + i as u64 * span;
+            let slot = Slot { table, index: i };
+            match level.next() {
+                None => f(addr, level, slot, e),
+                Some(_) if level == Level::Pmd && e & PAGE_PSE != 0 => f(addr, level, slot, e),
+                Some(child) => self.leaves_in(entry_pfn(e).0 as u32, child, addr, f),
+            }
+        }
+    }
+
+    /// Moves the PTE table deposited at `from` to the PMD slot `to`
+    /// (`move_huge_pmd()` with `pmd_move_must_withdraw()`).
+    pub fn move_deposit(&mut self, from: Slot, to: Slot) {
+        let t = self.withdraw(from);
+        let old = self.deposited.insert(to, t);
+        assert!(old.is_none(), "two tables deposited at {to:?}");
     }
 }

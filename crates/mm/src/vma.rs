@@ -33,9 +33,27 @@
 //! `RLIMIT_DATA` is unlimited (its default) and `mlockall(MCL_FUTURE)` is
 //! not modelled, so `brk()` never populates.
 //!
-//! Deviation: only anonymous private mappings exist; VMAs merge when adjacent
-//! with equal flags (the kernel also requires a compatible `anon_vma`, which
-//! only matters after a fork); no `vm_pgoff`, no `mprotect`, no stack gap.
+//! `get_unmapped_area()` with a page offset (`mremap()` moving a VMA passes
+//! the VMA's `vm_pgoff`) places the mapping at an address congruent to that
+//! offset modulo 2 MiB, so that a moved range keeps its THP alignment: the
+//! kernel's `__thp_get_unmapped_area()` searches for `len + 2 MiB` and
+//! rounds, falling back to an unaligned search when no such gap exists.
+//!
+//! # Merging
+//!
+//! Adjacent VMAs merge when their flags are equal and their `vm_pgoff`s are
+//! contiguous (`is_mergeable_vma()`, `can_vma_merge_before/after()`). An
+//! anonymous VMA's `vm_pgoff` is its start address in pages when it is
+//! created and moves with it (`mremap()` keeps it), so a moved VMA does not
+//! merge with a neighbour whose pages were never in line with it.
+//!
+//! Deviation: only anonymous private mappings exist; the kernel also requires
+//! a compatible `anon_vma` (two VMAs that both took faults since they were
+//! separate `mmap()`s do not merge); the model does not track `anon_vma`s.
+//! No `VM_ACCOUNT` (mprotect's commit accounting, which can also keep two
+//! otherwise equal VMAs apart), no stack gap.
+//!
+//! `mprotect()` is in [`crate::mprotect`], `mremap()` in [`crate::mremap`].
 
 use crate::cost::{Cost, Cx};
 use crate::page_alloc::{AllocError, PageAlloc};
@@ -86,6 +104,11 @@ impl VmFlags {
     /// called mmap and holds its reservations (cleared in a forked child's
     /// copy).
     pub const HUGETLB_RESV_OWNER: VmFlags = VmFlags(1 << 28);
+    /// `VM_EXEC`.
+    pub const EXEC: VmFlags = VmFlags(1 << 2);
+    /// `VM_ACCESS_FLAGS`: read, write, exec. A VMA with none of them is
+    /// `PROT_NONE` (`vma_is_accessible()` false).
+    pub const ACCESS: VmFlags = VmFlags(0b111);
     /// `VM_HUGEPAGE`, set by `MADV_HUGEPAGE`.
     pub const HUGEPAGE: VmFlags = VmFlags(1 << 29);
     /// `VM_NOHUGEPAGE`, set by `MADV_NOHUGEPAGE`.
@@ -120,6 +143,42 @@ pub struct Vma {
     pub end: u64,
     /// Flags.
     pub flags: VmFlags,
+    /// `vm_pgoff`: for anonymous memory, the page number of `start` when the
+    /// mapping was created; kept when `mremap()` moves it.
+    pub pgoff: u64,
+}
+
+impl Vma {
+    /// A newly created anonymous VMA: `vm_pgoff` is `start >> PAGE_SHIFT`
+    /// (`do_mmap()` for `MAP_PRIVATE | MAP_ANONYMOUS`).
+    pub fn anon(start: u64, end: u64, flags: VmFlags) -> Vma {
+        Vma {
+            start,
+            end,
+            flags,
+            pgoff: start / PAGE_SIZE,
+        }
+    }
+
+    /// `vma_pages()`.
+    pub fn nr_pages(&self) -> u64 {
+        (self.end - self.start) / PAGE_SIZE
+    }
+
+    /// The page offset of `addr` inside the mapping (`linear_page_index()`).
+    pub fn pgoff_of(&self, addr: u64) -> u64 {
+        self.pgoff + (addr - self.start) / PAGE_SIZE
+    }
+
+    /// True if `next` may be merged after this VMA: adjacent, equal flags and
+    /// contiguous `vm_pgoff` (`can_vma_merge_after()` without `anon_vma`).
+    pub fn mergeable_with(&self, next: &Vma) -> bool {
+        // Each MAP_HUGETLB mapping has its own file: never merged.
+        self.end == next.start
+            && self.flags == next.flags
+            && !self.flags.contains(VmFlags::HUGETLB)
+            && self.pgoff + self.nr_pages() == next.pgoff
+    }
 }
 
 /// Errors of the address-space system calls, as the kernel's errno values.
@@ -130,6 +189,9 @@ pub enum Errno {
     /// `ENOMEM`: no room in the address space, a range not mapped, or no
     /// memory for page tables.
     NoMem,
+    /// `EFAULT`: `mremap()` of an address with no VMA, or of a range that
+    /// runs past the end of its VMA.
+    Fault,
 }
 
 impl fmt::Display for Errno {
@@ -137,6 +199,7 @@ impl fmt::Display for Errno {
         f.write_str(match self {
             Errno::Inval => "EINVAL",
             Errno::NoMem => "ENOMEM",
+            Errno::Fault => "EFAULT",
         })
     }
 }
@@ -262,6 +325,16 @@ impl MmStruct {
             .or_else(|| self.vmas.range(addr..).next().map(|(_, v)| *v))
     }
 
+    /// The VMA containing `addr`, without charging a lookup (for the model's
+    /// own bookkeeping inside a system call that already walked the tree).
+    pub fn vma_at(&self, addr: u64) -> Option<Vma> {
+        self.vmas
+            .range(..=addr)
+            .next_back()
+            .map(|(_, v)| *v)
+            .filter(|v| v.end > addr)
+    }
+
     /// The VMA containing `addr`, if any (`vma_lookup()`).
     pub fn vma_lookup(&self, cx: &mut Cx, addr: u64) -> Option<Vma> {
         self.find_vma(cx, addr).filter(|v| v.start <= addr)
@@ -281,7 +354,7 @@ impl MmStruct {
 
     /// `vma->vm_ops->may_split()` for a split at `addr` of the VMA holding
     /// it: a hugetlb VMA splits only at a huge page boundary.
-    fn may_split_at(&self, addr: u64) -> Result<(), Errno> {
+    pub(crate) fn may_split_at(&self, addr: u64) -> Result<(), Errno> {
         match self.vmas.range(..addr).next_back() {
             Some((_, v)) if v.end > addr => crate::hugetlb::hugetlb_vm_op_split(v, addr),
             _ => Ok(()),
@@ -297,6 +370,23 @@ impl MmStruct {
     /// hint if it is free, else the highest fitting gap below `mmap_base`
     /// (`vm_unmapped_area()` top-down), aligned as [`MmapLayout`] says.
     pub fn get_unmapped_area(&self, cx: &mut Cx, len: u64, hint: u64) -> Result<u64, Errno> {
+        self.get_unmapped_area_pgoff(cx, len, hint, 0)
+    }
+
+    /// [`MmStruct::get_unmapped_area`] for a mapping whose first page has
+    /// page offset `pgoff` (`mremap()` passes the moved VMA's): under
+    /// [`MmapLayout::ThpAligned`], a mapping whose length is a multiple of
+    /// 2 MiB and whose offset range holds a whole 2 MiB block is placed at
+    /// an address congruent to `pgoff << PAGE_SHIFT` modulo 2 MiB
+    /// (`thp_get_unmapped_area_vmflags()` of 6.18: a top-down search for
+    /// `len + 2 MiB`, then rounding; an unaligned search if that fails).
+    pub fn get_unmapped_area_pgoff(
+        &self,
+        cx: &mut Cx,
+        len: u64,
+        hint: u64,
+        pgoff: u64,
+    ) -> Result<u64, Errno> {
         if len > TASK_SIZE - MMAP_MIN_ADDR {
             return Err(Errno::NoMem);
         }
@@ -307,31 +397,51 @@ impl MmStruct {
                 return Ok(h);
             }
         }
-        let align = if self.layout == MmapLayout::ThpAligned && len.is_multiple_of(PMD_SIZE) {
-            PMD_SIZE
-        } else {
-            PAGE_SIZE
-        };
-        // Walk the gaps from the top down.
-        let mut high = self.mmap_base;
+        let off = pgoff.wrapping_mul(PAGE_SIZE);
+        let off_end = off.wrapping_add(len);
+        let off_align = off.next_multiple_of(PMD_SIZE);
+        if self.layout == MmapLayout::ThpAligned
+            && len.is_multiple_of(PMD_SIZE)
+            && off_end > off_align
+            && off_end - off_align >= PMD_SIZE
+        {
+            if let Some(ret) = self.unmapped_area_topdown(len + PMD_SIZE) {
+                let off_sub = off.wrapping_sub(ret) & (PMD_SIZE - 1);
+                // Top-down, an already aligned result leaves the pad below.
+                return Ok(if off_sub == 0 {
+                    ret + PMD_SIZE
+                } else {
+                    ret + off_sub
+                });
+            }
+        }
+        self.unmapped_area_topdown(len).ok_or(Errno::NoMem)
+    }
+
+    /// Models `unmapped_area_topdown()`: the highest page-aligned start of a
+    /// gap of `len` bytes between `mmap_min_addr` and the process's `mmap_base`.
+    fn unmapped_area_topdown(&self, len: u64) -> Option<u64> {
         let fit = |low: u64, high: u64| -> Option<u64> {
-            let start = high.checked_sub(len)? & !(align - 1);
+            let start = high.checked_sub(len)?;
             (start >= low.max(MMAP_MIN_ADDR)).then_some(start)
         };
+        let mut high = self.mmap_base;
         for (_, v) in self.vmas.range(..self.mmap_base).rev() {
             if v.end < high {
                 if let Some(s) = fit(v.end, high) {
-                    return Ok(s);
+                    return Some(s);
                 }
             }
             high = high.min(v.start);
         }
-        fit(MMAP_MIN_ADDR, high).ok_or(Errno::NoMem)
+        fit(MMAP_MIN_ADDR, high)
     }
 
-    /// Splits the VMA containing `addr` (if any, and if `addr` is inside it)
-    /// into `[start, addr)` and `[addr, end)` (`split_vma()`).
-    fn split_at(&mut self, addr: u64) {
+    /// Models `__split_vma()`: splits the VMA containing `addr` (if any, and
+    /// if `addr` is inside it) into `[start, addr)` and `[addr, end)`. A PMD
+    /// leaf that maps across `addr` is split first
+    /// (`vma_adjust_trans_huge()`: a huge page cannot be mapped by two VMAs).
+    pub(crate) fn split_at(&mut self, pa: &mut PageAlloc, cx: &mut Cx, addr: u64) {
         let Some((&s, v)) = self.vmas.range(..addr).next_back() else {
             return;
         };
@@ -340,19 +450,25 @@ impl MmStruct {
         }
         let mut hi = *v;
         hi.start = addr;
+        hi.pgoff = v.pgoff_of(addr);
+        let haddr = addr & !(PMD_SIZE - 1);
+        if addr != haddr && haddr >= v.start && haddr + PMD_SIZE <= v.end {
+            crate::memory::split_huge_pmd_address(pa, cx, self, addr);
+        }
         self.vmas.get_mut(&s).expect("vma").end = addr;
         self.vmas.insert(addr, hi);
     }
 
-    /// Merges VMAs around `[start, end)` with equal flags that touch
-    /// (`vma_merge_new_range()`/`vma_modify()`'s merge step).
+    /// Merges VMAs around `[start, end)` that touch, with equal flags and
+    /// contiguous page offsets (`vma_merge_new_range()`/`vma_modify()`'s
+    /// merge step).
     ///
     /// `fresh` is the start of a VMA that `mmap()` inserted just now: no
     /// lookup can have cached it, so its disappearing into the VMA below does
     /// not invalidate the VMA caches (the kernel never allocated it: 4.19's
     /// `vma_merge()` only extends the previous VMA). Every other VMA that
     /// leaves the tree does.
-    fn merge_range(&mut self, start: u64, end: u64, fresh: Option<u64>) {
+    pub(crate) fn merge_range(&mut self, start: u64, end: u64, fresh: Option<u64>) {
         let first = self
             .vmas
             .range(..start)
@@ -365,8 +481,7 @@ impl MmStruct {
             let v = self.vmas[&k];
             if let Some(c) = cur {
                 let cv = self.vmas[&c];
-                // Each MAP_HUGETLB mapping has its own file: never merged.
-                if cv.end == v.start && cv.flags == v.flags && !v.flags.contains(VmFlags::HUGETLB) {
+                if cv.mergeable_with(&v) {
                     self.vmas.remove(&k);
                     if fresh != Some(k) {
                         crate::vmacache::vmacache_invalidate(self);
@@ -408,14 +523,7 @@ impl MmStruct {
             self.get_unmapped_area(cx, len, hint)?
         };
         let flags = VmFlags::READ.or(VmFlags::WRITE).or(VmFlags::ANON_PRIVATE);
-        self.vmas.insert(
-            addr,
-            Vma {
-                start: addr,
-                end: addr + len,
-                flags,
-            },
-        );
+        self.vmas.insert(addr, Vma::anon(addr, addr + len, flags));
         self.merge_range(addr, addr + len, Some(addr));
         Ok(addr)
     }
@@ -441,8 +549,8 @@ impl MmStruct {
         cx.charge_n(Cost::VmaLookupLevel, self.maple_depth());
         self.may_split_at(addr)?;
         self.may_split_at(end)?;
-        self.split_at(addr);
-        self.split_at(end);
+        self.split_at(pa, cx, addr);
+        self.split_at(pa, cx, end);
         let gone: Vec<u64> = self.vmas.range(addr..end).map(|(&s, _)| s).collect();
         if gone.is_empty() {
             return Ok(());
@@ -559,14 +667,7 @@ impl MmStruct {
         match prev {
             Some(v) => self.vmas.get_mut(&v.start).expect("vma").end = addr + len,
             None => {
-                self.vmas.insert(
-                    addr,
-                    Vma {
-                        start: addr,
-                        end: addr + len,
-                        flags,
-                    },
-                );
+                self.vmas.insert(addr, Vma::anon(addr, addr + len, flags));
                 // Deviation: a mapping with the heap's flags that ends exactly
                 // at `start_brk` stays separate in the kernel; the model's
                 // VMA tree keeps no mergeable neighbours apart, so it merges.
@@ -639,8 +740,8 @@ impl MmStruct {
             Advice::HugePage | Advice::NoHugePage => {
                 self.may_split_at(addr)?;
                 self.may_split_at(end)?;
-                self.split_at(addr);
-                self.split_at(end);
+                self.split_at(pa, cx, addr);
+                self.split_at(pa, cx, end);
                 let (set, clear) = if advice == Advice::HugePage {
                     (VmFlags::HUGEPAGE, VmFlags::NOHUGEPAGE)
                 } else {
@@ -660,7 +761,8 @@ impl MmStruct {
     }
 
     /// Checks the VMA tree's invariants: sorted, non-overlapping, aligned,
-    /// keyed by start, and no two mergeable neighbours left unmerged.
+    /// keyed by start, inside the user address space, and no two mergeable
+    /// neighbours left unmerged.
     pub fn check_vmas(&self) {
         let mut prev: Option<Vma> = None;
         for (&k, v) in &self.vmas {
@@ -668,17 +770,14 @@ impl MmStruct {
             assert!(
                 v.start < v.end
                     && v.start.is_multiple_of(PAGE_SIZE)
-                    && v.end.is_multiple_of(PAGE_SIZE),
+                    && v.end.is_multiple_of(PAGE_SIZE)
+                    && v.start >= MMAP_MIN_ADDR
+                    && v.end <= TASK_SIZE,
                 "bad vma {v:?}"
             );
             if let Some(p) = prev {
                 assert!(p.end <= v.start, "overlapping vmas {p:?} {v:?}");
-                assert!(
-                    !(p.end == v.start
-                        && p.flags == v.flags
-                        && !v.flags.contains(VmFlags::HUGETLB)),
-                    "unmerged neighbours {p:?} {v:?}"
-                );
+                assert!(!p.mergeable_with(v), "unmerged neighbours {p:?} {v:?}");
             }
             prev = Some(*v);
         }

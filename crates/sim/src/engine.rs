@@ -34,8 +34,12 @@
 //! an idle CPU.
 //!
 //! `mm->mmap_lock` is a lock of class [`LockClass::MmapLock`], taken for
-//! writing around `mmap`, `munmap`, `madvise`, `brk`, `fork` and `exit_mmap`.
-//! Deviation: page faults do not take it (see [`LockClass::MmapLock`]).
+//! writing around `mmap`, `munmap`, `mprotect`, `mremap`, `madvise`, `brk`, `fork`
+//! and `exit_mmap`, and for reading around each page fault (deviation for
+//! 6.4+: see [`LockClass::MmapLock`]). Locks are read-write: readers share,
+//! a writer waits for them, and a reader queues behind a waiting writer.
+//! Page-table locks ([`LockClass::Ptl`]) are taken inside the model's
+//! functions, one per page-table page.
 //!
 //! A `Touch` runs one access at a time: the engine returns to the event
 //! queue after each fault (and after every [`TOUCH_CHUNK`] accesses that do
@@ -140,10 +144,14 @@ struct Vcpu {
 
 #[derive(Default)]
 struct LockState {
+    /// The vCPU holding it exclusively.
     owner: Option<u32>,
     last_owner: Option<u32>,
     acquired_at: u64,
-    waiters: VecDeque<u32>,
+    /// vCPUs holding it for reading, with the time each got it.
+    readers: Vec<(u32, u64)>,
+    /// Queued vCPUs, in arrival order, and whether each wants to read.
+    waiters: VecDeque<(u32, bool)>,
 }
 
 #[derive(Default)]
@@ -262,6 +270,9 @@ pub struct Engine {
     queue: BinaryHeap<Reverse<(u64, u64, u32)>>,
     seq: u64,
     locks: Vec<Vec<LockState>>,
+    /// Page-table locks by table pfn (sparse: a Vec would be as long as the
+    /// highest pfn).
+    ptls: BTreeMap<u32, LockState>,
     chans: Vec<Chan>,
     stats: RunStats,
     seed: u64,
@@ -293,6 +304,7 @@ impl Engine {
             queue: BinaryHeap::new(),
             seq: 0,
             locks: (0..LockClass::COUNT).map(|_| Vec::new()).collect(),
+            ptls: BTreeMap::new(),
             chans: Vec::new(),
             stats: RunStats {
                 locks: vec![LockStats::default(); LockClass::COUNT],
@@ -399,11 +411,8 @@ impl Engine {
     /// VMA tree checker of every live address space.
     pub fn check_invariants(&self) {
         self.pa.check_invariants();
-        for p in &self.procs {
-            if let Some(mm) = &p.mm {
-                mm.check_vmas();
-            }
-        }
+        let mms: Vec<&MmStruct> = self.procs.iter().filter_map(|p| p.mm.as_ref()).collect();
+        mm::memory::check_mm_invariants(&self.pa, &mms);
     }
 
     /// Address spaces still alive (of processes that have not ended).
@@ -418,6 +427,9 @@ impl Engine {
     }
 
     fn lock_state(&mut self, l: LockId) -> &mut LockState {
+        if l.class == LockClass::Ptl {
+            return self.ptls.entry(l.index).or_default();
+        }
         let class = &mut self.locks[l.class as usize];
         let i = l.index as usize;
         if class.len() <= i {
@@ -431,7 +443,7 @@ impl Engine {
             LockClass::Zone => self.costs.get(Cost::ZoneLockHandoff),
             // The cost of moving a contended lock's cache line is the same
             // whichever lock it is; the profile measures it on zone->lock.
-            LockClass::MmapLock => self.costs.get(Cost::ZoneLockHandoff),
+            LockClass::MmapLock | LockClass::Ptl => self.costs.get(Cost::ZoneLockHandoff),
         }
     }
 
@@ -489,15 +501,24 @@ impl Engine {
         self.stats.clone()
     }
 
+    /// True if no queued event comes at or before `t`: then the vCPU may go
+    /// on to `t` at once, exactly as if it had queued an event for `t` (which
+    /// would be the next one processed), without the round trip.
+    fn nothing_before(&self, t: u64) -> bool {
+        self.queue.peek().is_none_or(|Reverse((at, _, _))| *at > t)
+    }
+
     /// Continues vCPU `v` at the time of its event, `now`.
     fn step(&mut self, v: u32, now: u64) {
         let vi = v as usize;
         self.vcpus[vi].active = false;
+        let mut now = now;
         let mut t = now.max(self.vcpus[vi].time);
         loop {
             // Play the current operation's segments.
             while self.vcpus[vi].pos < self.vcpus[vi].segs.len() {
-                match self.vcpus[vi].segs[self.vcpus[vi].pos] {
+                let seg = self.vcpus[vi].segs[self.vcpus[vi].pos];
+                match seg {
                     Seg::Compute(ns) => {
                         t += ns;
                         self.vcpus[vi].busy_ns += ns;
@@ -506,16 +527,26 @@ impl Engine {
                         }
                         self.vcpus[vi].pos += 1;
                     }
-                    Seg::Lock(l) => {
+                    Seg::Lock(l) | Seg::LockRead(l) => {
                         if t > now {
+                            if !self.nothing_before(t) {
+                                self.vcpus[vi].time = t;
+                                self.schedule(v, t);
+                                return;
+                            }
+                            now = t;
                             self.vcpus[vi].time = t;
-                            self.schedule(v, t);
-                            return;
                         }
+                        let read = matches!(seg, Seg::LockRead(_));
                         let handoff = self.handoff_ns(l);
                         let st = self.lock_state(l);
-                        if st.owner.is_some() {
-                            st.waiters.push_back(v);
+                        // A reader waits behind a queued writer (rwsem
+                        // fairness); a writer waits for every reader.
+                        let busy = st.owner.is_some()
+                            || (read && !st.waiters.is_empty())
+                            || (!read && !st.readers.is_empty());
+                        if busy {
+                            st.waiters.push_back((v, read));
                             self.stats.locks[l.class as usize].contended += 1;
                             self.stats.locks[l.class as usize].acquisitions += 1;
                             self.vcpus[vi].time = t;
@@ -528,8 +559,12 @@ impl Engine {
                         } else {
                             0
                         };
-                        st.owner = Some(v);
-                        st.acquired_at = t + extra;
+                        if read {
+                            st.readers.push((v, t + extra));
+                        } else {
+                            st.owner = Some(v);
+                            st.acquired_at = t + extra;
+                        }
                         let ls = &mut self.stats.locks[l.class as usize];
                         ls.acquisitions += 1;
                         ls.wait_ns += extra;
@@ -540,13 +575,17 @@ impl Engine {
                         }
                         self.vcpus[vi].pos += 1;
                     }
-                    Seg::Unlock(l) => {
+                    Seg::Unlock(l) | Seg::UnlockRead(l) => {
                         if t > now {
+                            if !self.nothing_before(t) {
+                                self.vcpus[vi].time = t;
+                                self.schedule(v, t);
+                                return;
+                            }
+                            now = t;
                             self.vcpus[vi].time = t;
-                            self.schedule(v, t);
-                            return;
                         }
-                        self.release(l, v, t);
+                        self.release(l, v, t, matches!(seg, Seg::UnlockRead(_)));
                         self.vcpus[vi].pos += 1;
                     }
                 }
@@ -556,9 +595,13 @@ impl Engine {
             }
             // The operation is over: the next one starts in global time order.
             if t > now {
+                if !self.nothing_before(t) {
+                    self.vcpus[vi].time = t;
+                    self.schedule(v, t);
+                    return;
+                }
+                now = t;
                 self.vcpus[vi].time = t;
-                self.schedule(v, t);
-                return;
             }
             if !self.start_next_op(v, t) {
                 // Idle: whatever wakes the vCPU next is not a task's work yet.
@@ -598,25 +641,53 @@ impl Engine {
         }
     }
 
-    fn release(&mut self, l: LockId, v: u32, t: u64) {
+    /// Releases `l` held by vCPU `v` at `t` (a read hold if `read`) and, if
+    /// it is now free, grants it to the first waiter: a writer alone, or the
+    /// readers at the head of the queue together.
+    fn release(&mut self, l: LockId, v: u32, t: u64, read: bool) {
         let handoff = self.handoff_ns(l);
         let st = self.lock_state(l);
-        debug_assert_eq!(
-            st.owner,
-            Some(v),
-            "unlock by a vCPU that does not hold the lock"
-        );
-        let held = t - st.acquired_at;
+        let held = if read {
+            let i = st
+                .readers
+                .iter()
+                .position(|&(r, _)| r == v)
+                .expect("read unlock by a vCPU that does not hold the lock");
+            t - st.readers.swap_remove(i).1
+        } else {
+            debug_assert_eq!(
+                st.owner,
+                Some(v),
+                "unlock by a vCPU that does not hold the lock"
+            );
+            st.owner = None;
+            t - st.acquired_at
+        };
         st.last_owner = Some(v);
-        st.owner = None;
-        let next = st.waiters.pop_front();
+        let mut grants: Vec<(u32, bool)> = Vec::new();
+        if st.owner.is_none() && st.readers.is_empty() {
+            while let Some(&(w, wr)) = st.waiters.front() {
+                if !grants.is_empty() && !wr {
+                    break;
+                }
+                st.waiters.pop_front();
+                grants.push((w, wr));
+                if !wr {
+                    break;
+                }
+            }
+        }
         self.stats.locks[l.class as usize].hold_ns += held;
-        if let Some(w) = next {
+        for (w, wr) in grants {
             let extra = if w != v { handoff } else { 0 };
             let tw = t + extra;
             let st = self.lock_state(l);
-            st.owner = Some(w);
-            st.acquired_at = tw;
+            if wr {
+                st.readers.push((w, tw));
+            } else {
+                st.owner = Some(w);
+                st.acquired_at = tw;
+            }
             let wi = w as usize;
             let waited = tw - self.vcpus[wi].lock_wait_since;
             self.stats.locks[l.class as usize].wait_ns += waited;
@@ -809,6 +880,27 @@ impl Engine {
                     self.vcpus[vi].segs.extend_from_slice(self.cx.segs());
                     self.tasks[tid].result = Some(OpResult::Sys(r));
                 }
+                Op::Mprotect { addr, len, prot } => {
+                    self.cx.begin(VcpuId(v), SimTime(t));
+                    let r =
+                        self.with_mm_locked(pid, |pa, cx, mm| mm.mprotect(pa, cx, addr, len, prot));
+                    self.vcpus[vi].segs.extend_from_slice(self.cx.segs());
+                    self.tasks[tid].result = Some(OpResult::Sys(r));
+                }
+                Op::Mremap {
+                    addr,
+                    old_len,
+                    new_len,
+                    flags,
+                    new_addr,
+                } => {
+                    self.cx.begin(VcpuId(v), SimTime(t));
+                    let r = self.with_mm_locked(pid, |pa, cx, mm| {
+                        mm.mremap(pa, cx, addr, old_len, new_len, flags, new_addr)
+                    });
+                    self.vcpus[vi].segs.extend_from_slice(self.cx.segs());
+                    self.tasks[tid].result = Some(OpResult::Mapped(r));
+                }
                 Op::Madvise { addr, len, advice } => {
                     self.cx.begin(VcpuId(v), SimTime(t));
                     let mut task = self.tasks[tid].vmacache.take();
@@ -932,7 +1024,10 @@ impl Engine {
             let task = self.tasks[tid]
                 .vmacache
                 .get_or_insert_with(|| mm::vmacache::TaskStruct::new(mm, policy));
-            match mm::memory::do_user_addr_fault(
+            // The fault runs under mmap_lock held for reading.
+            let lock = mmap_lock(pid);
+            self.cx.lock_read(lock);
+            let r = mm::memory::do_user_addr_fault(
                 &mut self.pa,
                 &mut self.cx,
                 &mut self.mmg,
@@ -940,7 +1035,9 @@ impl Engine {
                 task,
                 addr,
                 cur.write,
-            ) {
+            );
+            self.cx.unlock_read(lock);
+            match r {
                 Ok(()) => {
                     // The access is retried and now succeeds.
                     let ok = mm::memory::user_access(&mut self.pa, mm, addr, cur.write);

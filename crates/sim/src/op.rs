@@ -6,6 +6,8 @@
 //! a loop) however long it runs.
 
 use crate::rng::Rng;
+use mm::mprotect::Prot;
+use mm::mremap::MremapFlags;
 use mm::page_alloc::{AllocError, Gfp};
 use mm::vma::{Advice, Errno};
 use mm::Pfn;
@@ -142,6 +144,33 @@ pub enum Op {
     /// Waits until every child process of this process has exited
     /// (`wait()` in a loop). Answers [`OpResult::Done`].
     Wait,
+    /// `mprotect(addr, len, prot)`: changes the protection of a range,
+    /// splitting and merging VMAs ([`mm::mprotect`]). A later write to a
+    /// range without `PROT_WRITE`, or any access to a `PROT_NONE` one, is a
+    /// SIGSEGV. Answers [`OpResult::Sys`].
+    Mprotect {
+        /// Start, page aligned.
+        addr: u64,
+        /// Length in bytes.
+        len: u64,
+        /// `PROT_*` bits.
+        prot: Prot,
+    },
+    /// `mremap(addr, old_len, new_len, flags, new_addr)`: shrinks, grows in
+    /// place or moves a mapping, moving its page tables ([`mm::mremap`]).
+    /// Answers [`OpResult::Mapped`] with the range's address afterwards.
+    Mremap {
+        /// Start of the range, page aligned.
+        addr: u64,
+        /// Its length in bytes.
+        old_len: u64,
+        /// The new length in bytes.
+        new_len: u64,
+        /// `MREMAP_*` flags.
+        flags: MremapFlags,
+        /// The target of `MREMAP_FIXED` (a hint with `MREMAP_DONTUNMAP`).
+        new_addr: u64,
+    },
 }
 
 /// The program of a forked child, wrapped so that [`Op`] can be printed.
@@ -173,9 +202,9 @@ pub enum OpResult {
     Alloc(Result<Pfn, AllocError>),
     /// The message received by `Recv`.
     Received(Vec<Block>),
-    /// The result of `Mmap`: the address of the new mapping.
+    /// The result of `Mmap` or `Mremap`: the address of the mapping.
     Mapped(Result<u64, Errno>),
-    /// The result of `Munmap` or `Madvise`.
+    /// The result of `Munmap`, `Madvise` or `Mprotect`.
     Sys(Result<(), Errno>),
     /// The result of `Fork` in the parent: the child's process id.
     Forked(Result<u32, Errno>),

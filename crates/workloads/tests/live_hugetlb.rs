@@ -51,6 +51,7 @@ fn model(nr_hugepages: u64) -> Vec<Step> {
     let errno = |e: Errno| match e {
         Errno::Inval => EINVAL,
         Errno::NoMem => ENOMEM,
+        Errno::Fault => EFAULT,
     };
     let mut mm = MmStruct::new(&mut pa, &mut cx, MmapLayout::ThpAligned).unwrap();
     let len = NR_MAPPED as u64 * HPAGE_SIZE;
@@ -109,6 +110,7 @@ fn model(nr_hugepages: u64) -> Vec<Step> {
 
 /// Linux's errno values (asm-generic/errno-base.h).
 const ENOMEM: i32 = 12;
+const EFAULT: i32 = 14;
 const EINVAL: i32 = 22;
 
 #[test]

@@ -62,7 +62,9 @@ use super::{ThpEnabled, VmFault};
 use crate::cost::{Cost, Cx};
 use crate::page::{pfn_idx, PG_PARTIALLY_MAPPED};
 use crate::page_alloc::{Gfp, PageAlloc};
-use crate::pgtable::{mk_entry, Slot, PAGE_ACCESSED, PAGE_DIRTY, PAGE_PRESENT, PAGE_RW};
+use crate::pgtable::{
+    mk_entry, Slot, PAGE_ACCESSED, PAGE_ANON_EXCLUSIVE, PAGE_DIRTY, PAGE_PRESENT, PAGE_RW,
+};
 use crate::types::{Pfn, HPAGE_PMD_ORDER, PAGE_SIZE};
 use crate::vma::{VmFlags, Vma};
 use crate::vmstat::{MthpStat, MTHP_NR_ORDERS};
@@ -341,19 +343,17 @@ pub fn map_anon_folio(
     cx.charge_n(Cost::ClearPage, nr as u64);
     pa.mem.set_refcount(pfn_idx(pfn), nr);
     let first = crate::pgtable::Level::Pte.index(addr & !((PAGE_SIZE << order) - 1));
+    let ptl = super::pte_lockptr(pte.table);
+    cx.lock(ptl);
     cx.charge(Cost::PteSet);
-    for i in 0..nr as usize {
-        mm.pgt.set(
-            Slot {
-                table: pte.table,
-                index: first + i,
-            },
-            mk_entry(
-                pfn.offset(i as u64),
-                PAGE_PRESENT | PAGE_RW | PAGE_ACCESSED | PAGE_DIRTY,
-            ),
+    let t = mm.pgt.table_mut(pte.table);
+    for (i, e) in t[first..first + nr as usize].iter_mut().enumerate() {
+        *e = mk_entry(
+            pfn.offset(i as u64),
+            PAGE_PRESENT | PAGE_RW | PAGE_ACCESSED | PAGE_DIRTY | PAGE_ANON_EXCLUSIVE,
         );
     }
+    cx.unlock(ptl);
 }
 
 /// After an unmap left `head` with references: models the partial-mapping
@@ -396,11 +396,11 @@ mod tests {
     use super::*;
 
     fn vma(flags: VmFlags) -> Vma {
-        Vma {
-            start: 0x4000_0000,
-            end: 0x8000_0000,
-            flags: VmFlags::READ.or(VmFlags::WRITE).or(flags),
-        }
+        Vma::anon(
+            0x4000_0000,
+            0x8000_0000,
+            VmFlags::READ.or(VmFlags::WRITE).or(flags),
+        )
     }
 
     #[test]
@@ -446,11 +446,7 @@ mod tests {
 
     #[test]
     fn suitable_orders_need_the_aligned_block_inside_the_vma() {
-        let v = Vma {
-            start: 0x20_3000,
-            end: 0x40_0000 - 0x2000,
-            flags: VmFlags::ANON_PRIVATE,
-        };
+        let v = Vma::anon(0x20_3000, 0x40_0000 - 0x2000, VmFlags::ANON_PRIVATE);
         let all: Orders = 0b11_1111_1100;
         // At 0x20_4000: 16 KiB block [0x20_4000, 0x20_8000) fits; 32 KiB
         // starts at 0x20_0000, before the VMA.
