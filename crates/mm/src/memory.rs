@@ -118,6 +118,12 @@ pub struct MmConfig {
     pub mthp_enabled: [MthpEnabled; MTHP_NR_ORDERS],
     /// `arch_wants_pte_order()`: the preferred order of v1/v2/simple.
     pub arch_pte_order: u8,
+    /// Sub-page order of `folio_zero_user()` (THP and mTHP first touch):
+    /// target-last since 4.14 (c79b57e462b5d).
+    pub clear_order: huge_order::HugeOrderPolicy,
+    /// Sub-page order of `copy_user_large_folio()` (the 4.18-era THP COW):
+    /// target-last since 4.18 (seed 000).
+    pub copy_order: huge_order::HugeOrderPolicy,
 }
 
 impl Default for MmConfig {
@@ -131,6 +137,8 @@ impl Default for MmConfig {
             anon_folio: AnonFolioPolicy::Mthp,
             mthp_enabled: anon_folio::MTHP_DEFAULTS,
             arch_pte_order: anon_folio::DEFAULT_PTE_ORDER,
+            clear_order: huge_order::HugeOrderPolicy::TargetLast,
+            copy_order: huge_order::HugeOrderPolicy::TargetLast,
         }
     }
 }
@@ -219,27 +227,29 @@ pub fn thp_vma_allowable(cfg: &MmConfig, vma: &Vma, addr: u64) -> bool {
 /// True if a user access to `addr` needs no fault: the page is mapped, and
 /// writable if `write`. Sets the accessed and dirty bits as the hardware does.
 pub fn access_ok(mm: &mut MmStruct, addr: u64, write: bool) -> bool {
-    let Some(pmd) = mm.pgt.lookup(addr, Level::Pmd) else {
-        return false;
-    };
+    user_access_phys(mm, addr, write).is_some()
+}
+
+/// The physical address a user access to `addr` reaches, if it needs no
+/// fault (see [`access_ok`]): the hardware's page walk, with the accessed
+/// and dirty bits set as the hardware sets them.
+pub fn user_access_phys(mm: &mut MmStruct, addr: u64, write: bool) -> Option<u64> {
+    let pmd = mm.pgt.lookup(addr, Level::Pmd)?;
     let e = mm.pgt.get(pmd);
-    let slot = if present(e) && e & PAGE_PSE != 0 {
-        pmd
+    let (slot, page_mask) = if present(e) && e & PAGE_PSE != 0 {
+        (pmd, PMD_SIZE - 1)
     } else {
-        match mm.pgt.lookup(addr, Level::Pte) {
-            Some(s) => s,
-            None => return false,
-        }
+        (mm.pgt.lookup(addr, Level::Pte)?, PAGE_SIZE - 1)
     };
     let e = mm.pgt.get(slot);
     if !present(e) || (write && e & PAGE_RW == 0) {
-        return false;
+        return None;
     }
     let bits = PAGE_ACCESSED | if write { PAGE_DIRTY } else { 0 };
     if e & bits != bits {
         mm.pgt.set(slot, e | bits);
     }
-    true
+    Some((entry_pfn(e).0 << crate::types::PAGE_SHIFT) + (addr & page_mask))
 }
 
 /// Models `handle_mm_fault()` of 6.18 for anonymous private memory: counts
@@ -299,7 +309,7 @@ fn handle_mm_fault_vma(
         .map_err(|_| VmFault::Oom)?;
     let e = mm.pgt.get(pmd);
     if e == 0 && thp_vma_allowable(&g.cfg, &vma, addr) {
-        if do_huge_pmd_anonymous_page(pa, cx, g, mm, pmd, write) {
+        if do_huge_pmd_anonymous_page(pa, cx, g, mm, pmd, addr, write) {
             return Ok(());
         }
     } else if present(e) && e & PAGE_PSE != 0 {
@@ -309,7 +319,7 @@ fn handle_mm_fault_vma(
                 .set(pmd, e | PAGE_ACCESSED | if write { PAGE_DIRTY } else { 0 });
             return Ok(());
         }
-        if do_huge_pmd_wp_page(pa, cx, g, mm, pmd) {
+        if do_huge_pmd_wp_page(pa, cx, g, mm, pmd, addr) {
             return Ok(());
         }
     }
@@ -353,18 +363,20 @@ pub fn do_anonymous_page(
         return Ok(());
     }
     let (pfn, order) = anon_folio::alloc_anon_folio(pa, cx, &g.cfg, mm, vma, pte, addr)?;
-    anon_folio::map_anon_folio(pa, cx, mm, pte, addr, pfn, order);
+    anon_folio::map_anon_folio(pa, cx, g.cfg.clear_order, mm, pte, addr, pfn, order);
     Ok(())
 }
 
 /// Models `do_huge_pmd_anonymous_page()` of 6.18. Returns false when the
-/// fault must fall back to PTEs (`VM_FAULT_FALLBACK`).
+/// fault must fall back to PTEs (`VM_FAULT_FALLBACK`). The new THP is
+/// zeroed by `folio_zero_user()` with the fault address `addr` as the hint.
 pub fn do_huge_pmd_anonymous_page(
     pa: &mut PageAlloc,
     cx: &mut Cx,
     g: &mut MmGlobal,
     mm: &mut MmStruct,
     pmd: Slot,
+    addr: u64,
     write: bool,
 ) -> bool {
     if !write {
@@ -388,7 +400,13 @@ pub fn do_huge_pmd_anonymous_page(
     }
     match alloc_thp(pa, cx, mm, pmd) {
         Some(pfn) => {
-            cx.charge_n(Cost::ClearPage, HPAGE_PMD_NR as u64);
+            huge_order::folio_zero_user(
+                cx,
+                g.cfg.clear_order,
+                pfn,
+                HPAGE_PMD_NR,
+                crate::types::Vaddr(addr),
+            );
             cx.charge(Cost::PteSet);
             mm.pgt.set(
                 pmd,
@@ -431,20 +449,23 @@ fn alloc_thp(pa: &mut PageAlloc, cx: &mut Cx, mm: &mut MmStruct, pmd: Slot) -> O
 }
 
 /// Models `do_huge_pmd_wp_page()`: a write to a write-protected PMD leaf.
-/// Returns false when the PMD was split and the PTE path must finish.
+/// Returns false when the PMD was split and the PTE path must finish. In the
+/// 4.18 form the copy is `copy_user_huge_page()` with the fault address
+/// `addr` as the hint.
 pub fn do_huge_pmd_wp_page(
     pa: &mut PageAlloc,
     cx: &mut Cx,
     g: &mut MmGlobal,
     mm: &mut MmStruct,
     pmd: Slot,
+    addr: u64,
 ) -> bool {
     let e = mm.pgt.get(pmd);
     if e & PAGE_SPECIAL != 0 {
         // The huge zero page (do_huge_zero_wp_pmd() in 6.18).
         mm.pgt.free_deposit(pa, cx, pmd);
         mm.pgt.set(pmd, 0);
-        if do_huge_pmd_anonymous_page(pa, cx, g, mm, pmd, true) {
+        if do_huge_pmd_anonymous_page(pa, cx, g, mm, pmd, addr, true) {
             return true;
         }
         // Back to zero-page PTEs, as __split_huge_zero_page_pmd() leaves them.
@@ -476,7 +497,14 @@ pub fn do_huge_pmd_wp_page(
             // 4.18 had no per-size stats; the gauge keeps the model's
             // books balanced (the folio is freed through folio_put_refs()).
             pa.vmstat.count_mthp(HPAGE_PMD_ORDER, MthpStat::NrAnon, 1);
-            cx.charge_n(Cost::CopyPage, HPAGE_PMD_NR as u64);
+            huge_order::copy_user_large_folio(
+                cx,
+                g.cfg.copy_order,
+                pfn,
+                entry_pfn(e),
+                HPAGE_PMD_NR,
+                crate::types::Vaddr(addr),
+            );
             let new = crate::page::pfn_idx(pfn);
             pa.mem.set_refcount(new, HPAGE_PMD_NR);
             pa.mem.set_entire_mapcount(new, 1);
@@ -549,11 +577,11 @@ pub fn do_wp_page(
     let pfn = pa
         .alloc_pages(cx, Gfp::HIGHUSER_MOVABLE, 0)
         .map_err(|_| VmFault::Oom)?;
-    cx.charge(if special {
-        Cost::ClearPage
+    if special {
+        cx.clear_page(pfn);
     } else {
-        Cost::CopyPage
-    });
+        cx.copy_page(pfn, entry_pfn(e));
+    }
     pa.mem.set_refcount(crate::page::pfn_idx(pfn), 1);
     if let Some(h) = old_head {
         folio_put_refs(pa, cx, h, 1);

@@ -247,6 +247,42 @@ impl fmt::Display for CacheConfigError {
 
 impl std::error::Error for CacheConfigError {}
 
+/// What one line access costs, by where it was served from, for an engine
+/// that plays memory traffic through a [`CacheModel`]: picoseconds per
+/// 64-byte line of a *streaming* access (page clearing, copying and a
+/// program's sequential writes keep many lines in flight, so these are
+/// bandwidth figures, not load-to-use latencies). Values come from the cost
+/// profile's `[cache]` section, each with its source.
+#[derive(Clone, Copy, PartialEq, Eq, Debug, Default)]
+pub struct CacheCosts {
+    /// A line served by the CPU's private L2.
+    pub l2_hit_line_ps: u64,
+    /// A line served by the socket's LLC.
+    pub llc_hit_line_ps: u64,
+    /// A line that missed every level and came from (or went to) DRAM, as
+    /// one core streams alone.
+    pub dram_line_ps: u64,
+    /// The time one line occupies its socket's memory channels: line bytes
+    /// over the socket's sustained DRAM bandwidth. When many cores stream at
+    /// once, misses queue for the channels at this rate (0: no limit).
+    pub dram_socket_line_ps: u64,
+    /// The core's own work per line of a *user* access, added to the
+    /// level's cost (Intel cores do not overlap the stores' issue with the
+    /// line transfers, as the ECM model of Haswell assumes): a program that
+    /// writes every word issues eight 8-byte stores per line.
+    pub user_line_ps: u64,
+}
+
+impl CacheCosts {
+    /// Picoseconds for the accesses counted in `st` on a core that has the
+    /// memory channels to itself.
+    pub fn ps(&self, st: &CacheStats) -> u64 {
+        st.l2_hits * self.l2_hit_line_ps
+            + st.llc_hits * self.llc_hit_line_ps
+            + st.llc_misses * self.dram_line_ps
+    }
+}
+
 /// A load or a store. Both look up and fill the same way (write-allocate);
 /// the kind is counted so that loads and stores can be reported apart.
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]

@@ -42,9 +42,10 @@
 //! not fault), so that the faults of different vCPUs interleave in virtual
 //! time as they would on a machine.
 
+use crate::cache::{AccessKind, CacheCosts, CacheModel, CacheStats};
 use crate::op::{Block, ChanId, Op, OpResult, TaskSpec};
 use crate::rng::Rng;
-use mm::cost::{Cost, CostTable, Cx, LockClass, LockId, Seg};
+use mm::cost::{Cost, CostTable, Cx, LockClass, LockId, MemAccess, Seg};
 use mm::memory::{MmConfig, MmGlobal, VmFault};
 use mm::page_alloc::PageAlloc;
 use mm::vma::{Errno, MmStruct};
@@ -66,6 +67,7 @@ struct TouchCursor {
     next: u64,
     end: u64,
     stride: u64,
+    bytes: u64,
     write: bool,
 }
 
@@ -109,6 +111,14 @@ struct Task {
     /// fault; a forked child starts with an empty one, as after
     /// `vmacache_flush()`.
     vmacache: Option<mm::vmacache::TaskStruct>,
+    /// Bytes covered by the task's `Touch` accesses.
+    touch_bytes: u64,
+    /// When its first `Touch` started and its last one ended (the measured
+    /// phase of a usemem-like program).
+    touch_start: Option<u64>,
+    touch_end: u64,
+    /// A `Touch` is the task's current operation.
+    in_touch: bool,
 }
 
 #[derive(Default)]
@@ -130,6 +140,8 @@ struct Vcpu {
     /// When this vCPU last finished work for a task (operations and the
     /// teardown of an address space), for the run's duration.
     task_work_end: u64,
+    /// Picoseconds of cache-model time not yet whole nanoseconds.
+    mem_ps_rem: u64,
 }
 
 #[derive(Default)]
@@ -186,6 +198,19 @@ pub struct RunStats {
     pub nr_sigsegv: u64,
     /// Faults that found no memory (`VM_FAULT_OOM`): each killed its process.
     pub nr_oom_kills: u64,
+    /// vCPU time in user space: `Compute` operations, `touch_ns` per user
+    /// access and, with the cache model, the time of the accessed lines.
+    pub user_ns: u64,
+    /// Bytes covered by user accesses (`Touch`), all tasks.
+    pub touch_bytes: u64,
+    /// Sum over tasks of the bytes each task's accesses covered per second
+    /// of its access phase (first `Touch` start to last `Touch` end): the
+    /// throughput vm-scalability reports, summed over its processes.
+    pub touch_bytes_per_s: u64,
+    /// Line accesses counted by the cache model (all zero without one).
+    pub cache: CacheStats,
+    /// Of those, the kernel's (page clearing and copying).
+    pub cache_kernel: CacheStats,
 }
 
 /// One sample of one CPU's pageset for one zone.
@@ -255,6 +280,11 @@ pub struct Engine {
     /// figures, before any idle tail.
     at_last_task: Option<(Vec<LockStats>, u64)>,
     last_task_end: u64,
+    /// The cache model fed with the memory traffic, and what it costs.
+    cache: Option<(CacheModel, CacheCosts)>,
+    /// Per socket: the picosecond at which its memory channels have served
+    /// every line missed so far (a FIFO server at the socket's bandwidth).
+    dram_free_at_ps: Vec<u64>,
 }
 
 impl Engine {
@@ -287,7 +317,31 @@ impl Engine {
             idle_tail_ns: 0,
             at_last_task: None,
             last_task_end: 0,
+            cache: None,
+            dram_free_at_ps: Vec::new(),
         }
+    }
+
+    /// Plays all memory traffic through `cache`: page clears and copies in
+    /// the order the kernel model does them, and user accesses line by line,
+    /// each line costing what `costs` says for the level that served it
+    /// (instead of the cost table's `clear_page_ns` / `copy_page_ns`). The
+    /// cache's CPUs must be the machine's (same count, sockets as nodes).
+    pub fn with_cache(mut self, cache: CacheModel, costs: CacheCosts) -> Engine {
+        assert_eq!(
+            cache.config().nr_cpus() as usize,
+            self.vcpus.len(),
+            "the cache model's CPUs are not the machine's"
+        );
+        self.cx.set_record_mem(true);
+        self.dram_free_at_ps = vec![0; cache.config().sockets as usize];
+        self.cache = Some((cache, costs));
+        self
+    }
+
+    /// The cache model, if the engine has one.
+    pub fn cache_model(&self) -> Option<&CacheModel> {
+        self.cache.as_ref().map(|(c, _)| c)
     }
 
     /// Uses `cfg` (a kernel's `KernelConfig.mm`) for the fault path instead
@@ -348,6 +402,10 @@ impl Engine {
             pid,
             touch: None,
             vmacache: None,
+            touch_bytes: 0,
+            touch_start: None,
+            touch_end: 0,
+            in_touch: false,
         });
         self.vcpus[spec.cpu.idx()].runq.push_back(id);
     }
@@ -457,6 +515,19 @@ impl Engine {
         self.stats.runtime_ns = self.stats.runtime_ns.max(last);
         self.stats.nr_tasks = self.tasks.len() as u64;
         self.stats.nr_processes = self.procs.len() as u64;
+        self.stats.touch_bytes = self.tasks.iter().map(|t| t.touch_bytes).sum();
+        self.stats.touch_bytes_per_s = self
+            .tasks
+            .iter()
+            .filter_map(|t| {
+                let start = t.touch_start?;
+                let ns = t.touch_end.saturating_sub(start).max(1);
+                Some((t.touch_bytes as u128 * 1_000_000_000 / ns as u128) as u64)
+            })
+            .sum();
+        if let Some((c, _)) = &self.cache {
+            self.stats.cache = c.total_stats();
+        }
         self.stats.final_pcp_pages = self.pa.nr_pcp_pages();
         self.stats.clone()
     }
@@ -515,6 +586,19 @@ impl Engine {
                         self.release(l, v, t);
                         self.vcpus[vi].pos += 1;
                     }
+                    Seg::Mem(m) => {
+                        // Memory traffic reaches the shared caches in global
+                        // time order, like a lock acquisition.
+                        if t > now {
+                            self.vcpus[vi].time = t;
+                            self.schedule(v, t);
+                            return;
+                        }
+                        let ns = self.play_mem(v, t, m);
+                        t += ns;
+                        self.vcpus[vi].busy_ns += ns;
+                        self.vcpus[vi].pos += 1;
+                    }
                 }
             }
             if self.vcpus[vi].playing_task {
@@ -533,6 +617,61 @@ impl Engine {
                 return;
             }
         }
+    }
+
+    /// Plays one memory access through the cache model on vCPU `v`, starting
+    /// at `t`, and returns its duration in whole nanoseconds (the
+    /// picoseconds left over carry to the vCPU's next access).
+    ///
+    /// The duration is what the lines cost on a core alone
+    /// ([`CacheCosts::ps`]), or, if the socket's memory channels are busy
+    /// with earlier misses, the time until they have also served this
+    /// access's misses: a FIFO server at the socket's sustained bandwidth.
+    fn play_mem(&mut self, v: u32, t: u64, m: MemAccess) -> u64 {
+        let Some((cache, costs)) = self.cache.as_mut() else {
+            return 0;
+        };
+        let cpu = VcpuId(v);
+        let mut st = CacheStats::default();
+        let user = match m {
+            MemAccess::ClearPage(pfn) => {
+                cache.clear_page(cpu, pfn, &mut st);
+                false
+            }
+            MemAccess::CopyPage { dst, src } => {
+                cache.copy_page(cpu, dst, src, &mut st);
+                false
+            }
+            MemAccess::User { phys, len, write } => {
+                let kind = if write {
+                    AccessKind::Write
+                } else {
+                    AccessKind::Read
+                };
+                cache.access_range(cpu, phys, len as u64, kind, &mut st);
+                true
+            }
+        };
+        let vc = &mut self.vcpus[v as usize];
+        let mut ps = costs.ps(&st) + vc.mem_ps_rem;
+        if user {
+            ps += st.accesses() * costs.user_line_ps;
+        }
+        if st.llc_misses > 0 && costs.dram_socket_line_ps > 0 {
+            let socket = v as usize / cache.config().cpus_per_socket as usize;
+            let now_ps = t * 1000 + vc.mem_ps_rem;
+            let free = &mut self.dram_free_at_ps[socket];
+            *free = (*free).max(now_ps) + st.llc_misses * costs.dram_socket_line_ps;
+            ps = ps.max(*free - t * 1000);
+        }
+        vc.mem_ps_rem = ps % 1000;
+        let ns = ps / 1000;
+        if user {
+            self.stats.user_ns += ns;
+        } else {
+            self.stats.cache_kernel += st;
+        }
+        ns
     }
 
     /// The per-CPU vmstat timer (`vmstat_update()`): marks the work due on
@@ -639,6 +778,10 @@ impl Engine {
             }
             let res = self.tasks[tid].result.take().unwrap_or(OpResult::Done);
             let task = &mut self.tasks[tid];
+            if task.in_touch {
+                task.in_touch = false;
+                task.touch_end = t;
+            }
             let Some(op) = task.program.next(res, &mut task.rng) else {
                 if self.finish_task(tid, v, t) {
                     return true;
@@ -665,7 +808,10 @@ impl Engine {
                     self.pa.free_pages(&mut self.cx, block.0, block.1);
                     self.vcpus[vi].segs.extend_from_slice(self.cx.segs());
                 }
-                Op::Compute { ns } => self.vcpus[vi].segs.push(Seg::Compute(ns)),
+                Op::Compute { ns } => {
+                    self.stats.user_ns += ns;
+                    self.vcpus[vi].segs.push(Seg::Compute(ns));
+                }
                 Op::Send { chan, blocks } => {
                     // A task already waiting gets the message directly; one
                     // killed while it waited is skipped.
@@ -726,23 +872,28 @@ impl Engine {
                     addr,
                     len,
                     stride,
+                    bytes,
                     write,
                 } => {
-                    self.tasks[tid].touch = Some(TouchCursor {
+                    let task = &mut self.tasks[tid];
+                    task.touch = Some(TouchCursor {
                         next: addr,
                         end: addr.saturating_add(len),
                         stride: stride.max(1),
+                        bytes: bytes.max(1),
                         write,
                     });
+                    task.touch_start.get_or_insert(t);
+                    task.in_touch = true;
                     self.tasks[tid].result = Some(OpResult::Done);
                     if self.continue_touch(tid, v, t) {
                         return true;
                     }
                     continue;
                 }
-                Op::Fork { child } => {
+                Op::Fork { child, cpu } => {
                     self.cx.begin(VcpuId(v), SimTime(t));
-                    let r = self.fork(tid, child.0, t);
+                    let r = self.fork(tid, child.0, cpu, t);
                     self.vcpus[vi].segs.extend_from_slice(self.cx.segs());
                     self.tasks[tid].result = Some(OpResult::Forked(r));
                 }
@@ -803,16 +954,23 @@ impl Engine {
         self.cx.begin(VcpuId(v), SimTime(t));
         let mut fault = None;
         let mut n = 0;
+        let touch_ns = self.costs.get(Cost::Touch);
         while cur.next < cur.end && n < TOUCH_CHUNK {
             let addr = cur.next;
             cur.next = cur.next.saturating_add(cur.stride);
             n += 1;
             self.cx.charge(Cost::Touch);
+            self.stats.user_ns += touch_ns;
+            // The bytes of this access, within its page.
+            let in_page = mm::PAGE_SIZE - (addr & (mm::PAGE_SIZE - 1));
+            let len = cur.bytes.min(in_page).min(cur.end - addr) as u32;
+            self.tasks[tid].touch_bytes += len as u64;
             let Some(mm) = self.procs[pid].mm.as_mut() else {
                 fault = Some(VmFault::Sigsegv);
                 break;
             };
-            if mm::memory::access_ok(mm, addr, cur.write) {
+            if let Some(phys) = mm::memory::user_access_phys(mm, addr, cur.write) {
+                self.cx.user_access(phys, len, cur.write);
                 continue;
             }
             let policy = self.vmacache_policy;
@@ -830,8 +988,11 @@ impl Engine {
             ) {
                 Ok(()) => {
                     // The access is retried and now succeeds.
-                    let ok = mm::memory::access_ok(mm, addr, cur.write);
-                    debug_assert!(ok, "fault at {addr:#x} left it unmapped");
+                    let phys = mm::memory::user_access_phys(mm, addr, cur.write);
+                    debug_assert!(phys.is_some(), "fault at {addr:#x} left it unmapped");
+                    if let Some(phys) = phys {
+                        self.cx.user_access(phys, len, cur.write);
+                    }
                     break;
                 }
                 Err(e) => {
@@ -867,6 +1028,7 @@ impl Engine {
         &mut self,
         tid: TaskId,
         program: Box<dyn crate::op::Program>,
+        cpu: Option<VcpuId>,
         t: u64,
     ) -> Result<u32, Errno> {
         let pid = self.tasks[tid].pid;
@@ -887,7 +1049,10 @@ impl Engine {
         self.procs[pid].nr_forks += 1;
         self.procs[pid].live_children += 1;
         let nr_cpus = self.vcpus.len() as u32;
-        let cpu = VcpuId((self.tasks[tid].cpu.0 + 1 + nth % nr_cpus) % nr_cpus);
+        let cpu = match cpu {
+            Some(c) => VcpuId(c.0 % nr_cpus),
+            None => VcpuId((self.tasks[tid].cpu.0 + 1 + nth % nr_cpus) % nr_cpus),
+        };
         let ctid = self.tasks.len();
         self.live_tasks += 1;
         self.tasks.push(Task {
@@ -900,6 +1065,10 @@ impl Engine {
             pid: child,
             touch: None,
             vmacache: None,
+            touch_bytes: 0,
+            touch_start: None,
+            touch_end: 0,
+            in_touch: false,
         });
         // The child runs once the parent's fork() has done its work.
         let at = t + self.cx.compute_ns();
@@ -928,6 +1097,10 @@ impl Engine {
     fn finish_task(&mut self, tid: TaskId, v: u32, t: u64) -> bool {
         let vi = v as usize;
         self.tasks[tid].state = TaskState::Done;
+        if self.tasks[tid].in_touch {
+            self.tasks[tid].in_touch = false;
+            self.tasks[tid].touch_end = t;
+        }
         self.vcpus[vi].current = None;
         self.stats.runtime_ns = self.stats.runtime_ns.max(t);
         self.live_tasks -= 1;

@@ -74,6 +74,7 @@ fn cow_child(addr: u64, len: u64) -> impl Program {
             addr,
             len,
             stride: 4096,
+            bytes: 1,
             write: true,
         }),
         2 => Some(Op::Exit),
@@ -101,6 +102,7 @@ fn cow_parent(len: u64, n: u32) -> impl Program {
                 addr,
                 len,
                 stride: 4096,
+                bytes: 1,
                 write: true,
             })
         }
@@ -185,6 +187,7 @@ fn touch_outside_any_vma_is_sigsegv_and_kills_the_process() {
                 addr: 0x4000_0000,
                 len: 2 * MIB,
                 stride: 4096,
+                bytes: 1,
                 write: true,
             })
         }
@@ -197,6 +200,7 @@ fn touch_outside_any_vma_is_sigsegv_and_kills_the_process() {
             addr: 0x1000,
             len: 1,
             stride: 1,
+            bytes: 1,
             write: false,
         }),
         _ => panic!("a task killed by SIGSEGV ran on"),
@@ -225,6 +229,7 @@ fn threads_share_the_address_space_and_exit_group_ends_them_all() {
             addr: base,
             len: MIB,
             stride: 4096,
+            bytes: 1,
             write: true,
         }),
         3 => Some(Op::Compute { ns: 10_000_000 }),
@@ -239,6 +244,7 @@ fn threads_share_the_address_space_and_exit_group_ends_them_all() {
             addr: base,
             len: MIB,
             stride: 4096,
+            bytes: 1,
             write: true,
         }),
         _ => Some(Op::Compute { ns: 1_000_000 }),

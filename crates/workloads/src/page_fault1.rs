@@ -117,6 +117,7 @@ impl Program for PageFault1 {
                     addr,
                     len: self.size,
                     stride: PAGE_SIZE,
+                    bytes: 1,
                     write: true,
                 })
             }

@@ -103,6 +103,33 @@ impl Params {
         }
     }
 
+    /// A string parameter that must be one of `choices`, or `default` if
+    /// absent.
+    pub fn choice(
+        &self,
+        name: &'static str,
+        default: &'static str,
+        choices: &[&'static str],
+    ) -> Result<&'static str, ParamError> {
+        match self.0.get(name) {
+            None => Ok(default),
+            Some(ParamValue::Str(s)) => {
+                choices
+                    .iter()
+                    .copied()
+                    .find(|c| c == s)
+                    .ok_or_else(|| ParamError::Invalid {
+                        name,
+                        expected: format!("one of {}", choices.join(", ")),
+                    })
+            }
+            Some(_) => Err(ParamError::Invalid {
+                name,
+                expected: format!("one of {}", choices.join(", ")),
+            }),
+        }
+    }
+
     /// A size in bytes in `range`, or `default` if absent: an integer (bytes)
     /// or a string with a binary unit (`"128MiB"`, `"2GiB"`, `"4KiB"`).
     pub fn size(

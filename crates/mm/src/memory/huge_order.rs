@@ -70,7 +70,8 @@
 use std::fmt;
 use std::iter::FusedIterator;
 
-use crate::types::{Vaddr, PAGE_SHIFT};
+use crate::cost::Cx;
+use crate::types::{Pfn, Vaddr, PAGE_SHIFT};
 
 /// Base pages in the largest block the buddy allocator hands out
 /// (`MAX_ORDER_NR_PAGES`, 1 << `MAX_PAGE_ORDER` = 1024 on x86-64). A folio
@@ -326,6 +327,55 @@ impl Iterator for HugeOrderIter {
 
 impl ExactSizeIterator for HugeOrderIter {}
 impl FusedIterator for HugeOrderIter {}
+
+/// Models `folio_zero_user()` of Linux 6.x mm/memory.c (`clear_huge_page()`
+/// before 6.10): zeroes the `nr_pages` base pages of the folio at `pfn`,
+/// sub-page by sub-page in the order `policy` gives for the sub-page that
+/// holds `addr_hint` (the fault address). A single page is one
+/// `clear_user_highpage()`.
+///
+/// Each sub-page is a [`Cx::clear_page`]: a [`crate::cost::Seg::Mem`]
+/// segment for an engine with a cache model, otherwise one
+/// [`crate::cost::Cost::ClearPage`].
+///
+/// Deviation: `cond_resched()` between sub-pages is not modeled.
+pub fn folio_zero_user(
+    cx: &mut Cx,
+    policy: HugeOrderPolicy,
+    pfn: Pfn,
+    nr_pages: u32,
+    addr_hint: Vaddr,
+) {
+    if nr_pages == 1 {
+        cx.clear_page(pfn);
+        return;
+    }
+    let target = target_subpage_index(addr_hint, nr_pages);
+    for sub in process_huge_page_order(policy, nr_pages, target) {
+        cx.clear_page(pfn.offset(sub as u64));
+    }
+}
+
+/// Models `copy_user_large_folio()` of Linux 6.x mm/memory.c
+/// (`copy_user_huge_page()` before 6.7): copies the `nr_pages` base pages of
+/// the folio at `src` to the one at `dst`, sub-page by sub-page in the order
+/// `policy` gives for the sub-page that holds `addr_hint`.
+///
+/// Deviation: the machine-check-safe copy's poison handling and
+/// `cond_resched()` are not modeled.
+pub fn copy_user_large_folio(
+    cx: &mut Cx,
+    policy: HugeOrderPolicy,
+    dst: Pfn,
+    src: Pfn,
+    nr_pages: u32,
+    addr_hint: Vaddr,
+) {
+    let target = target_subpage_index(addr_hint, nr_pages);
+    for sub in process_huge_page_order(policy, nr_pages, target) {
+        cx.copy_page(dst.offset(sub as u64), src.offset(sub as u64));
+    }
+}
 
 #[cfg(test)]
 mod tests {
