@@ -25,6 +25,10 @@ const BUILTIN_EXPERIMENTS: &[(&str, &str)] = &[
         include_str!("../../../experiments/anon-cow-seq.toml"),
     ),
     (
+        "huge-copy-order",
+        include_str!("../../../experiments/huge-copy-order.toml"),
+    ),
+    (
         "page-churn",
         include_str!("../../../experiments/page-churn.toml"),
     ),

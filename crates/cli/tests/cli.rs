@@ -248,7 +248,7 @@ fn reproduce_names_unknown_experiments_and_list_shows_knobs() {
     assert!(
         e.contains(
             "no built-in experiment \"nope\"; built-in experiments: \
-             anon-cow-seq, page-churn, page-fault1, pcp-autotune, pcp-autotune-lmbench, \
+             anon-cow-seq, huge-copy-order, page-churn, page-fault1, pcp-autotune, pcp-autotune-lmbench, \
              pcp-autotune-netperf, vmacache"
         ),
         "{e}"

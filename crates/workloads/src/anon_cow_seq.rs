@@ -29,6 +29,14 @@
 //! 18 on each node, as the kernel's fork balancing spreads them over idle
 //! cores and sockets).
 //!
+//! `fork_gap_ns` is time the parent spends before each fork after the first
+//! (default 0). It stands for what forking a region larger than the
+//! simulated one costs: vm-scalability's region is a share of the machine's
+//! memory, and the time its forks take spreads the children over it, so
+//! that they do not all read the same source page at the same moment. It
+//! runs as the parent's `Compute`, so it counts in `user_ns` (the same for
+//! every kernel).
+//!
 //! Each access writes the whole 4 KiB page (`usemem` writes every word),
 //! one translation per page: without the cache model this costs what one
 //! store per page costs; with it, every line of the page is played.
@@ -230,5 +238,47 @@ impl Program for CowChild {
             2 => Some(Op::Exit),
             _ => None,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use sim::NodeSpec;
+
+    fn machine(nodes: u32, cpus: u32) -> Machine {
+        Machine {
+            name: "m".into(),
+            nodes: (0..nodes)
+                .map(|_| NodeSpec {
+                    cpus,
+                    memory_bytes: 64 << 20,
+                })
+                .collect(),
+            llc_bytes: 0,
+            dma32_bytes: 0,
+        }
+    }
+
+    /// `spread` takes the nodes in turn and skips the parent's CPU 0:
+    /// 6 children on 2 × 4 CPUs run on 1, 4, 2, 5, 3, 6.
+    #[test]
+    fn spread_alternates_nodes_and_skips_the_parent() {
+        let cpus: Vec<u32> = spread_cpus(&machine(2, 4), 6).iter().map(|c| c.0).collect();
+        assert_eq!(cpus, vec![1, 4, 2, 5, 3, 6]);
+        // More children than CPUs: round-robin over the same order.
+        let cpus: Vec<u32> = spread_cpus(&machine(1, 2), 3).iter().map(|c| c.0).collect();
+        assert_eq!(cpus, vec![1, 1, 1]);
+    }
+
+    #[test]
+    fn placement_is_validated() {
+        let mut p = Params::default();
+        p.0.insert(
+            "placement".into(),
+            crate::params::ParamValue::Str("random".into()),
+        );
+        let e = build(&p, &machine(1, 4)).err().unwrap().to_string();
+        assert!(e.contains("one of next, spread"), "{e}");
     }
 }
