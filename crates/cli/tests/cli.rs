@@ -264,3 +264,28 @@ fn reproduce_names_unknown_experiments_and_list_shows_knobs() {
         "{l}"
     );
 }
+
+#[test]
+fn cache_model_needs_a_profile_cache_section_and_an_llc_size() {
+    let on = small().replace("dma32 = \"64MiB\"", "dma32 = \"64MiB\"\ncache_model = true");
+    let e = stderr(&run_text("cache.toml", &on));
+    assert!(
+        e.contains(
+            "machine.cache_model = true, but profile \"host-epyc-zen3\" has no [cache] section"
+        ),
+        "{e}"
+    );
+    let e = stderr(&run_text(
+        "cache-llc.toml",
+        &on.replace("profile = \"host-epyc-zen3\"", "profile = \"haswell-ep\""),
+    ));
+    assert!(e.contains("set machine.llc_per_node"), "{e}");
+    let ok = on
+        .replace("profile = \"host-epyc-zen3\"", "profile = \"haswell-ep\"")
+        .replace(
+            "dma32 = \"64MiB\"",
+            "dma32 = \"64MiB\"\nllc_per_node = \"10MiB\"",
+        );
+    let o = run_text("cache-ok.toml", &ok);
+    assert!(o.status.success(), "{}", stderr(&o));
+}

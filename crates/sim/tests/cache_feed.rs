@@ -101,6 +101,16 @@ const COSTS: CacheCosts = CacheCosts {
 /// One socket of `cpus` CPUs, 1 MiB 16-way LLC, 64 KiB 4-way L2s: a THP
 /// is twice the LLC, so the order of a clear decides what survives it.
 fn run(cpus: u32, cfg: MmConfig, cache: bool, program: impl Program + 'static) -> RunStats {
+    run_with(cpus, cfg, cache.then_some(COSTS), vec![Box::new(program)])
+}
+
+/// Runs `programs`, the i-th on CPU i, with the cache model at `costs`.
+fn run_with(
+    cpus: u32,
+    cfg: MmConfig,
+    costs: Option<CacheCosts>,
+    programs: Vec<Box<dyn Program>>,
+) -> RunStats {
     let m = Machine {
         name: "test".into(),
         nodes: vec![NodeSpec {
@@ -112,7 +122,7 @@ fn run(cpus: u32, cfg: MmConfig, cache: bool, program: impl Program + 'static) -
     };
     let pa = PageAlloc::new(&m.memory_layout(), Default::default(), Default::default());
     let mut eng = Engine::new(pa, CostTable::uniform(10), 1).with_mm_config(cfg);
-    if cache {
+    if let Some(costs) = costs {
         let c = CacheModel::new(CacheConfig {
             llc_size_bytes: MIB,
             llc_ways: 16,
@@ -123,9 +133,11 @@ fn run(cpus: u32, cfg: MmConfig, cache: bool, program: impl Program + 'static) -
             inclusion: LlcInclusion::Inclusive,
         })
         .unwrap();
-        eng = eng.with_cache(c, COSTS);
+        eng = eng.with_cache(c, costs);
     }
-    eng.spawn(TaskSpec::new(Box::new(program), VcpuId(0)));
+    for (i, p) in programs.into_iter().enumerate() {
+        eng.spawn(TaskSpec::new(p, VcpuId(i as u32)));
+    }
     eng.run()
 }
 
@@ -231,4 +243,58 @@ fn off_records_nothing_and_on_is_deterministic() {
     assert_eq!(a, b);
     assert_ne!(a.runtime_ns, off.runtime_ns);
     assert_eq!(a.touch_bytes, off.touch_bytes);
+}
+
+/// Writes a fresh anonymous region (4 KiB pages: THP off), page by page.
+struct Fresh(u32);
+
+impl Program for Fresh {
+    fn next(&mut self, last: OpResult, _rng: &mut Rng) -> Option<Op> {
+        self.0 += 1;
+        match (self.0, last) {
+            (1, _) => Some(Op::Mmap {
+                len: THP,
+                hint: None,
+                fixed: false,
+                advice: None,
+            }),
+            (2, OpResult::Mapped(Ok(a))) => Some(write_all(a, THP)),
+            _ => None,
+        }
+    }
+}
+
+/// Misses queue for the socket's memory channels: a core streaming alone
+/// is not slowed by channels faster than it, but two cores whose misses
+/// together need more than the channels give take longer than one.
+#[test]
+fn misses_queue_for_the_sockets_memory_channels() {
+    let cfg = config("target-last", "target-last");
+    let mut never = cfg;
+    never.thp_enabled = mm::memory::ThpEnabled::Never;
+    let with = |socket_ps: u64, n: u32| {
+        let costs = CacheCosts {
+            dram_socket_line_ps: socket_ps,
+            ..COSTS
+        };
+        let programs: Vec<Box<dyn Program>> = (0..n)
+            .map(|_| Box::new(Fresh(0)) as Box<dyn Program>)
+            .collect();
+        run_with(2, never, Some(costs), programs)
+    };
+    // One core: channels at 1/7 of the core's miss time never queue.
+    assert_eq!(with(1000, 1).runtime_ns, with(0, 1).runtime_ns);
+    // Two cores, channels as slow as one core's misses: the pair takes
+    // longer than either alone, but not longer than one after the other.
+    let alone = with(7000, 1).runtime_ns;
+    let both = with(7000, 2).runtime_ns;
+    assert!(both > alone + alone / 4, "alone {alone} both {both}");
+    assert!(both <= 2 * alone + alone / 10, "alone {alone} both {both}");
+    // Without a limit the two slow each other only through the shared LLC
+    // and the allocator's locks.
+    let free = with(0, 2).runtime_ns;
+    assert!(
+        free < both && free < alone + alone / 10,
+        "alone {alone} both {both} unlimited {free}"
+    );
 }
