@@ -4,7 +4,8 @@
 use anyhow::{anyhow, bail, Context, Result};
 use mm::knobs::{KernelConfig, KnobValue, Preset};
 use serde::Deserialize;
-use sim::profile::{CostEntry, Profile};
+use sim::cache::{CacheConfig, CacheCosts, LlcInclusion};
+use sim::profile::{CacheProfile, CostEntry, Profile};
 use sim::{Machine, NodeSpec};
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -52,6 +53,10 @@ pub struct MachineFile {
     pub dma32: Option<Size>,
     #[serde(default)]
     pub source: String,
+    /// Plays memory traffic through a cache model of the machine (LLC per
+    /// node of `llc_per_node`, the rest from the profile's `[cache]`).
+    #[serde(default)]
+    pub cache_model: bool,
 }
 
 #[derive(Debug, Deserialize)]
@@ -198,6 +203,8 @@ pub struct Experiment {
     pub report: ReportFile,
     pub published: Option<PublishedFile>,
     pub idle_tail_s: u64,
+    /// The cache model's shape and costs, when `machine.cache_model` is on.
+    pub cache: Option<(CacheConfig, CacheCosts)>,
 }
 
 /// The built-in cost profiles, embedded so that `mmlab` runs from anywhere.
@@ -218,6 +225,34 @@ struct ProfileFile {
     name: String,
     description: String,
     costs: BTreeMap<String, CostFile>,
+    #[serde(default)]
+    cache: Option<CacheFile>,
+}
+
+/// A profile's `[cache]` section.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct CacheFile {
+    llc_ways: u32,
+    line_bytes: u32,
+    #[serde(default)]
+    l2_per_cpu: Option<Size>,
+    #[serde(default)]
+    l2_ways: Option<u32>,
+    llc_inclusive: bool,
+    geometry_source: String,
+    l2_hit_line_ps: PsFile,
+    llc_hit_line_ps: PsFile,
+    dram_line_ps: PsFile,
+    dram_socket_line_ps: PsFile,
+    user_line_ps: PsFile,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct PsFile {
+    ps: u64,
+    source: String,
 }
 
 #[derive(Debug, Deserialize)]
@@ -230,6 +265,48 @@ struct CostFile {
 /// Parses a profile file's text.
 pub fn parse_profile(text: &str, origin: &str) -> Result<Profile> {
     let f: ProfileFile = toml::from_str(text).map_err(|e| anyhow!("{origin}: {e}"))?;
+    let cache = match f.cache {
+        None => None,
+        Some(c) => {
+            let l2 = match (c.l2_per_cpu, c.l2_ways) {
+                (Some(size), Some(ways)) => Some((size.0, ways)),
+                (None, None) => None,
+                _ => bail!(
+                    "{origin}: [cache]: give both l2_per_cpu and l2_ways, or neither (no L2 in the model)"
+                ),
+            };
+            let sources = [
+                &c.l2_hit_line_ps,
+                &c.llc_hit_line_ps,
+                &c.dram_line_ps,
+                &c.dram_socket_line_ps,
+                &c.user_line_ps,
+            ];
+            Some(CacheProfile {
+                llc_ways: c.llc_ways,
+                line_bytes: c.line_bytes,
+                l2,
+                inclusion: if c.llc_inclusive {
+                    LlcInclusion::Inclusive
+                } else {
+                    LlcInclusion::NonInclusive
+                },
+                geometry_source: c.geometry_source,
+                costs: CacheCosts {
+                    l2_hit_line_ps: c.l2_hit_line_ps.ps,
+                    llc_hit_line_ps: c.llc_hit_line_ps.ps,
+                    dram_line_ps: c.dram_line_ps.ps,
+                    dram_socket_line_ps: c.dram_socket_line_ps.ps,
+                    user_line_ps: c.user_line_ps.ps,
+                },
+                cost_sources: CacheProfile::COST_KEYS
+                    .iter()
+                    .zip(sources)
+                    .map(|(k, p)| (k.to_string(), p.source.clone()))
+                    .collect(),
+            })
+        }
+    };
     let p = Profile {
         name: f.name,
         description: f.description,
@@ -246,6 +323,7 @@ pub fn parse_profile(text: &str, origin: &str) -> Result<Profile> {
                 )
             })
             .collect(),
+        cache,
     };
     p.validate().map_err(|e| anyhow!("{origin}: {e}"))?;
     Ok(p)
@@ -322,6 +400,21 @@ impl Experiment {
             .map_err(|e| anyhow!("{origin}: machine \"{}\": {e}", m.name))?;
         let profile =
             load_profile(&f.profile, base).map_err(|e| anyhow!("{origin}: profile: {e}"))?;
+        let cache = if m.cache_model {
+            let c = profile.cache.as_ref().ok_or_else(|| {
+                anyhow!(
+                    "{origin}: machine.cache_model = true, but profile \"{}\" has no [cache] section \
+                     (the cache's geometry and per-line costs); use a profile that has one, such as haswell-ep",
+                    profile.name
+                )
+            })?;
+            let cfg = c
+                .config(&machine)
+                .map_err(|e| anyhow!("{origin}: machine \"{}\": {e}", m.name))?;
+            Some((cfg, c.costs))
+        } else {
+            None
+        };
         if f.kernels.is_empty() {
             bail!("{origin}: no [[kernel]] given; expected at least one");
         }
@@ -402,6 +495,7 @@ impl Experiment {
             report: f.report,
             published: f.published,
             idle_tail_s: f.idle_tail_s,
+            cache,
         })
     }
 }

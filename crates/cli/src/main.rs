@@ -25,6 +25,10 @@ const BUILTIN_EXPERIMENTS: &[(&str, &str)] = &[
         include_str!("../../../experiments/anon-cow-seq.toml"),
     ),
     (
+        "huge-copy-order",
+        include_str!("../../../experiments/huge-copy-order.toml"),
+    ),
+    (
         "large-anon-folios",
         include_str!("../../../experiments/large-anon-folios.toml"),
     ),

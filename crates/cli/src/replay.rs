@@ -149,6 +149,7 @@ pub fn replay_experiment(
         report,
         published: None,
         idle_tail_s: 0,
+        cache: None,
     })
 }
 

@@ -33,7 +33,8 @@ pub const METRICS: &[(&str, &str)] = &[
     ),
     (
         "user_ns",
-        "CPU time of the tasks in user mode, summed over vCPUs (time(1)'s user)",
+        "CPU time of the tasks in user mode, summed over vCPUs (time(1)'s user): compute, \
+         touch_ns per access and, with the cache model, the accessed lines' time",
     ),
     (
         "sys_ns",
@@ -127,6 +128,30 @@ pub const METRICS: &[(&str, &str)] = &[
         "vmacache_fault_share_pct",
         "time in vmacache_find during page faults, % of page-fault time (fault_ns)",
     ),
+    (
+        "throughput",
+        "bytes per second that each task's user accesses covered over its access phase, summed over tasks (vm-scalability's throughput)",
+    ),
+    (
+        "llc_references",
+        "LLC references of the cache model (perf's cache-references: accesses that missed the L2); 0 without machine.cache_model",
+    ),
+    (
+        "llc_misses",
+        "LLC misses of the cache model (perf's cache-misses); 0 without machine.cache_model",
+    ),
+    (
+        "cache_miss_pct",
+        "llc_misses per 100 llc_references, as perf stat prints cache-misses (kernel and user)",
+    ),
+    (
+        "user_cache_miss_pct",
+        "the same for user accesses only (perf stat -e cache-misses:u,cache-references:u)",
+    ),
+    (
+        "kernel_cache_miss_pct",
+        "the same for the kernel's page clearing and copying only (:k)",
+    ),
 ];
 
 /// True if `name` is a metric or a counter.
@@ -209,6 +234,20 @@ impl RunResult {
                 self.vmstat.get(VmEvent::VMACACHE_FIND_FAULT_NS),
                 self.vmstat.get(VmEvent::FAULT_NS),
             )),
+            "throughput" => MetricValue::Int(s.touch_bytes_per_s),
+            "llc_references" => MetricValue::Int(s.cache.llc_references()),
+            "llc_misses" => MetricValue::Int(s.cache.llc_misses),
+            "cache_miss_pct" => pct(s.cache.llc_misses, s.cache.llc_references()),
+            "user_cache_miss_pct" => {
+                let k = &s.cache_kernel;
+                pct(
+                    s.cache.llc_misses - k.llc_misses,
+                    s.cache.llc_references() - k.llc_references(),
+                )
+            }
+            "kernel_cache_miss_pct" => {
+                pct(s.cache_kernel.llc_misses, s.cache_kernel.llc_references())
+            }
             other => {
                 let e = VmEvent::ALL
                     .iter()

@@ -32,6 +32,11 @@ pub fn run_one(exp: &Experiment, k: &Kernel, w: &Workload, seed: u64) -> Result<
     let mut eng = Engine::new(pa, exp.profile.table(), seed)
         .with_mm_config(k.config.mm)
         .with_vmacache(k.config.vmacache);
+    if let Some((cfg, costs)) = &exp.cache {
+        let cache =
+            sim::cache::CacheModel::new(cfg.clone()).map_err(|e| anyhow!("cache model: {e}"))?;
+        eng = eng.with_cache(cache, *costs);
+    }
     eng.set_idle_tail_ns(exp.idle_tail_s * 1_000_000_000);
     let tasks = workloads::build(&w.kind, &w.params, &exp.machine)
         .map_err(|e| anyhow!("workload \"{}\": {e}", w.name))?;

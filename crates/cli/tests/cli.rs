@@ -249,7 +249,7 @@ fn reproduce_names_unknown_experiments_and_list_shows_knobs() {
     assert!(
         e.contains(
             "no built-in experiment \"nope\"; built-in experiments: \
-             anon-cow-seq, large-anon-folios, large-anon-folios-j80, \
+             anon-cow-seq, huge-copy-order, large-anon-folios, large-anon-folios-j80, \
              large-anon-folios-order-mix, large-anon-folios-page-fault, \
              large-anon-folios-speedometer, page-churn, page-fault1, pcp-autotune, \
              pcp-autotune-lmbench, pcp-autotune-netperf, vmacache"
@@ -320,4 +320,29 @@ rows = { "base" = [0.0, nan], "v2" = [0.5, 1.0] }
             .any(|l| l.split_whitespace().collect::<Vec<_>>() == ["base", "0.0", "-"]),
         "{out}"
     );
+}
+
+#[test]
+fn cache_model_needs_a_profile_cache_section_and_an_llc_size() {
+    let on = small().replace("dma32 = \"64MiB\"", "dma32 = \"64MiB\"\ncache_model = true");
+    let e = stderr(&run_text("cache.toml", &on));
+    assert!(
+        e.contains(
+            "machine.cache_model = true, but profile \"host-epyc-zen3\" has no [cache] section"
+        ),
+        "{e}"
+    );
+    let e = stderr(&run_text(
+        "cache-llc.toml",
+        &on.replace("profile = \"host-epyc-zen3\"", "profile = \"haswell-ep\""),
+    ));
+    assert!(e.contains("set machine.llc_per_node"), "{e}");
+    let ok = on
+        .replace("profile = \"host-epyc-zen3\"", "profile = \"haswell-ep\"")
+        .replace(
+            "dma32 = \"64MiB\"",
+            "dma32 = \"64MiB\"\nllc_per_node = \"10MiB\"",
+        );
+    let o = run_text("cache-ok.toml", &ok);
+    assert!(o.status.success(), "{}", stderr(&o));
 }

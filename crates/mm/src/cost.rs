@@ -16,7 +16,7 @@
 //! nanoseconds come from a cost profile that the engine loads (published
 //! hardware figures or a host calibration, each cited in the profile).
 
-use crate::types::{SimTime, VcpuId};
+use crate::types::{Pfn, SimTime, VcpuId};
 
 macro_rules! costs {
     ($($(#[$doc:meta])* $name:ident = $key:literal,)*) => {
@@ -182,6 +182,34 @@ pub struct LockId {
     pub index: u32,
 }
 
+/// Memory traffic that a step caused, for an engine with a cache model.
+///
+/// The model reports *which* memory it touched, in the order it touched it;
+/// the engine decides what that costs (see [`Cx::set_record_mem`]).
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub enum MemAccess {
+    /// `clear_page()` of one base page: a write to each of its lines.
+    ClearPage(Pfn),
+    /// `copy_page(dst, src)` of one base page: each line of `src` read,
+    /// then the same line of `dst` written.
+    CopyPage {
+        /// The destination page.
+        dst: Pfn,
+        /// The source page.
+        src: Pfn,
+    },
+    /// User-space accesses to the physical bytes `[phys, phys + len)`
+    /// (`len` ≥ 1), in ascending order.
+    User {
+        /// First physical byte.
+        phys: u64,
+        /// Bytes accessed.
+        len: u32,
+        /// Stores rather than loads.
+        write: bool,
+    },
+}
+
 /// One piece of what a kernel step did, for the engine to play on virtual time.
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
 pub enum Seg {
@@ -196,6 +224,9 @@ pub enum Seg {
     LockRead(LockId),
     /// Release a read hold (`up_read()`).
     UnlockRead(LockId),
+    /// Touch memory; its duration is the engine's cache model's to decide.
+    /// Produced only when [`Cx::set_record_mem`] is on.
+    Mem(MemAccess),
 }
 
 /// The context of one kernel entry on one vCPU: who runs it, when it started,
@@ -213,6 +244,7 @@ pub struct Cx {
     table: CostTable,
     segs: Vec<Seg>,
     compute_ns: u64,
+    record_mem: bool,
 }
 
 impl Cx {
@@ -224,6 +256,54 @@ impl Cx {
             table,
             segs: Vec::with_capacity(16),
             compute_ns: 0,
+            record_mem: false,
+        }
+    }
+
+    /// With `on`, page clears and copies are recorded as [`Seg::Mem`]
+    /// segments whose duration the engine's cache model decides, instead of
+    /// being charged [`Cost::ClearPage`] / [`Cost::CopyPage`]; and user
+    /// accesses reported with [`Cx::user_access`] are recorded too. Off (the
+    /// default), the model's costs are exactly those of the cost table.
+    pub fn set_record_mem(&mut self, on: bool) {
+        self.record_mem = on;
+    }
+
+    /// Whether memory traffic is being recorded.
+    #[inline]
+    pub fn records_mem(&self) -> bool {
+        self.record_mem
+    }
+
+    /// `clear_page(pfn)`: records the page's line writes, or charges
+    /// [`Cost::ClearPage`] when memory traffic is not recorded.
+    #[inline]
+    pub fn clear_page(&mut self, pfn: Pfn) {
+        if self.record_mem {
+            self.segs.push(Seg::Mem(MemAccess::ClearPage(pfn)));
+        } else {
+            self.charge(Cost::ClearPage);
+        }
+    }
+
+    /// `copy_page(dst, src)`: records the page's line reads and writes, or
+    /// charges [`Cost::CopyPage`] when memory traffic is not recorded.
+    #[inline]
+    pub fn copy_page(&mut self, dst: Pfn, src: Pfn) {
+        if self.record_mem {
+            self.segs.push(Seg::Mem(MemAccess::CopyPage { dst, src }));
+        } else {
+            self.charge(Cost::CopyPage);
+        }
+    }
+
+    /// User accesses to `[phys, phys + len)`: recorded when memory traffic
+    /// is, otherwise nothing (their cost is the caller's [`Cost::Touch`]).
+    #[inline]
+    pub fn user_access(&mut self, phys: u64, len: u32, write: bool) {
+        if self.record_mem && len > 0 {
+            self.segs
+                .push(Seg::Mem(MemAccess::User { phys, len, write }));
         }
     }
 
@@ -291,7 +371,9 @@ impl Cx {
         self.segs.push(Seg::UnlockRead(lock));
     }
 
-    /// Computation charged since [`Cx::begin`], without any lock waits.
+    /// Computation charged since [`Cx::begin`], without any lock waits (and
+    /// without the time of [`Seg::Mem`] segments, which only the engine
+    /// knows).
     pub fn compute_ns(&self) -> u64 {
         self.compute_ns
     }
@@ -311,7 +393,7 @@ fn locks_balanced(segs: &[Seg]) -> bool {
             Seg::Unlock(l) => (l, false, false),
             Seg::LockRead(l) => (l, true, true),
             Seg::UnlockRead(l) => (l, true, false),
-            Seg::Compute(_) => continue,
+            Seg::Compute(_) | Seg::Mem(_) => continue,
         };
         if take {
             held.push((l, read));

@@ -69,7 +69,8 @@
 
 use crate::cost::{Cost, Cx};
 use crate::memory::huge_order::{
-    copy_user_large_folio, folio_zero_user, HugeOrderPolicy, HugePageLog,
+    copy_user_large_folio, folio_zero_user, process_huge_page_order, target_subpage_index,
+    HugeOrderPolicy, HugePageLog,
 };
 use crate::memory::VmFault;
 use crate::page::pfn_idx;
@@ -758,13 +759,13 @@ pub fn alloc_hugetlb_folio(
     Ok(folio)
 }
 
-/// Models `hugetlb_fault()`: a fault at `addr` in the hugetlb VMA `vma`.
+/// Models `hugetlb_fault()`: a fault at `addr` in the hugetlb VMA `vma`,
+/// clearing and copying in `cfg`'s sub-page orders.
 /// `pgfault` and the task's fault count were taken by the caller.
-#[allow(clippy::too_many_arguments)]
 pub fn hugetlb_fault(
     pa: &mut PageAlloc,
     cx: &mut Cx,
-    policy: HugeOrderPolicy,
+    cfg: &crate::memory::MmConfig,
     mm: &mut MmStruct,
     vma: &Vma,
     addr: u64,
@@ -782,10 +783,10 @@ pub fn hugetlb_fault(
         "a PTE table under the hugetlb VMA at {haddr:#x}"
     );
     if !present(e) {
-        return hugetlb_no_page(pa, cx, policy, mm, vma, pmd, addr, write);
+        return hugetlb_no_page(pa, cx, cfg.clear_order, mm, vma, pmd, addr, write);
     }
     if write && e & PAGE_RW == 0 {
-        return hugetlb_wp(pa, cx, policy, mm, vma, pmd, addr);
+        return hugetlb_wp(pa, cx, cfg.copy_order, mm, vma, pmd, addr);
     }
     // Another thread mapped it first, or only the young/dirty bits change.
     let bits = PAGE_ACCESSED | if write { PAGE_DIRTY } else { 0 };
@@ -810,9 +811,17 @@ pub fn hugetlb_no_page(
 ) -> Result<(), VmFault> {
     let haddr = addr & !(HPAGE_SIZE - 1);
     let folio = alloc_hugetlb_folio(pa, cx, mm, vma, haddr, false)?;
+    pa.hugetlb.log.record(
+        Pfn(folio as u64),
+        None,
+        process_huge_page_order(
+            policy,
+            PAGES_PER_HUGE_PAGE,
+            target_subpage_index(Vaddr(addr), PAGES_PER_HUGE_PAGE),
+        ),
+    );
     folio_zero_user(
         cx,
-        &mut pa.hugetlb.log,
         policy,
         Pfn(folio as u64),
         PAGES_PER_HUGE_PAGE,
@@ -855,9 +864,17 @@ pub fn hugetlb_wp(
     }
     let cow_from_owner = vma.flags.contains(VmFlags::HUGETLB_RESV_OWNER);
     let new = alloc_hugetlb_folio(pa, cx, mm, vma, haddr, cow_from_owner)?;
+    pa.hugetlb.log.record(
+        Pfn(new as u64),
+        Some(Pfn(old as u64)),
+        process_huge_page_order(
+            policy,
+            PAGES_PER_HUGE_PAGE,
+            target_subpage_index(Vaddr(addr), PAGES_PER_HUGE_PAGE),
+        ),
+    );
     copy_user_large_folio(
         cx,
-        &mut pa.hugetlb.log,
         policy,
         Pfn(new as u64),
         Pfn(old as u64),

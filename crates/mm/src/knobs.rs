@@ -431,16 +431,36 @@ pub const MODEL_KNOBS: &[Knob] = &[
         set_str: None,
     },
     Knob {
-        name: "mmlab.huge_page_order",
+        name: "mmlab.huge_clear_order",
         accepts: "sequential, target-last or neighbourhood",
-        help: "MODEL-ONLY: the order in which huge pages (THP, hugetlb) are cleared and copied: \
-               sub-page 0 first (before 4.14/4.18), the fault's sub-page last \
-               (process_huge_page(), default), or the radius-2 neighbourhood last",
+        help: "MODEL-ONLY (no kernel knob; each value is a kernel era): the sub-page order of \
+               folio_zero_user()/clear_huge_page() for THP, mTHP and hugetlb first touch: sequential \
+               (before 4.14), target-last (process_huge_page(), 4.14+, the default), \
+               neighbourhood (2025-26 work, unconfirmed: fringes ascending, radius-2 \
+               neighbourhood of the target last)",
         set: |_, _| false,
         set_str: Some(
             |c, s| match crate::memory::huge_order::HugeOrderPolicy::from_name(s) {
                 Some(p) => {
-                    c.mm.huge_page_order = p;
+                    c.mm.clear_order = p;
+                    true
+                }
+                None => false,
+            },
+        ),
+    },
+    Knob {
+        name: "mmlab.huge_copy_order",
+        accepts: "sequential, target-last or neighbourhood",
+        help: "MODEL-ONLY (no kernel knob; each value is a kernel era): the sub-page order of \
+               copy_user_large_folio()/copy_user_huge_page() in the 4.18-era THP COW and hugetlb COW: \
+               sequential (before 4.18), target-last (seed 000, 4.18+, the default), \
+               neighbourhood (the 2025-26 clearing order applied to copies)",
+        set: |_, _| false,
+        set_str: Some(
+            |c, s| match crate::memory::huge_order::HugeOrderPolicy::from_name(s) {
+                Some(p) => {
+                    c.mm.copy_order = p;
                     true
                 }
                 None => false,
@@ -486,6 +506,41 @@ impl KernelConfig {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn huge_order_knobs() {
+        let mut c = Preset::Linux4_18.config();
+        assert_eq!(
+            c.mm.copy_order,
+            crate::memory::huge_order::HugeOrderPolicy::TargetLast
+        );
+        c.set_knob(
+            "mmlab.huge_copy_order",
+            &KnobValue::Str("sequential".into()),
+        )
+        .unwrap();
+        c.set_knob(
+            "mmlab.huge_clear_order",
+            &KnobValue::Str("neighbourhood".into()),
+        )
+        .unwrap();
+        assert_eq!(
+            c.mm.copy_order,
+            crate::memory::huge_order::HugeOrderPolicy::Sequential
+        );
+        assert_eq!(
+            c.mm.clear_order,
+            crate::memory::huge_order::HugeOrderPolicy::Neighbourhood
+        );
+        let e = c
+            .set_knob("mmlab.huge_copy_order", &KnobValue::Str("random".into()))
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("sequential, target-last or neighbourhood"),
+            "{e}"
+        );
+    }
 
     #[test]
     fn high_fraction_range_is_the_kernels() {
@@ -536,18 +591,6 @@ mod tests {
             .set_knob("vm.nr_hugepages", &KnobValue::Int(-1))
             .unwrap_err();
         assert!(e.to_string().contains("an integer from 0"), "{e}");
-        c.set_knob(
-            "mmlab.huge_page_order",
-            &KnobValue::Str("sequential".into()),
-        )
-        .unwrap();
-        assert_eq!(
-            c.mm.huge_page_order,
-            crate::memory::huge_order::HugeOrderPolicy::Sequential
-        );
-        assert!(c
-            .set_knob("mmlab.huge_page_order", &KnobValue::Str("random".into()))
-            .is_err());
     }
 
     #[test]

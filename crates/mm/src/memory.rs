@@ -119,9 +119,6 @@ pub struct MmConfig {
     pub mthp_enabled: [MthpEnabled; MTHP_NR_ORDERS],
     /// `arch_wants_pte_order()`: the preferred order of v1/v2/simple.
     pub arch_pte_order: u8,
-    /// The order in which huge pages are cleared and copied (no knob in
-    /// the kernel: a property of the kernel version; see [`huge_order`]).
-    pub huge_page_order: huge_order::HugeOrderPolicy,
     /// `vm.nr_hugepages`: the persistent hugetlb pool size the engine sets
     /// up at boot (2 MiB pages).
     pub nr_hugepages: u64,
@@ -135,6 +132,12 @@ pub struct MmConfig {
     /// existing layouts (and the fault counts checked against the live
     /// kernel, whose tests pin their addresses) do not move.
     pub randomize_va_space: i32,
+    /// Sub-page order of `folio_zero_user()` (THP, mTHP and hugetlb first touch):
+    /// target-last since 4.14 (c79b57e462b5d).
+    pub clear_order: huge_order::HugeOrderPolicy,
+    /// Sub-page order of `copy_user_large_folio()` (the 4.18-era THP COW, hugetlb COW):
+    /// target-last since 4.18 (seed 000).
+    pub copy_order: huge_order::HugeOrderPolicy,
 }
 
 impl Default for MmConfig {
@@ -148,10 +151,11 @@ impl Default for MmConfig {
             anon_folio: AnonFolioPolicy::Mthp,
             mthp_enabled: anon_folio::MTHP_DEFAULTS,
             arch_pte_order: anon_folio::DEFAULT_PTE_ORDER,
-            huge_page_order: huge_order::HugeOrderPolicy::TargetLast,
             nr_hugepages: 0,
             nr_overcommit_hugepages: 0,
             randomize_va_space: 0,
+            clear_order: huge_order::HugeOrderPolicy::TargetLast,
+            copy_order: huge_order::HugeOrderPolicy::TargetLast,
         }
     }
 }
@@ -252,32 +256,28 @@ pub fn access_ok(mm: &mut MmStruct, addr: u64, write: bool) -> bool {
     access_entry(mm, addr, write).is_some()
 }
 
-/// [`access_ok`] for the engine's user accesses: also marks the page
+/// [`access_ok`] for the engine's user accesses: returns the physical
+/// address the access reaches (for a cache model), and marks the page
 /// accessed in its `struct page` ([`PG_UTOUCHED`], model-only) so that the
 /// pages of a large folio that the program never used can be counted when
 /// the folio is freed (`mmlab_anon_pages_untouched`).
-pub fn user_access(pa: &mut PageAlloc, mm: &mut MmStruct, addr: u64, write: bool) -> bool {
-    let Some(e) = access_entry(mm, addr, write) else {
-        return false;
-    };
+pub fn user_access(pa: &mut PageAlloc, mm: &mut MmStruct, addr: u64, write: bool) -> Option<u64> {
+    let (e, phys) = access_entry(mm, addr, write)?;
     if e & PAGE_SPECIAL == 0 {
-        let sub = if e & PAGE_PSE != 0 {
-            (addr & (PMD_SIZE - 1)) / PAGE_SIZE
-        } else {
-            0
-        };
-        let p = crate::page::pfn_idx(entry_pfn(e).offset(sub));
+        let p = crate::page::pfn_idx(Pfn(phys >> crate::types::PAGE_SHIFT));
         let f = pa.mem.flags(p);
         if f & PG_UTOUCHED == 0 {
             pa.mem.set_flags(p, f | PG_UTOUCHED);
         }
     }
-    true
+    Some(phys)
 }
 
-/// The entry (PTE or PMD leaf) that maps `addr` for this access, with the
-/// accessed and dirty bits set; `None` if the access must fault.
-fn access_entry(mm: &mut MmStruct, addr: u64, write: bool) -> Option<u64> {
+/// The entry (PTE or PMD leaf) that maps `addr` for this access and the
+/// physical address the access reaches (the hardware's page walk), with the
+/// accessed and dirty bits set as the hardware sets them; `None` if the
+/// access must fault.
+fn access_entry(mm: &mut MmStruct, addr: u64, write: bool) -> Option<(u64, u64)> {
     let (slot, _, e) = mm.pgt.leaf(addr)?;
     if !present(e) || e & PAGE_PROTNONE != 0 || (write && e & PAGE_RW == 0) {
         return None;
@@ -286,7 +286,15 @@ fn access_entry(mm: &mut MmStruct, addr: u64, write: bool) -> Option<u64> {
     if e & bits != bits {
         mm.pgt.set(slot, e | bits);
     }
-    Some(e)
+    let page_mask = if e & PAGE_PSE != 0 {
+        PMD_SIZE - 1
+    } else {
+        PAGE_SIZE - 1
+    };
+    Some((
+        e,
+        (entry_pfn(e).0 << crate::types::PAGE_SHIFT) + (addr & page_mask),
+    ))
 }
 
 /// Models `handle_mm_fault()` of 6.18 for anonymous private memory: finds
@@ -362,7 +370,7 @@ fn handle_mm_fault_vma(
     pa.vmstat.count(VmEvent::PGFAULT, 1);
     mm.nr_faults += 1;
     if crate::hugetlb::is_vm_hugetlb_page(&vma) {
-        return crate::hugetlb::hugetlb_fault(pa, cx, g.cfg.huge_page_order, mm, &vma, addr, write);
+        return crate::hugetlb::hugetlb_fault(pa, cx, &g.cfg, mm, &vma, addr, write);
     }
     let pmd = mm
         .pgt
@@ -370,7 +378,7 @@ fn handle_mm_fault_vma(
         .map_err(|_| VmFault::Oom)?;
     let e = mm.pgt.get(pmd);
     if e == 0 && thp_vma_allowable(&g.cfg, &vma, addr) {
-        if do_huge_pmd_anonymous_page(pa, cx, g, mm, pmd, write) {
+        if do_huge_pmd_anonymous_page(pa, cx, g, mm, pmd, addr, write) {
             return Ok(());
         }
     } else if present(e) && e & PAGE_PSE != 0 {
@@ -380,7 +388,7 @@ fn handle_mm_fault_vma(
                 .set(pmd, e | PAGE_ACCESSED | if write { PAGE_DIRTY } else { 0 });
             return Ok(());
         }
-        if do_huge_pmd_wp_page(pa, cx, g, mm, pmd) {
+        if do_huge_pmd_wp_page(pa, cx, g, mm, pmd, addr) {
             return Ok(());
         }
     }
@@ -427,18 +435,20 @@ pub fn do_anonymous_page(
         return Ok(());
     }
     let (pfn, order) = anon_folio::alloc_anon_folio(pa, cx, &g.cfg, mm, vma, pte, addr)?;
-    anon_folio::map_anon_folio(pa, cx, mm, pte, addr, pfn, order);
+    anon_folio::map_anon_folio(pa, cx, g.cfg.clear_order, mm, pte, addr, pfn, order);
     Ok(())
 }
 
 /// Models `do_huge_pmd_anonymous_page()` of 6.18. Returns false when the
-/// fault must fall back to PTEs (`VM_FAULT_FALLBACK`).
+/// fault must fall back to PTEs (`VM_FAULT_FALLBACK`). The new THP is
+/// zeroed by `folio_zero_user()` with the fault address `addr` as the hint.
 pub fn do_huge_pmd_anonymous_page(
     pa: &mut PageAlloc,
     cx: &mut Cx,
     g: &mut MmGlobal,
     mm: &mut MmStruct,
     pmd: Slot,
+    addr: u64,
     write: bool,
 ) -> bool {
     if !write {
@@ -465,7 +475,13 @@ pub fn do_huge_pmd_anonymous_page(
     }
     match alloc_thp(pa, cx, mm, pmd) {
         Some(pfn) => {
-            cx.charge_n(Cost::ClearPage, HPAGE_PMD_NR as u64);
+            huge_order::folio_zero_user(
+                cx,
+                g.cfg.clear_order,
+                pfn,
+                HPAGE_PMD_NR,
+                crate::types::Vaddr(addr),
+            );
             let ptl = pmd_lockptr(pmd);
             cx.lock(ptl);
             cx.charge(Cost::PteSet);
@@ -516,20 +532,23 @@ fn alloc_thp(pa: &mut PageAlloc, cx: &mut Cx, mm: &mut MmStruct, pmd: Slot) -> O
 }
 
 /// Models `do_huge_pmd_wp_page()`: a write to a write-protected PMD leaf.
-/// Returns false when the PMD was split and the PTE path must finish.
+/// Returns false when the PMD was split and the PTE path must finish. In the
+/// 4.18 form the copy is `copy_user_huge_page()` with the fault address
+/// `addr` as the hint.
 pub fn do_huge_pmd_wp_page(
     pa: &mut PageAlloc,
     cx: &mut Cx,
     g: &mut MmGlobal,
     mm: &mut MmStruct,
     pmd: Slot,
+    addr: u64,
 ) -> bool {
     let e = mm.pgt.get(pmd);
     if e & PAGE_SPECIAL != 0 {
         // The huge zero page (do_huge_zero_wp_pmd() in 6.18).
         mm.pgt.free_deposit(pa, cx, pmd);
         mm.pgt.set(pmd, 0);
-        if do_huge_pmd_anonymous_page(pa, cx, g, mm, pmd, true) {
+        if do_huge_pmd_anonymous_page(pa, cx, g, mm, pmd, addr, true) {
             return true;
         }
         // Back to zero-page PTEs, as __split_huge_zero_page_pmd() leaves them.
@@ -567,7 +586,14 @@ pub fn do_huge_pmd_wp_page(
             // 4.18 had no per-size stats; the gauge keeps the model's
             // books balanced (the folio is freed through folio_put_refs()).
             pa.vmstat.count_mthp(HPAGE_PMD_ORDER, MthpStat::NrAnon, 1);
-            cx.charge_n(Cost::CopyPage, HPAGE_PMD_NR as u64);
+            huge_order::copy_user_large_folio(
+                cx,
+                g.cfg.copy_order,
+                pfn,
+                entry_pfn(e),
+                HPAGE_PMD_NR,
+                crate::types::Vaddr(addr),
+            );
             let new = crate::page::pfn_idx(pfn);
             pa.mem.set_refcount(new, HPAGE_PMD_NR);
             pa.mem.set_entire_mapcount(new, 1);
@@ -689,11 +715,11 @@ pub fn do_wp_page(
     let pfn = pa
         .alloc_pages(cx, Gfp::HIGHUSER_MOVABLE, 0)
         .map_err(|_| VmFault::Oom)?;
-    cx.charge(if special {
-        Cost::ClearPage
+    if special {
+        cx.clear_page(pfn);
     } else {
-        Cost::CopyPage
-    });
+        cx.copy_page(pfn, entry_pfn(e));
+    }
     pa.mem.set_refcount(crate::page::pfn_idx(pfn), 1);
     if let Some(h) = old_head {
         folio_put_refs(pa, cx, h, 1);

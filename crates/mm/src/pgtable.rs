@@ -167,7 +167,7 @@ impl PageTables {
     /// includes `__GFP_ZERO`, so the clear is charged).
     fn alloc_table(&mut self, pa: &mut PageAlloc, cx: &mut Cx) -> Result<u32, AllocError> {
         let pfn = pa.alloc_pages(cx, Gfp::KERNEL, 0)?;
-        cx.charge(crate::cost::Cost::ClearPage);
+        cx.clear_page(pfn);
         let p = crate::page::pfn_idx(pfn);
         self.tables.insert(p, Box::new([0; PTRS_PER_TABLE]));
         Ok(p)

@@ -247,6 +247,42 @@ impl fmt::Display for CacheConfigError {
 
 impl std::error::Error for CacheConfigError {}
 
+/// What one line access costs, by where it was served from, for an engine
+/// that plays memory traffic through a [`CacheModel`]: picoseconds per
+/// 64-byte line of a *streaming* access (page clearing, copying and a
+/// program's sequential writes keep many lines in flight, so these are
+/// bandwidth figures, not load-to-use latencies). Values come from the cost
+/// profile's `[cache]` section, each with its source.
+#[derive(Clone, Copy, PartialEq, Eq, Debug, Default)]
+pub struct CacheCosts {
+    /// A line served by the CPU's private L2.
+    pub l2_hit_line_ps: u64,
+    /// A line served by the socket's LLC.
+    pub llc_hit_line_ps: u64,
+    /// A line that missed every level and came from (or went to) DRAM, as
+    /// one core streams alone.
+    pub dram_line_ps: u64,
+    /// The time one line occupies its socket's memory channels: line bytes
+    /// over the socket's sustained DRAM bandwidth. When many cores stream at
+    /// once, misses queue for the channels at this rate (0: no limit).
+    pub dram_socket_line_ps: u64,
+    /// The core's own work per line of a *user* access, added to the
+    /// level's cost (Intel cores do not overlap the stores' issue with the
+    /// line transfers, as the ECM model of Haswell assumes): a program that
+    /// writes every word issues eight 8-byte stores per line.
+    pub user_line_ps: u64,
+}
+
+impl CacheCosts {
+    /// Picoseconds for the accesses counted in `st` on a core that has the
+    /// memory channels to itself.
+    pub fn ps(&self, st: &CacheStats) -> u64 {
+        st.l2_hits * self.l2_hit_line_ps
+            + st.llc_hits * self.llc_hit_line_ps
+            + st.llc_misses * self.dram_line_ps
+    }
+}
+
 /// A load or a store. Both look up and fill the same way (write-allocate);
 /// the kind is counted so that loads and stores can be reported apart.
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
@@ -340,6 +376,9 @@ impl Pos {
 /// update of a set's ages is a few fixed-size vector operations.
 const AGE_CHUNK: usize = 16;
 
+/// Tag arrays are padded to a multiple of this many tags, for the same reason.
+const TAG_CHUNK: usize = 8;
+
 /// The age of a padding way: never below a real age, never the oldest.
 const PAD_AGE: u8 = u8::MAX;
 
@@ -359,7 +398,10 @@ struct SetAssoc {
     /// set and tag of a line are a mask and a shift rather than divisions.
     sets_shift: Option<u32>,
     ways: usize,
-    /// `nr_sets * ways` tags; empty ways hold `INVALID_TAG`.
+    /// `ways` rounded up to a multiple of `TAG_CHUNK`.
+    tag_stride: usize,
+    /// `nr_sets * tag_stride` tags; empty and padding ways hold
+    /// `INVALID_TAG`, which no lookup searches for.
     tags: Vec<u32>,
     /// `ways` rounded up to a multiple of `AGE_CHUNK`.
     age_stride: usize,
@@ -381,11 +423,13 @@ impl SetAssoc {
             }
         }
         let n = nr_sets as usize * ways;
+        let tag_stride = ways.div_ceil(TAG_CHUNK) * TAG_CHUNK;
         SetAssoc {
             nr_sets,
             sets_shift: nr_sets.is_power_of_two().then(|| nr_sets.trailing_zeros()),
             ways,
-            tags: vec![INVALID_TAG; n],
+            tag_stride,
+            tags: vec![INVALID_TAG; nr_sets as usize * tag_stride],
             age_stride,
             ages,
             sharers: if track_sharers {
@@ -416,13 +460,23 @@ impl SetAssoc {
         p.tag as u64 * self.nr_sets as u64 + p.set as u64
     }
 
-    /// The way holding `tag` in `set`, if any.
+    /// The way holding `tag` in `set`, if any. The compare runs over fixed
+    /// chunks of `TAG_CHUNK` tags into a bit mask, branch-free (vector
+    /// compares), since a miss must look at every way anyway.
     #[inline(always)]
     fn find(&self, set: u32, tag: u32) -> Option<usize> {
-        let base = set as usize * self.ways;
-        self.tags[base..base + self.ways]
-            .iter()
-            .position(|&t| t == tag)
+        debug_assert_ne!(tag, INVALID_TAG);
+        let base = set as usize * self.tag_stride;
+        let tags = &self.tags[base..base + self.tag_stride];
+        let mut at: u64 = 0;
+        for (c, chunk) in tags.chunks_exact(TAG_CHUNK).enumerate() {
+            let mut m: u8 = 0;
+            for (i, &t) in chunk.iter().enumerate() {
+                m |= ((t == tag) as u8) << i;
+            }
+            at |= (m as u64) << (c * TAG_CHUNK);
+        }
+        (at != 0).then(|| at.trailing_zeros() as usize)
     }
 
     /// Makes `way` of `set` the most recently used: every line younger than
@@ -484,10 +538,13 @@ impl SetAssoc {
     fn fill(&mut self, p: Pos, sharer: u64) -> (u32, u64) {
         let way = self.lru_way(p.set);
         self.make_mru(p.set, way);
-        let i = p.set as usize * self.ways + way;
-        let victim = std::mem::replace(&mut self.tags[i], p.tag);
+        let victim = std::mem::replace(
+            &mut self.tags[p.set as usize * self.tag_stride + way],
+            p.tag,
+        );
         let mut victim_sharers = 0;
         if !self.sharers.is_empty() {
+            let i = p.set as usize * self.ways + way;
             victim_sharers = std::mem::replace(&mut self.sharers[i], sharer);
         }
         (victim, victim_sharers)
@@ -498,10 +555,9 @@ impl SetAssoc {
         let Some(way) = self.find(p.set, p.tag) else {
             return false;
         };
-        let i = p.set as usize * self.ways + way;
-        self.tags[i] = INVALID_TAG;
+        self.tags[p.set as usize * self.tag_stride + way] = INVALID_TAG;
         if !self.sharers.is_empty() {
-            self.sharers[i] = 0;
+            self.sharers[p.set as usize * self.ways + way] = 0;
         }
         let base = p.set as usize * self.age_stride;
         let ages = &mut self.ages[base..base + self.ways];
@@ -521,7 +577,7 @@ impl SetAssoc {
 
     /// The lines of a set, most recently used first.
     fn set_lines(&self, set: u32) -> Vec<u64> {
-        let tags = &self.tags[set as usize * self.ways..][..self.ways];
+        let tags = &self.tags[set as usize * self.tag_stride..][..self.ways];
         let ages = &self.ages[set as usize * self.age_stride..][..self.ways];
         let mut ways: Vec<usize> = (0..self.ways).filter(|&w| tags[w] != INVALID_TAG).collect();
         ways.sort_unstable_by_key(|&w| ages[w]);
@@ -542,11 +598,18 @@ impl SetAssoc {
 
     fn check_invariants(&self, what: &str) {
         for set in 0..self.nr_sets {
-            let tags = &self.tags[set as usize * self.ways..][..self.ways];
+            let tags = &self.tags[set as usize * self.tag_stride..][..self.ways];
             let ages = &self.ages[set as usize * self.age_stride..][..self.age_stride];
             assert!(
                 ages[self.ways..].iter().all(|&a| a == PAD_AGE),
                 "{what}: set {set} padding ages were written"
+            );
+            let base = set as usize * self.tag_stride;
+            assert!(
+                self.tags[base + self.ways..base + self.tag_stride]
+                    .iter()
+                    .all(|&t| t == INVALID_TAG),
+                "{what}: set {set} padding tags were written"
             );
             let mut seen = [false; MAX_WAYS as usize];
             for &a in &ages[..self.ways] {

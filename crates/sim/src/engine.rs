@@ -46,9 +46,10 @@
 //! not fault), so that the faults of different vCPUs interleave in virtual
 //! time as they would on a machine.
 
+use crate::cache::{AccessKind, CacheCosts, CacheModel, CacheStats};
 use crate::op::{Block, ChanId, Op, OpResult, TaskSpec};
 use crate::rng::Rng;
-use mm::cost::{Cost, CostTable, Cx, LockClass, LockId, Seg};
+use mm::cost::{Cost, CostTable, Cx, LockClass, LockId, MemAccess, Seg};
 use mm::memory::{MmConfig, MmGlobal, VmFault};
 use mm::page_alloc::PageAlloc;
 use mm::vma::{Errno, MmStruct};
@@ -70,6 +71,7 @@ struct TouchCursor {
     next: u64,
     end: u64,
     stride: u64,
+    bytes: u64,
     write: bool,
 }
 
@@ -113,6 +115,14 @@ struct Task {
     /// fault; a forked child starts with an empty one, as after
     /// `vmacache_flush()`.
     vmacache: Option<mm::vmacache::TaskStruct>,
+    /// Bytes covered by the task's `Touch` accesses.
+    touch_bytes: u64,
+    /// When its first `Touch` started and its last one ended (the measured
+    /// phase of a usemem-like program).
+    touch_start: Option<u64>,
+    touch_end: u64,
+    /// A `Touch` is the task's current operation.
+    in_touch: bool,
 }
 
 #[derive(Default)]
@@ -140,6 +150,8 @@ struct Vcpu {
     /// The user-mode part of `task_ns`: `Compute` and the accesses of
     /// `Touch` that did not fault.
     user_ns: u64,
+    /// Picoseconds of cache-model time not yet whole nanoseconds.
+    mem_ps_rem: u64,
 }
 
 #[derive(Default)]
@@ -201,8 +213,9 @@ pub struct RunStats {
     /// Faults that found no memory (`VM_FAULT_OOM`): each killed its process.
     pub nr_oom_kills: u64,
     /// CPU time the tasks spent in user mode, summed over vCPUs (the
-    /// `user` of `time(1)`): `Compute` operations and the user accesses of
-    /// `Touch` (one `touch_ns` each).
+    /// `user` of `time(1)`): `Compute` operations, the user accesses of
+    /// `Touch` (one `touch_ns` each) and, with the cache model, the time of
+    /// the lines they accessed.
     pub user_ns: u64,
     /// CPU time the kernel spent on the tasks' behalf, summed over vCPUs
     /// (the `sys` of `time(1)`): system calls, faults, fork, exit and
@@ -212,6 +225,16 @@ pub struct RunStats {
     /// Hugetlb faults that found no huge page (`VM_FAULT_SIGBUS`): each
     /// killed its process.
     pub nr_sigbus: u64,
+    /// Bytes covered by user accesses (`Touch`), all tasks.
+    pub touch_bytes: u64,
+    /// Sum over tasks of the bytes each task's accesses covered per second
+    /// of its access phase (first `Touch` start to last `Touch` end): the
+    /// throughput vm-scalability reports, summed over its processes.
+    pub touch_bytes_per_s: u64,
+    /// Line accesses counted by the cache model (all zero without one).
+    pub cache: CacheStats,
+    /// Of those, the kernel's (page clearing and copying).
+    pub cache_kernel: CacheStats,
 }
 
 /// One sample of one CPU's pageset for one zone.
@@ -284,6 +307,11 @@ pub struct Engine {
     /// figures, before any idle tail.
     at_last_task: Option<(Vec<LockStats>, u64)>,
     last_task_end: u64,
+    /// The cache model fed with the memory traffic, and what it costs.
+    cache: Option<(CacheModel, CacheCosts)>,
+    /// Per socket: the picosecond at which its memory channels have served
+    /// every line missed so far (a FIFO server at the socket's bandwidth).
+    dram_free_at_ps: Vec<u64>,
 }
 
 impl Engine {
@@ -317,7 +345,31 @@ impl Engine {
             idle_tail_ns: 0,
             at_last_task: None,
             last_task_end: 0,
+            cache: None,
+            dram_free_at_ps: Vec::new(),
         }
+    }
+
+    /// Plays all memory traffic through `cache`: page clears and copies in
+    /// the order the kernel model does them, and user accesses line by line,
+    /// each line costing what `costs` says for the level that served it
+    /// (instead of the cost table's `clear_page_ns` / `copy_page_ns`). The
+    /// cache's CPUs must be the machine's (same count, sockets as nodes).
+    pub fn with_cache(mut self, cache: CacheModel, costs: CacheCosts) -> Engine {
+        assert_eq!(
+            cache.config().nr_cpus() as usize,
+            self.vcpus.len(),
+            "the cache model's CPUs are not the machine's"
+        );
+        self.cx.set_record_mem(true);
+        self.dram_free_at_ps = vec![0; cache.config().sockets as usize];
+        self.cache = Some((cache, costs));
+        self
+    }
+
+    /// The cache model, if the engine has one.
+    pub fn cache_model(&self) -> Option<&CacheModel> {
+        self.cache.as_ref().map(|(c, _)| c)
     }
 
     /// Uses `cfg` (a kernel's `KernelConfig.mm`) for the fault path instead
@@ -386,6 +438,10 @@ impl Engine {
             pid,
             touch: None,
             vmacache: None,
+            touch_bytes: 0,
+            touch_start: None,
+            touch_end: 0,
+            in_touch: false,
         });
         self.vcpus[spec.cpu.idx()].runq.push_back(id);
     }
@@ -497,6 +553,19 @@ impl Engine {
         self.stats.runtime_ns = self.stats.runtime_ns.max(last);
         self.stats.nr_tasks = self.tasks.len() as u64;
         self.stats.nr_processes = self.procs.len() as u64;
+        self.stats.touch_bytes = self.tasks.iter().map(|t| t.touch_bytes).sum();
+        self.stats.touch_bytes_per_s = self
+            .tasks
+            .iter()
+            .filter_map(|t| {
+                let start = t.touch_start?;
+                let ns = t.touch_end.saturating_sub(start).max(1);
+                Some((t.touch_bytes as u128 * 1_000_000_000 / ns as u128) as u64)
+            })
+            .sum();
+        if let Some((c, _)) = &self.cache {
+            self.stats.cache = c.total_stats();
+        }
         self.stats.final_pcp_pages = self.pa.nr_pcp_pages();
         self.stats.clone()
     }
@@ -588,6 +657,22 @@ impl Engine {
                         self.release(l, v, t, matches!(seg, Seg::UnlockRead(_)));
                         self.vcpus[vi].pos += 1;
                     }
+                    Seg::Mem(m) => {
+                        // Memory traffic reaches the shared caches in global
+                        // time order, like a lock acquisition.
+                        if t > now {
+                            self.vcpus[vi].time = t;
+                            self.schedule(v, t);
+                            return;
+                        }
+                        let ns = self.play_mem(v, t, m);
+                        t += ns;
+                        self.vcpus[vi].busy_ns += ns;
+                        if self.vcpus[vi].playing_task {
+                            self.vcpus[vi].task_ns += ns;
+                        }
+                        self.vcpus[vi].pos += 1;
+                    }
                 }
             }
             if self.vcpus[vi].playing_task {
@@ -610,6 +695,61 @@ impl Engine {
                 return;
             }
         }
+    }
+
+    /// Plays one memory access through the cache model on vCPU `v`, starting
+    /// at `t`, and returns its duration in whole nanoseconds (the
+    /// picoseconds left over carry to the vCPU's next access).
+    ///
+    /// The duration is what the lines cost on a core alone
+    /// ([`CacheCosts::ps`]), or, if the socket's memory channels are busy
+    /// with earlier misses, the time until they have also served this
+    /// access's misses: a FIFO server at the socket's sustained bandwidth.
+    fn play_mem(&mut self, v: u32, t: u64, m: MemAccess) -> u64 {
+        let Some((cache, costs)) = self.cache.as_mut() else {
+            return 0;
+        };
+        let cpu = VcpuId(v);
+        let mut st = CacheStats::default();
+        let user = match m {
+            MemAccess::ClearPage(pfn) => {
+                cache.clear_page(cpu, pfn, &mut st);
+                false
+            }
+            MemAccess::CopyPage { dst, src } => {
+                cache.copy_page(cpu, dst, src, &mut st);
+                false
+            }
+            MemAccess::User { phys, len, write } => {
+                let kind = if write {
+                    AccessKind::Write
+                } else {
+                    AccessKind::Read
+                };
+                cache.access_range(cpu, phys, len as u64, kind, &mut st);
+                true
+            }
+        };
+        let vc = &mut self.vcpus[v as usize];
+        let mut ps = costs.ps(&st) + vc.mem_ps_rem;
+        if user {
+            ps += st.accesses() * costs.user_line_ps;
+        }
+        if st.llc_misses > 0 && costs.dram_socket_line_ps > 0 {
+            let socket = v as usize / cache.config().cpus_per_socket as usize;
+            let now_ps = t * 1000 + vc.mem_ps_rem;
+            let free = &mut self.dram_free_at_ps[socket];
+            *free = (*free).max(now_ps) + st.llc_misses * costs.dram_socket_line_ps;
+            ps = ps.max(*free - t * 1000);
+        }
+        vc.mem_ps_rem = ps % 1000;
+        let ns = ps / 1000;
+        if user {
+            self.vcpus[v as usize].user_ns += ns;
+        } else {
+            self.stats.cache_kernel += st;
+        }
+        ns
     }
 
     /// The per-CPU vmstat timer (`vmstat_update()`): marks the work due on
@@ -747,6 +887,10 @@ impl Engine {
             }
             let res = self.tasks[tid].result.take().unwrap_or(OpResult::Done);
             let task = &mut self.tasks[tid];
+            if task.in_touch {
+                task.in_touch = false;
+                task.touch_end = t;
+            }
             let Some(op) = task.program.next(res, &mut task.rng) else {
                 if self.finish_task(tid, v, t) {
                     return true;
@@ -923,23 +1067,28 @@ impl Engine {
                     addr,
                     len,
                     stride,
+                    bytes,
                     write,
                 } => {
-                    self.tasks[tid].touch = Some(TouchCursor {
+                    let task = &mut self.tasks[tid];
+                    task.touch = Some(TouchCursor {
                         next: addr,
                         end: addr.saturating_add(len),
                         stride: stride.max(1),
+                        bytes: bytes.max(1),
                         write,
                     });
+                    task.touch_start.get_or_insert(t);
+                    task.in_touch = true;
                     self.tasks[tid].result = Some(OpResult::Done);
                     if self.continue_touch(tid, v, t) {
                         return true;
                     }
                     continue;
                 }
-                Op::Fork { child } => {
+                Op::Fork { child, cpu } => {
                     self.cx.begin(VcpuId(v), SimTime(t));
-                    let r = self.fork(tid, child.0, t);
+                    let r = self.fork(tid, child.0, cpu, t);
                     self.vcpus[vi].segs.extend_from_slice(self.cx.segs());
                     self.tasks[tid].result = Some(OpResult::Forked(r));
                 }
@@ -1013,11 +1162,16 @@ impl Engine {
             cur.next = cur.next.saturating_add(cur.stride);
             n += 1;
             self.cx.charge(Cost::Touch);
+            // The bytes of this access, within its page.
+            let in_page = mm::PAGE_SIZE - (addr & (mm::PAGE_SIZE - 1));
+            let len = cur.bytes.min(in_page).min(cur.end - addr) as u32;
+            self.tasks[tid].touch_bytes += len as u64;
             let Some(mm) = self.procs[pid].mm.as_mut() else {
                 fault = Some(VmFault::Sigsegv);
                 break;
             };
-            if mm::memory::user_access(&mut self.pa, mm, addr, cur.write) {
+            if let Some(phys) = mm::memory::user_access(&mut self.pa, mm, addr, cur.write) {
+                self.cx.user_access(phys, len, cur.write);
                 continue;
             }
             let policy = self.vmacache_policy;
@@ -1040,8 +1194,11 @@ impl Engine {
             match r {
                 Ok(()) => {
                     // The access is retried and now succeeds.
-                    let ok = mm::memory::user_access(&mut self.pa, mm, addr, cur.write);
-                    debug_assert!(ok, "fault at {addr:#x} left it unmapped");
+                    let phys = mm::memory::user_access(&mut self.pa, mm, addr, cur.write);
+                    debug_assert!(phys.is_some(), "fault at {addr:#x} left it unmapped");
+                    if let Some(phys) = phys {
+                        self.cx.user_access(phys, len, cur.write);
+                    }
                     break;
                 }
                 Err(e) => {
@@ -1079,6 +1236,7 @@ impl Engine {
         &mut self,
         tid: TaskId,
         program: Box<dyn crate::op::Program>,
+        cpu: Option<VcpuId>,
         t: u64,
     ) -> Result<u32, Errno> {
         let pid = self.tasks[tid].pid;
@@ -1099,7 +1257,10 @@ impl Engine {
         self.procs[pid].nr_forks += 1;
         self.procs[pid].live_children += 1;
         let nr_cpus = self.vcpus.len() as u32;
-        let cpu = VcpuId((self.tasks[tid].cpu.0 + 1 + nth % nr_cpus) % nr_cpus);
+        let cpu = match cpu {
+            Some(c) => VcpuId(c.0 % nr_cpus),
+            None => VcpuId((self.tasks[tid].cpu.0 + 1 + nth % nr_cpus) % nr_cpus),
+        };
         let ctid = self.tasks.len();
         self.live_tasks += 1;
         self.tasks.push(Task {
@@ -1112,6 +1273,10 @@ impl Engine {
             pid: child,
             touch: None,
             vmacache: None,
+            touch_bytes: 0,
+            touch_start: None,
+            touch_end: 0,
+            in_touch: false,
         });
         // The child runs once the parent's fork() has done its work.
         let at = t + self.cx.compute_ns();
@@ -1140,6 +1305,10 @@ impl Engine {
     fn finish_task(&mut self, tid: TaskId, v: u32, t: u64) -> bool {
         let vi = v as usize;
         self.tasks[tid].state = TaskState::Done;
+        if self.tasks[tid].in_touch {
+            self.tasks[tid].in_touch = false;
+            self.tasks[tid].touch_end = t;
+        }
         self.vcpus[vi].current = None;
         self.stats.runtime_ns = self.stats.runtime_ns.max(t);
         self.live_tasks -= 1;

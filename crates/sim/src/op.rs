@@ -121,6 +121,14 @@ pub enum Op {
     /// `addr + len`: each one that would fault enters the fault path. An
     /// access outside any VMA (or a write to a read-only one) is a SIGSEGV
     /// and kills the task's process. Answers [`OpResult::Done`].
+    ///
+    /// Each access covers `bytes` bytes from its address, clipped to the end
+    /// of its 4 KiB page (and of the range): one translation, and at most
+    /// one fault, per access; with the engine's cache model on, every cache
+    /// line of those bytes is played through the caches. `bytes = 1` is a
+    /// single store or load; `stride = bytes = PAGE_SIZE` is a program that
+    /// writes every word of every page in order (usemem), coarsened to one
+    /// access per page without losing a line.
     Touch {
         /// First address.
         addr: u64,
@@ -128,6 +136,8 @@ pub enum Op {
         len: u64,
         /// Distance between accesses (at least 1).
         stride: u64,
+        /// Bytes covered by each access (at least 1).
+        bytes: u64,
         /// Writes rather than reads.
         write: bool,
     },
@@ -137,6 +147,9 @@ pub enum Op {
     Fork {
         /// The child's program.
         child: ChildProgram,
+        /// The vCPU the child runs on; `None` lets the engine place it (the
+        /// vCPU after the parent's, round-robin over the parent's forks).
+        cpu: Option<mm::VcpuId>,
     },
     /// `exit_group()`: ends every task of the process and tears down its
     /// address space.
@@ -187,6 +200,16 @@ impl Op {
     pub fn fork(child: impl Program + 'static) -> Op {
         Op::Fork {
             child: ChildProgram(Box::new(child)),
+            cpu: None,
+        }
+    }
+
+    /// A [`Op::Fork`] whose child runs on `cpu`, as if the scheduler's fork
+    /// balancing had picked it.
+    pub fn fork_on(child: impl Program + 'static, cpu: mm::VcpuId) -> Op {
+        Op::Fork {
+            child: ChildProgram(Box::new(child)),
+            cpu: Some(cpu),
         }
     }
 }

@@ -3,6 +3,8 @@
 //! A profile is data, read from a file by the CLI (profiles/*.toml); this
 //! module checks it is complete and turns it into the table the model uses.
 
+use crate::cache::{CacheConfig, CacheCosts, LlcInclusion};
+use crate::machine::Machine;
 use mm::cost::{Cost, CostTable};
 use std::collections::BTreeMap;
 use std::fmt;
@@ -26,6 +28,63 @@ pub struct Profile {
     pub description: String,
     /// Every cost, by key.
     pub entries: BTreeMap<String, CostEntry>,
+    /// The cache hierarchy, for experiments that turn the cache model on.
+    pub cache: Option<CacheProfile>,
+}
+
+/// The profile's `[cache]` section: the shape of the caches below the LLC's
+/// size (which is the machine's, `llc_per_node`), and what a line costs from
+/// each level. Every figure has a source.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct CacheProfile {
+    /// LLC associativity.
+    pub llc_ways: u32,
+    /// Bytes per line.
+    pub line_bytes: u32,
+    /// `(size_bytes, ways)` of each CPU's private L2, if modeled.
+    pub l2: Option<(u64, u32)>,
+    /// Whether the LLC includes the L2s.
+    pub inclusion: LlcInclusion,
+    /// Where the geometry comes from.
+    pub geometry_source: String,
+    /// Per-line costs by level.
+    pub costs: CacheCosts,
+    /// Where each per-line cost comes from, by key (`l2_hit_line_ps`, ...).
+    pub cost_sources: BTreeMap<String, String>,
+}
+
+impl CacheProfile {
+    /// The keys of the per-line costs, in the order of [`CacheCosts`].
+    pub const COST_KEYS: [&'static str; 5] = [
+        "l2_hit_line_ps",
+        "llc_hit_line_ps",
+        "dram_line_ps",
+        "dram_socket_line_ps",
+        "user_line_ps",
+    ];
+
+    /// The cache model's configuration for `machine`: one LLC of
+    /// `machine.llc_bytes` per node, shared by the node's CPUs.
+    pub fn config(&self, machine: &Machine) -> Result<CacheConfig, String> {
+        if machine.llc_bytes == 0 {
+            return Err("the cache model needs the LLC size: set machine.llc_per_node".into());
+        }
+        let cpus = machine.nodes.first().map_or(0, |n| n.cpus);
+        if machine.nodes.iter().any(|n| n.cpus != cpus) {
+            return Err("the cache model needs the same number of CPUs on every node".into());
+        }
+        let cfg = CacheConfig {
+            llc_size_bytes: machine.llc_bytes,
+            llc_ways: self.llc_ways,
+            line_bytes: self.line_bytes,
+            l2: self.l2,
+            sockets: machine.nodes.len() as u32,
+            cpus_per_socket: cpus,
+            inclusion: self.inclusion,
+        };
+        cfg.validate().map_err(|e| format!("cache model: {e}"))?;
+        Ok(cfg)
+    }
 }
 
 /// What is wrong with a profile.
@@ -37,6 +96,8 @@ pub enum ProfileError {
     Missing(Vec<&'static str>),
     /// A cost without a source.
     NoSource(String),
+    /// A bad `[cache]` section.
+    Cache(String),
 }
 
 impl fmt::Display for ProfileError {
@@ -52,6 +113,7 @@ impl fmt::Display for ProfileError {
                 f,
                 "cost \"{k}\" has no source; every cost must say where its figure comes from"
             ),
+            ProfileError::Cache(e) => write!(f, "[cache]: {e}"),
         }
     }
 }
@@ -76,6 +138,20 @@ impl Profile {
             .collect();
         if !missing.is_empty() {
             return Err(ProfileError::Missing(missing));
+        }
+        if let Some(c) = &self.cache {
+            if c.geometry_source.trim().is_empty() {
+                return Err(ProfileError::Cache(
+                    "the geometry has no source (geometry_source)".into(),
+                ));
+            }
+            for k in CacheProfile::COST_KEYS {
+                if c.cost_sources.get(k).is_none_or(|s| s.trim().is_empty()) {
+                    return Err(ProfileError::Cache(format!(
+                        "{k} has no source; every cost must say where its figure comes from"
+                    )));
+                }
+            }
         }
         Ok(())
     }

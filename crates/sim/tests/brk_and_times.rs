@@ -56,6 +56,7 @@ fn engine() -> (Engine, u64) {
 
 fn touch(addr: u64, len: u64) -> Op {
     Op::Touch {
+        bytes: 1,
         addr,
         len,
         stride: 4 * KIB,

@@ -74,6 +74,7 @@ fn cow_child(addr: u64, len: u64) -> impl Program {
             addr,
             len,
             stride: 4096,
+            bytes: 1,
             write: true,
         }),
         2 => Some(Op::Exit),
@@ -101,6 +102,7 @@ fn cow_parent(len: u64, n: u32) -> impl Program {
                 addr,
                 len,
                 stride: 4096,
+                bytes: 1,
                 write: true,
             })
         }
@@ -185,6 +187,7 @@ fn touch_outside_any_vma_is_sigsegv_and_kills_the_process() {
                 addr: 0x4000_0000,
                 len: 2 * MIB,
                 stride: 4096,
+                bytes: 1,
                 write: true,
             })
         }
@@ -197,6 +200,7 @@ fn touch_outside_any_vma_is_sigsegv_and_kills_the_process() {
             addr: 0x1000,
             len: 1,
             stride: 1,
+            bytes: 1,
             write: false,
         }),
         _ => panic!("a task killed by SIGSEGV ran on"),
@@ -227,6 +231,7 @@ fn threads_share_the_address_space_and_exit_group_ends_them_all() {
             addr: base,
             len: MIB,
             stride: 4096,
+            bytes: 1,
             write: true,
         }),
         3 => Some(Op::Compute { ns: 10_000_000 }),
@@ -241,6 +246,7 @@ fn threads_share_the_address_space_and_exit_group_ends_them_all() {
             addr: base,
             len: MIB,
             stride: 4096,
+            bytes: 1,
             write: true,
         }),
         _ => Some(Op::Compute { ns: 1_000_000 }),
@@ -293,6 +299,7 @@ fn mprotect_and_mremap_ops() {
                 };
                 b.set(a);
                 Some(Op::Touch {
+                    bytes: 1,
                     addr: a,
                     len,
                     stride: 4096,
@@ -313,6 +320,7 @@ fn mprotect_and_mremap_ops() {
                 b.set(a);
                 // The moved half needs no fault.
                 Some(Op::Touch {
+                    bytes: 1,
                     addr: a,
                     len,
                     stride: 4096,
@@ -327,6 +335,7 @@ fn mprotect_and_mremap_ops() {
             6 => {
                 assert_eq!(last, OpResult::Sys(Ok(())));
                 Some(Op::Touch {
+                    bytes: 1,
                     addr: b.get(),
                     len: 4096,
                     stride: 4096,

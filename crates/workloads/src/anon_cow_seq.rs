@@ -22,7 +22,24 @@
 //! Parameters: vm-scalability sizes the region from the machine's memory
 //! and forks one child per CPU; here `size` (default 64 MiB) and
 //! `children` (default one per CPU less the parent's) are given so that
-//! experiments stay small.
+//! experiments stay small. `placement` says where the children run:
+//! `next` (the engine's default: the CPUs after the parent's, in order, so
+//! that 36 children on 2 × 36 CPUs fill the first node) or `spread` (the
+//! nodes in turn, the parent's CPU skipped: 36 children on 2 × 36 CPUs run
+//! 18 on each node, as the kernel's fork balancing spreads them over idle
+//! cores and sockets).
+//!
+//! `fork_gap_ns` is time the parent spends before each fork after the first
+//! (default 0). It stands for what forking a region larger than the
+//! simulated one costs: vm-scalability's region is a share of the machine's
+//! memory, and the time its forks take spreads the children over it, so
+//! that they do not all read the same source page at the same moment. It
+//! runs as the parent's `Compute`, so it counts in `user_ns` (the same for
+//! every kernel).
+//!
+//! Each access writes the whole 4 KiB page (`usemem` writes every word),
+//! one translation per page: without the cache model this costs what one
+//! store per page costs; with it, every line of the page is played.
 
 use crate::params::{ParamError, Params};
 use crate::WorkloadDef;
@@ -40,6 +57,16 @@ pub(crate) const DEF: WorkloadDef = WorkloadDef {
             "one per CPU, less one",
             "children forked, placed round-robin on the CPUs after the parent's",
         ),
+        (
+            "fork_gap_ns",
+            "0",
+            "time the parent spends before each fork after the first (see the module docs)",
+        ),
+        (
+            "placement",
+            "next",
+            "next: children on the CPUs after the parent's; spread: nodes in turn (fork balancing)",
+        ),
     ],
     build,
 };
@@ -48,10 +75,38 @@ fn build(p: &Params, m: &Machine) -> Result<Vec<TaskSpec>, ParamError> {
     let nr_cpus = m.nr_cpus();
     let size = p.size("size", 64 << 20, PAGE_SIZE..=1 << 40)?;
     let children = p.int("children", (nr_cpus as i64 - 1).max(1), 1..=65_536)? as u32;
-    Ok(vec![TaskSpec::new(
-        Box::new(CowParent::new(size, children)),
-        mm::VcpuId(0),
-    )])
+    let mut parent = CowParent::new(size, children);
+    parent.fork_gap_ns = p.int("fork_gap_ns", 0, 0..=1_000_000_000_000)? as u64;
+    if p.choice("placement", "next", &["next", "spread"])? == "spread" {
+        parent.child_cpus = spread_cpus(m, children);
+    }
+    Ok(vec![TaskSpec::new(Box::new(parent), mm::VcpuId(0))])
+}
+
+/// CPUs for `n` children taking the nodes in turn, each node's CPUs in
+/// order, CPU 0 (the parent's) skipped while others are free; round-robin
+/// once every CPU has a child.
+fn spread_cpus(m: &Machine, n: u32) -> Vec<mm::VcpuId> {
+    let mut per_node: Vec<Vec<u32>> = Vec::new();
+    let mut first = 0;
+    for node in &m.nodes {
+        per_node.push((first..first + node.cpus).filter(|&c| c != 0).collect());
+        first += node.cpus;
+    }
+    let mut order = Vec::new();
+    let mut i = 0;
+    while per_node.iter().any(|c| i < c.len()) {
+        for c in &per_node {
+            if let Some(&cpu) = c.get(i) {
+                order.push(mm::VcpuId(cpu));
+            }
+        }
+        i += 1;
+    }
+    if order.is_empty() {
+        order.push(mm::VcpuId(0));
+    }
+    (0..n as usize).map(|k| order[k % order.len()]).collect()
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -70,6 +125,12 @@ pub struct CowParent {
     forked: u32,
     addr: u64,
     phase: Phase,
+    /// The CPU of each child; empty: the engine places them.
+    child_cpus: Vec<mm::VcpuId>,
+    /// Nanoseconds spent before each fork after the first.
+    fork_gap_ns: u64,
+    /// The gap before the next fork has been spent.
+    gap_done: bool,
 }
 
 impl CowParent {
@@ -81,6 +142,9 @@ impl CowParent {
             forked: 0,
             addr: 0,
             phase: Phase::Map,
+            child_cpus: Vec::new(),
+            fork_gap_ns: 0,
+            gap_done: false,
         }
     }
 }
@@ -108,6 +172,7 @@ impl Program for CowParent {
                         addr,
                         len: self.size,
                         stride: PAGE_SIZE,
+                        bytes: PAGE_SIZE,
                         write: true,
                     });
                 }
@@ -116,8 +181,20 @@ impl Program for CowParent {
                         self.phase = Phase::Wait;
                         continue;
                     }
+                    if self.forked > 0 && self.fork_gap_ns > 0 && !self.gap_done {
+                        self.gap_done = true;
+                        return Some(Op::Compute {
+                            ns: self.fork_gap_ns,
+                        });
+                    }
+                    self.gap_done = false;
+                    let child = CowChild::new(self.addr, self.size);
+                    let cpu = self.child_cpus.get(self.forked as usize).copied();
                     self.forked += 1;
-                    return Some(Op::fork(CowChild::new(self.addr, self.size)));
+                    return Some(match cpu {
+                        Some(c) => Op::fork_on(child, c),
+                        None => Op::fork(child),
+                    });
                 }
                 Phase::Wait => {
                     self.phase = Phase::Done;
@@ -155,10 +232,53 @@ impl Program for CowChild {
                 addr: self.addr,
                 len: self.size,
                 stride: PAGE_SIZE,
+                bytes: PAGE_SIZE,
                 write: true,
             }),
             2 => Some(Op::Exit),
             _ => None,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use sim::NodeSpec;
+
+    fn machine(nodes: u32, cpus: u32) -> Machine {
+        Machine {
+            name: "m".into(),
+            nodes: (0..nodes)
+                .map(|_| NodeSpec {
+                    cpus,
+                    memory_bytes: 64 << 20,
+                })
+                .collect(),
+            llc_bytes: 0,
+            dma32_bytes: 0,
+        }
+    }
+
+    /// `spread` takes the nodes in turn and skips the parent's CPU 0:
+    /// 6 children on 2 × 4 CPUs run on 1, 4, 2, 5, 3, 6.
+    #[test]
+    fn spread_alternates_nodes_and_skips_the_parent() {
+        let cpus: Vec<u32> = spread_cpus(&machine(2, 4), 6).iter().map(|c| c.0).collect();
+        assert_eq!(cpus, vec![1, 4, 2, 5, 3, 6]);
+        // More children than CPUs: round-robin over the same order.
+        let cpus: Vec<u32> = spread_cpus(&machine(1, 2), 3).iter().map(|c| c.0).collect();
+        assert_eq!(cpus, vec![1, 1, 1]);
+    }
+
+    #[test]
+    fn placement_is_validated() {
+        let mut p = Params::default();
+        p.0.insert(
+            "placement".into(),
+            crate::params::ParamValue::Str("random".into()),
+        );
+        let e = build(&p, &machine(1, 4)).err().unwrap().to_string();
+        assert!(e.contains("one of next, spread"), "{e}");
     }
 }

@@ -75,6 +75,7 @@ impl Program for AnonWSeq {
                 addr,
                 len: self.size,
                 stride: PAGE_SIZE,
+                bytes: PAGE_SIZE,
                 write: true,
             }),
             // Done (or mmap failed): exit, and exit_mmap() frees the region.

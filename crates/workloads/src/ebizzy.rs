@@ -144,6 +144,7 @@ impl Program for Ebizzy {
                 }
                 for &c in self.mem.borrow().iter() {
                     self.queue.push_back(Op::Touch {
+                        bytes: 1,
                         addr: c,
                         len: self.chunk_size,
                         stride: PAGE_SIZE,
@@ -174,12 +175,14 @@ impl Program for Ebizzy {
                 // memcpy(copy, src, chunk_size): reads of the populated
                 // chunk, writes that fault on every page of the buffer.
                 self.queue.push_back(Op::Touch {
+                    bytes: 1,
                     addr: chunk,
                     len: self.chunk_size,
                     stride: PAGE_SIZE,
                     write: false,
                 });
                 self.queue.push_back(Op::Touch {
+                    bytes: 1,
                     addr: copy,
                     len: self.chunk_size,
                     stride: PAGE_SIZE,

@@ -15,7 +15,7 @@
 //! pages on current kernels: a child's first write to each 2 MiB page is a
 //! `hugetlb_wp()` fault that takes a new page from the pool and copies all
 //! 512 sub-pages (`copy_user_large_folio()`, in the order of
-//! `mmlab.huge_page_order`); the next 511 writes to it do not fault. (The
+//! `mmlab.huge_copy_order`); the next 511 writes to it do not fault. (The
 //! anonymous THP copy-on-write has split the PMD and copied 4 KiB since
 //! Linux 5.8.)
 //!
@@ -145,6 +145,7 @@ impl Program for HugetlbCowParent {
                     self.addr = addr;
                     self.phase = Phase::Fork;
                     return Some(Op::Touch {
+                        bytes: PAGE_SIZE,
                         addr,
                         len: self.size,
                         stride: PAGE_SIZE,

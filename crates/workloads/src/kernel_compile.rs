@@ -205,6 +205,7 @@ impl CompileJob {
         let first = addr & !(PAGE_SIZE - 1);
         let pages = (addr + len).div_ceil(PAGE_SIZE) - first / PAGE_SIZE;
         self.pending.push_back(Op::Touch {
+            bytes: 1,
             addr: first,
             len: pages * PAGE_SIZE,
             stride: PAGE_SIZE,

@@ -158,6 +158,7 @@ impl MallocDontneed {
             let addr = arena + first * PAGE_SIZE;
             let len = pages * PAGE_SIZE;
             self.queue.push_back(Op::Touch {
+                bytes: 1,
                 addr,
                 len,
                 stride: PAGE_SIZE,
@@ -216,6 +217,7 @@ impl Program for MallocDontneed {
                     return None;
                 };
                 self.queue.push_back(Op::Touch {
+                    bytes: 1,
                     addr: large,
                     len: self.cfg.large,
                     stride: PAGE_SIZE,

@@ -225,6 +225,7 @@ impl Program for PageFault1 {
                         addr: addr + p * PAGE_SIZE,
                         len: 1,
                         stride: PAGE_SIZE,
+                        bytes: 1,
                         write: true,
                     }));
                 } else {
@@ -234,6 +235,7 @@ impl Program for PageFault1 {
                         addr: addr + skip,
                         len: self.size - skip,
                         stride: PAGE_SIZE,
+                        bytes: 1,
                         write: true,
                     });
                 }

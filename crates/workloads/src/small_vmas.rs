@@ -143,6 +143,7 @@ impl Program for SmallVmas {
         let addr = base + v as u64 * stride + self.written[v] * PAGE_SIZE;
         self.written[v] += 1;
         Some(Op::Touch {
+            bytes: 1,
             addr,
             len: PAGE_SIZE,
             stride: PAGE_SIZE,

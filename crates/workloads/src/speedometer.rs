@@ -166,6 +166,7 @@ impl Renderer {
 
     fn write(&mut self, addr: u64, len: u64) {
         self.pending.push_back(Op::Touch {
+            bytes: 1,
             addr,
             len,
             stride: PAGE_SIZE,

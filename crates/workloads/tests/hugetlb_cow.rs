@@ -37,7 +37,7 @@ fn run(p: &Params, knobs: &[(&str, i64)], order: &str) -> (RunStats, Engine) {
     for (k, v) in knobs {
         cfg.set_knob(k, &KnobValue::Int(*v)).unwrap();
     }
-    cfg.set_knob("mmlab.huge_page_order", &KnobValue::Str(order.into()))
+    cfg.set_knob("mmlab.huge_copy_order", &KnobValue::Str(order.into()))
         .unwrap();
     let pa = PageAlloc::new(&m.memory_layout(), cfg.sysctl, cfg.pcp);
     let boot = pa.nr_free_pages() + pa.nr_pcp_pages();

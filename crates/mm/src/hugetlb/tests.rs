@@ -42,7 +42,8 @@ fn world_with(nodes: usize, policy: HugeOrderPolicy) -> World {
         pa,
         cx: Cx::new(VcpuId(0), CostTable::uniform(1)),
         g: MmGlobal::new(MmConfig {
-            huge_page_order: policy,
+            clear_order: policy,
+            copy_order: policy,
             ..MmConfig::default()
         }),
         boot_free,

@@ -27,10 +27,9 @@
 //! once per folio, as `folio_add_new_anon_rmap()` does; the N plain stores
 //! are not charged separately). The folio gets N references, one per PTE
 //! (the convention of `page.rs`), and no entire mapcount. It is zeroed per
-//! 4 KiB page: N × [`Cost::ClearPage`] (the kernel's `folio_zero_user()`
-//! processes the sub-pages in the order of [`super::huge_order`]; the model
-//! charges the same N clears without simulating the cache effect of that
-//! order).
+//! 4 KiB page by [`super::huge_order::folio_zero_user`], in the order of
+//! [`super::huge_order`] for the faulting address: N × [`Cost::ClearPage`],
+//! or, with the engine's cache model on, N page clears played through it.
 //!
 //! # Partial unmap and the deferred split queue
 //!
@@ -330,9 +329,11 @@ pub fn alloc_anon_folio(
 /// Maps the new folio `pfn` of `order` at the naturally aligned block around
 /// `addr`: zeroes it, gives it one reference per page and sets all its PTEs
 /// at once (`set_ptes()`), writable and dirty.
+#[allow(clippy::too_many_arguments)]
 pub fn map_anon_folio(
     pa: &mut PageAlloc,
     cx: &mut Cx,
+    clear_order: super::huge_order::HugeOrderPolicy,
     mm: &mut crate::vma::MmStruct,
     pte: Slot,
     addr: u64,
@@ -340,7 +341,7 @@ pub fn map_anon_folio(
     order: u8,
 ) {
     let nr = 1u32 << order;
-    cx.charge_n(Cost::ClearPage, nr as u64);
+    super::huge_order::folio_zero_user(cx, clear_order, pfn, nr, crate::types::Vaddr(addr));
     pa.mem.set_refcount(pfn_idx(pfn), nr);
     let first = crate::pgtable::Level::Pte.index(addr & !((PAGE_SIZE << order) - 1));
     let ptl = super::pte_lockptr(pte.table);

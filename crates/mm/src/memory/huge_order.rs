@@ -70,7 +70,7 @@
 use std::fmt;
 use std::iter::FusedIterator;
 
-use crate::cost::{Cost, Cx};
+use crate::cost::Cx;
 use crate::types::{Pfn, Vaddr, PAGE_SHIFT};
 
 /// Base pages in the largest block the buddy allocator hands out
@@ -353,7 +353,8 @@ impl HugePageLog {
         HugePageLog(Some(Vec::new()))
     }
 
-    fn record(&mut self, dst: Pfn, src: Option<Pfn>, order: HugeOrderIter) {
+    /// Records one clear (`src` `None`) or copy in the order given.
+    pub fn record(&mut self, dst: Pfn, src: Option<Pfn>, order: HugeOrderIter) {
         if let Some(ops) = &mut self.0 {
             ops.push(HugePageOp {
                 dst,
@@ -364,47 +365,53 @@ impl HugePageLog {
     }
 }
 
-/// Models `folio_zero_user()` (Linux 6.10+; `clear_huge_page()` before):
-/// clears the `nr_subpages` sub-pages of the folio at `folio` in the order
-/// `policy` gives for the sub-page holding `addr_hint` (the fault address,
-/// not the aligned one), charging one `clear_page()` per sub-page.
+/// Models `folio_zero_user()` of Linux 6.x mm/memory.c (`clear_huge_page()`
+/// before 6.10): zeroes the `nr_pages` base pages of the folio at `pfn`,
+/// sub-page by sub-page in the order `policy` gives for the sub-page that
+/// holds `addr_hint` (the fault address). A single page is one
+/// `clear_user_highpage()`.
 ///
-/// Deviation: the model keeps no page contents, so clearing is its cost and
-/// its order (recorded in `log` when recording).
+/// Each sub-page is a [`Cx::clear_page`]: a [`crate::cost::Seg::Mem`]
+/// segment for an engine with a cache model, otherwise one
+/// [`crate::cost::Cost::ClearPage`].
+///
+/// Deviation: `cond_resched()` between sub-pages is not modeled.
 pub fn folio_zero_user(
     cx: &mut Cx,
-    log: &mut HugePageLog,
     policy: HugeOrderPolicy,
-    folio: Pfn,
-    nr_subpages: u32,
+    pfn: Pfn,
+    nr_pages: u32,
     addr_hint: Vaddr,
 ) {
-    let target = target_subpage_index(addr_hint, nr_subpages);
-    let order = process_huge_page_order(policy, nr_subpages, target);
-    cx.charge_n(Cost::ClearPage, order.len() as u64);
-    log.record(folio, None, order);
+    if nr_pages == 1 {
+        cx.clear_page(pfn);
+        return;
+    }
+    let target = target_subpage_index(addr_hint, nr_pages);
+    for sub in process_huge_page_order(policy, nr_pages, target) {
+        cx.clear_page(pfn.offset(sub as u64));
+    }
 }
 
-/// Models `copy_user_large_folio()` (Linux 6.7+; `copy_user_huge_page()`
-/// before): copies the `nr_subpages` sub-pages of `src` to `dst` in the
-/// order `policy` gives for the sub-page holding `addr_hint`, charging one
-/// `copy_page()` per sub-page. Gigantic folios are copied sequentially.
+/// Models `copy_user_large_folio()` of Linux 6.x mm/memory.c
+/// (`copy_user_huge_page()` before 6.7): copies the `nr_pages` base pages of
+/// the folio at `src` to the one at `dst`, sub-page by sub-page in the order
+/// `policy` gives for the sub-page that holds `addr_hint`.
 ///
-/// Deviation: no contents and no machine-check-safe copy; the cost and the
-/// order (recorded in `log`) are what the model keeps.
+/// Deviation: the machine-check-safe copy's poison handling and
+/// `cond_resched()` are not modeled.
 pub fn copy_user_large_folio(
     cx: &mut Cx,
-    log: &mut HugePageLog,
     policy: HugeOrderPolicy,
     dst: Pfn,
     src: Pfn,
-    nr_subpages: u32,
+    nr_pages: u32,
     addr_hint: Vaddr,
 ) {
-    let target = target_subpage_index(addr_hint, nr_subpages);
-    let order = process_huge_page_order(policy, nr_subpages, target);
-    cx.charge_n(Cost::CopyPage, order.len() as u64);
-    log.record(dst, Some(src), order);
+    let target = target_subpage_index(addr_hint, nr_pages);
+    for sub in process_huge_page_order(policy, nr_pages, target) {
+        cx.copy_page(dst.offset(sub as u64), src.offset(sub as u64));
+    }
 }
 
 #[cfg(test)]
