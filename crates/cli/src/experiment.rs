@@ -4,7 +4,7 @@
 use anyhow::{anyhow, bail, Context, Result};
 use mm::knobs::{KernelConfig, KnobValue, Preset};
 use serde::Deserialize;
-use sim::profile::{CostEntry, Profile};
+use sim::profile::{CostEntry, NumaProfile, Profile};
 use sim::{Machine, NodeSpec};
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -210,6 +210,10 @@ pub const BUILTIN_PROFILES: &[(&str, &str)] = &[
         "haswell-ep",
         include_str!("../../../profiles/haswell-ep.toml"),
     ),
+    (
+        "e5-2640v3",
+        include_str!("../../../profiles/e5-2640v3.toml"),
+    ),
 ];
 
 #[derive(Debug, Deserialize)]
@@ -218,6 +222,28 @@ struct ProfileFile {
     name: String,
     description: String,
     costs: BTreeMap<String, CostFile>,
+    #[serde(default)]
+    numa: Option<NumaFile>,
+}
+
+/// A value of the `[numa]` section with its source.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Sourced<T> {
+    value: T,
+    source: String,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct NumaFile {
+    distance: Sourced<Vec<Vec<u32>>>,
+    threads_per_core: Sourced<u32>,
+    smt_pair_pct: Sourced<u64>,
+    node_mbps: Sourced<u64>,
+    link_mbps: Sourced<u64>,
+    dma_channels: Sourced<u32>,
+    dma_channel_mbps: Sourced<u64>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -246,6 +272,30 @@ pub fn parse_profile(text: &str, origin: &str) -> Result<Profile> {
                 )
             })
             .collect(),
+        numa: f.numa.map(|n| {
+            let sources = [
+                ("distance", n.distance.source),
+                ("threads_per_core", n.threads_per_core.source),
+                ("smt_pair_pct", n.smt_pair_pct.source),
+                ("node_mbps", n.node_mbps.source),
+                ("link_mbps", n.link_mbps.source),
+                ("dma_channels", n.dma_channels.source),
+                ("dma_channel_mbps", n.dma_channel_mbps.source),
+            ]
+            .into_iter()
+            .map(|(k, v)| (k.to_string(), v))
+            .collect();
+            NumaProfile {
+                distance: n.distance.value,
+                threads_per_core: n.threads_per_core.value,
+                smt_pair_pct: n.smt_pair_pct.value,
+                node_mbps: n.node_mbps.value,
+                link_mbps: n.link_mbps.value,
+                dma_channels: n.dma_channels.value,
+                dma_channel_mbps: n.dma_channel_mbps.value,
+                sources,
+            }
+        }),
     };
     p.validate().map_err(|e| anyhow!("{origin}: {e}"))?;
     Ok(p)
@@ -322,6 +372,16 @@ impl Experiment {
             .map_err(|e| anyhow!("{origin}: machine \"{}\": {e}", m.name))?;
         let profile =
             load_profile(&f.profile, base).map_err(|e| anyhow!("{origin}: profile: {e}"))?;
+        if let Some(n) = &profile.numa {
+            let cpus: Vec<u32> = machine.nodes.iter().map(|n| n.cpus).collect();
+            n.check(&cpus).map_err(|e| {
+                anyhow!(
+                    "{origin}: profile \"{}\" does not fit machine \"{}\": {e}",
+                    profile.name,
+                    m.name
+                )
+            })?;
+        }
         if f.kernels.is_empty() {
             bail!("{origin}: no [[kernel]] given; expected at least one");
         }

@@ -7,9 +7,11 @@
 //! reports the cost of each step through [`cost::Cx`], never knowing how it is
 //! driven.
 
+pub mod copy_page;
 pub mod cost;
 pub mod knobs;
 pub mod memory;
+pub mod migrate;
 pub mod page;
 pub mod page_alloc;
 pub mod pcp;

@@ -595,7 +595,8 @@ impl Program for CpuReplay {
             | OpResult::Done
             | OpResult::Mapped(_)
             | OpResult::Sys(_)
-            | OpResult::Forked(_) => {}
+            | OpResult::Forked(_)
+            | OpResult::MovedPages { .. } => {}
         }
         loop {
             let rec = match self.peeked.take() {
