@@ -119,7 +119,15 @@ fn default_metrics() -> Vec<String> {
 pub struct PublishedFile {
     pub source: String,
     pub columns: Vec<String>,
+    /// Values per row; `nan` where the publication has no figure (printed `-`).
     pub rows: BTreeMap<String, Vec<f64>>,
+    /// Decimals printed (default 1).
+    #[serde(default = "default_precision")]
+    pub precision: usize,
+}
+
+fn default_precision() -> usize {
+    1
 }
 
 /// A size such as `64GiB`, `45 MiB` or a plain number of bytes.

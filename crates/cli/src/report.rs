@@ -16,6 +16,9 @@ pub enum MetricValue {
     /// A percentage: shown as it is, never relative to the baseline (as the
     /// seeds' "zone lock%" columns are).
     Pct(f64),
+    /// A rate such as GB/s: shown as it is with two decimals, never
+    /// relative to the baseline (the seeds' migration tables print GB/s).
+    Rate(f64),
 }
 
 /// The metrics mmlab computes for every run, with what they mean.
@@ -71,6 +74,18 @@ pub const METRICS: &[(&str, &str)] = &[
         "vmacache_find_share_pct",
         "time in vmacache_find, % of busy vCPU time",
     ),
+    (
+        "move_pages_ns",
+        "virtual time spent inside move_pages() calls, summed",
+    ),
+    (
+        "migrate_gbps",
+        "bytes migrated (pgmigrate_success x 4 KiB) per ns of move_pages(), i.e. GB/s (seed 001's figure)",
+    ),
+    (
+        "migrate_copy_share_pct",
+        "time copying page data (migrate_copy_ns), % of move_pages() time",
+    ),
 ];
 
 /// True if `name` is a metric or a counter.
@@ -123,6 +138,15 @@ impl RunResult {
                 self.vmstat.get(VmEvent::VMACACHE_FIND_CALLS),
             ),
             "vmacache_find_share_pct" => pct(self.vmstat.get(VmEvent::VMACACHE_FIND_NS), s.busy_ns),
+            "move_pages_ns" => MetricValue::Int(s.move_pages_ns),
+            "migrate_gbps" => MetricValue::Rate(if s.move_pages_ns == 0 {
+                0.0
+            } else {
+                (self.vmstat.get(VmEvent::PGMIGRATE_SUCCESS) * 4096) as f64 / s.move_pages_ns as f64
+            }),
+            "migrate_copy_share_pct" => {
+                pct(self.vmstat.get(VmEvent::MIGRATE_COPY_NS), s.move_pages_ns)
+            }
             other => {
                 let e = VmEvent::ALL
                     .iter()
@@ -146,7 +170,7 @@ fn pct(part: u64, whole: u64) -> MetricValue {
 fn json_value(v: MetricValue) -> Value {
     match v {
         MetricValue::Int(i) => json!(i),
-        MetricValue::Pct(p) => json!((p * 1000.0).round() / 1000.0),
+        MetricValue::Pct(p) | MetricValue::Rate(p) => json!((p * 1000.0).round() / 1000.0),
     }
 }
 
@@ -222,6 +246,7 @@ pub enum Format {
 fn cell(v: MetricValue, base: Option<MetricValue>, mode: Mode) -> String {
     match (v, base, mode) {
         (MetricValue::Pct(p), _, _) => format!("{p:.1}"),
+        (MetricValue::Rate(r), _, _) => format!("{r:.2}"),
         (MetricValue::Int(i), _, Mode::Absolute) | (MetricValue::Int(i), None, _) => i.to_string(),
         (MetricValue::Int(i), Some(MetricValue::Int(b)), Mode::Relative) => {
             if b == 0 {
@@ -245,7 +270,7 @@ fn cell(v: MetricValue, base: Option<MetricValue>, mode: Mode) -> String {
                 format!("{:+.1}%", 100.0 * (i as f64 - b as f64) / b as f64)
             }
         }
-        (MetricValue::Int(i), Some(MetricValue::Pct(_)), _) => i.to_string(),
+        (MetricValue::Int(i), Some(MetricValue::Pct(_) | MetricValue::Rate(_)), _) => i.to_string(),
     }
 }
 
@@ -325,7 +350,13 @@ pub fn tables(exp: &Experiment, seed: u64, results: &[RunResult], format: Format
                 .into_iter()
                 .map(|k| {
                     std::iter::once(k.clone())
-                        .chain(p.rows[k].iter().map(|v| format!("{v:.1}")))
+                        .chain(p.rows[k].iter().map(|v| {
+                            if v.is_nan() {
+                                "-".to_string()
+                            } else {
+                                format!("{v:.prec$}", prec = p.precision)
+                            }
+                        }))
                         .collect()
                 })
                 .collect();

@@ -11,6 +11,7 @@ pub mod page_churn;
 pub mod page_fault1;
 pub mod params;
 pub mod stream;
+pub mod thp_migration_bench;
 
 pub use params::{ParamError, ParamValue, Params};
 
@@ -35,6 +36,7 @@ pub const WORKLOADS: &[WorkloadDef] = &[
     page_churn::DEF,
     page_fault1::DEF,
     stream::DEF,
+    thp_migration_bench::DEF,
 ];
 
 /// Builds workload `name` with `params` for `machine`.
