@@ -388,3 +388,166 @@ impl CopyModel<'_> {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::page_alloc::{MemoryLayout, NodeLayout, VmSysctl};
+
+    /// Two nodes of `cpus` CPUs (2 threads per core), distance 21.
+    fn machine(cpus: u32) -> PageAlloc {
+        let layout = MemoryLayout {
+            nodes: vec![
+                NodeLayout {
+                    nr_cpus: cpus,
+                    nr_pages: 16 << 8,
+                };
+                2
+            ],
+            dma32_pages: 0,
+        };
+        let mut pa = PageAlloc::new(
+            &layout,
+            VmSysctl::default(),
+            crate::pcp::PcpPolicy::default(),
+        );
+        pa.set_node_distance(&[10, 21, 21, 10]);
+        pa
+    }
+
+    fn hw() -> NumaHw {
+        NumaHw {
+            thread_copy_mbps: 5000,
+            threads_per_core: 2,
+            smt_pair_pct: 110,
+            node_mbps: 50_000,
+            link_mbps: 20_000,
+            dma_channels: 4,
+            dma_channel_mbps: 1000,
+        }
+    }
+
+    const THP: CopyJob = CopyJob {
+        bytes: 2 << 20,
+        src: NodeId(0),
+        dst: NodeId(1),
+    };
+
+    #[test]
+    fn remote_threads_run_at_the_latency_ratio_and_siblings_share_a_core() {
+        let pa = machine(8);
+        let (hw, costs) = (hw(), CostTable::uniform(0));
+        let idle = vec![true; 16];
+        let m = CopyModel {
+            pa: &pa,
+            hw: &hw,
+            costs: &costs,
+            idle: &idle,
+        };
+        // 5000 MB/s x 10 / 21.
+        assert_eq!(m.thread_mbps(0, &THP), 2380);
+        // Node 1 is CPUs 8..16: cores 0..4, then their siblings 12..16.
+        assert_eq!(m.core_of(9), (NodeId(1), 1));
+        assert_eq!(m.core_of(13), (NodeId(1), 1));
+        let alone = m.parallel_ns(&[9], THP.bytes, &THP);
+        let pair = m.parallel_ns(&[9, 13], THP.bytes, &THP);
+        let two_cores = m.parallel_ns(&[9, 10], THP.bytes, &THP);
+        assert!(two_cores < pair && pair < alone);
+        // Four cores, two threads each: 4 x 2380 x 1.1 MB/s; the 20 GB/s
+        // link does not bind. With a 5 GB/s link it does.
+        let all: Vec<u32> = (8..16).collect();
+        assert_eq!(
+            m.parallel_ns(&all, THP.bytes, &THP),
+            ns_at(THP.bytes / 8, 2380 * 110 / 100 / 2)
+        );
+        let slow = NumaHw {
+            link_mbps: 5000,
+            ..hw.clone()
+        };
+        let m = CopyModel { hw: &slow, ..m };
+        assert_eq!(m.parallel_ns(&all, THP.bytes, &THP), ns_at(THP.bytes, 5000));
+    }
+
+    #[test]
+    fn copy_page_mt_rounds_down_to_even_and_falls_back_on_one_cpu() {
+        let (hw, costs) = (hw(), CostTable::uniform(1));
+        let pa = machine(8);
+        let idle = vec![true; 16];
+        let m = CopyModel {
+            pa: &pa,
+            hw: &hw,
+            costs: &costs,
+            idle: &idle,
+        };
+        assert_eq!(m.copy_page_mt(VcpuId(0), &THP, 5).threads, 4);
+        assert_eq!(m.copy_page_mt(VcpuId(0), &THP, 32).threads, 8);
+        assert_eq!(
+            m.copy_page_mt(VcpuId(0), &THP, 1),
+            m.copy_single(VcpuId(0), &THP)
+        );
+        let one = machine(1);
+        let m = CopyModel {
+            pa: &one,
+            hw: &hw,
+            costs: &costs,
+            idle: &idle,
+        };
+        assert_eq!(
+            m.copy_page_mt(VcpuId(0), &THP, 4).threads,
+            1,
+            "N = 0: fallback"
+        );
+    }
+
+    #[test]
+    fn adaptive_uses_idle_distinct_cores_and_stays_single_for_small_copies() {
+        let pa = machine(8);
+        let mut costs = CostTable::uniform(0);
+        costs.set(Cost::WorkqueueQueue, 500);
+        costs.set(Cost::WorkqueueWakeup, 10_000);
+        let hw = hw();
+        let mut idle = vec![true; 16];
+        idle[10] = false;
+        let m = CopyModel {
+            pa: &pa,
+            hw: &hw,
+            costs: &costs,
+            idle: &idle,
+        };
+        // Distinct cores first (CPU 10 is busy, so its sibling 14 stands in
+        // for core 2 after the others), then siblings.
+        assert_eq!(
+            m.idle_cpus_by_core(VcpuId(0), NodeId(1)),
+            vec![8, 9, 11, 14, 12, 13, 15]
+        );
+        let small = CopyJob { bytes: 4096, ..THP };
+        assert_eq!(m.copy_adaptive(VcpuId(0), &small).threads, 1);
+        let big = m.copy_adaptive(VcpuId(0), &THP);
+        assert!(big.threads > 1 && big.ns < m.copy_single(VcpuId(0), &THP).ns);
+    }
+
+    #[test]
+    fn dma_without_channels_falls_back_to_the_cpu() {
+        let pa = machine(8);
+        let costs = CostTable::uniform(1);
+        let idle = vec![true; 16];
+        let mut hw = hw();
+        let m = CopyModel {
+            pa: &pa,
+            hw: &hw,
+            costs: &costs,
+            idle: &idle,
+        };
+        assert!(m.copy_dma(VcpuId(0), &[THP]).dma);
+        hw.dma_channels = 0;
+        let m = CopyModel {
+            pa: &pa,
+            hw: &hw,
+            costs: &costs,
+            idle: &idle,
+        };
+        let c = m.copy_dma(VcpuId(0), &[THP]);
+        assert!(!c.dma);
+        assert_eq!(c, m.copy_single(VcpuId(0), &THP));
+    }
+}
