@@ -5,7 +5,7 @@ use anyhow::{anyhow, bail, Context, Result};
 use mm::knobs::{KernelConfig, KnobValue, Preset};
 use serde::Deserialize;
 use sim::cache::{CacheConfig, CacheCosts, LlcInclusion};
-use sim::profile::{CacheProfile, CostEntry, Profile};
+use sim::profile::{CacheProfile, CostEntry, NumaProfile, Profile};
 use sim::{Machine, NodeSpec};
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -124,7 +124,12 @@ fn default_metrics() -> Vec<String> {
 pub struct PublishedFile {
     pub source: String,
     pub columns: Vec<String>,
+    /// Values per row; `nan` where the publication has no figure (printed `-`).
     pub rows: BTreeMap<String, Vec<f64>>,
+    /// Decimals printed; by default as many as each figure was published
+    /// with (one to three).
+    #[serde(default)]
+    pub precision: Option<usize>,
 }
 
 /// A size such as `64GiB`, `45 MiB` or a plain number of bytes.
@@ -217,6 +222,10 @@ pub const BUILTIN_PROFILES: &[(&str, &str)] = &[
         "haswell-ep",
         include_str!("../../../profiles/haswell-ep.toml"),
     ),
+    (
+        "e5-2640v3",
+        include_str!("../../../profiles/e5-2640v3.toml"),
+    ),
 ];
 
 #[derive(Debug, Deserialize)]
@@ -227,6 +236,27 @@ struct ProfileFile {
     costs: BTreeMap<String, CostFile>,
     #[serde(default)]
     cache: Option<CacheFile>,
+    numa: Option<NumaFile>,
+}
+
+/// A value of the `[numa]` section with its source.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Sourced<T> {
+    value: T,
+    source: String,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct NumaFile {
+    distance: Sourced<Vec<Vec<u32>>>,
+    threads_per_core: Sourced<u32>,
+    smt_pair_pct: Sourced<u64>,
+    node_mbps: Sourced<u64>,
+    link_mbps: Sourced<u64>,
+    dma_channels: Sourced<u32>,
+    dma_channel_mbps: Sourced<u64>,
 }
 
 /// A profile's `[cache]` section.
@@ -324,6 +354,30 @@ pub fn parse_profile(text: &str, origin: &str) -> Result<Profile> {
             })
             .collect(),
         cache,
+        numa: f.numa.map(|n| {
+            let sources = [
+                ("distance", n.distance.source),
+                ("threads_per_core", n.threads_per_core.source),
+                ("smt_pair_pct", n.smt_pair_pct.source),
+                ("node_mbps", n.node_mbps.source),
+                ("link_mbps", n.link_mbps.source),
+                ("dma_channels", n.dma_channels.source),
+                ("dma_channel_mbps", n.dma_channel_mbps.source),
+            ]
+            .into_iter()
+            .map(|(k, v)| (k.to_string(), v))
+            .collect();
+            NumaProfile {
+                distance: n.distance.value,
+                threads_per_core: n.threads_per_core.value,
+                smt_pair_pct: n.smt_pair_pct.value,
+                node_mbps: n.node_mbps.value,
+                link_mbps: n.link_mbps.value,
+                dma_channels: n.dma_channels.value,
+                dma_channel_mbps: n.dma_channel_mbps.value,
+                sources,
+            }
+        }),
     };
     p.validate().map_err(|e| anyhow!("{origin}: {e}"))?;
     Ok(p)
@@ -415,6 +469,16 @@ impl Experiment {
         } else {
             None
         };
+        if let Some(n) = &profile.numa {
+            let cpus: Vec<u32> = machine.nodes.iter().map(|n| n.cpus).collect();
+            n.check(&cpus).map_err(|e| {
+                anyhow!(
+                    "{origin}: profile \"{}\" does not fit machine \"{}\": {e}",
+                    profile.name,
+                    m.name
+                )
+            })?;
+        }
         if f.kernels.is_empty() {
             bail!("{origin}: no [[kernel]] given; expected at least one");
         }

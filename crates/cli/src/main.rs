@@ -69,6 +69,10 @@ const BUILTIN_EXPERIMENTS: &[(&str, &str)] = &[
         include_str!("../../../experiments/pcp-autotune-netperf.toml"),
     ),
     (
+        "thp-migration",
+        include_str!("../../../experiments/thp-migration.toml"),
+    ),
+    (
         "vmacache",
         include_str!("../../../experiments/vmacache.toml"),
     ),

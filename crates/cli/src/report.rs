@@ -22,6 +22,9 @@ pub enum MetricValue {
     /// A percentage of the order of a hundredth (the seed 002 overhead
     /// shares): shown to three decimals.
     SmallPct(f64),
+    /// A rate such as GB/s: shown as it is with two decimals, never
+    /// relative to the baseline (the seeds' migration tables print GB/s).
+    Gbps(f64),
 }
 
 /// The metrics mmlab computes for every run, with what they mean.
@@ -152,6 +155,18 @@ pub const METRICS: &[(&str, &str)] = &[
         "kernel_cache_miss_pct",
         "the same for the kernel's page clearing and copying only (:k)",
     ),
+    (
+        "move_pages_ns",
+        "virtual time spent inside move_pages() calls, summed",
+    ),
+    (
+        "migrate_gbps",
+        "bytes migrated (pgmigrate_success x 4 KiB) per ns of move_pages(), i.e. GB/s (seed 001's figure)",
+    ),
+    (
+        "migrate_copy_share_pct",
+        "time copying page data (migrate_copy_ns), % of move_pages() time",
+    ),
 ];
 
 /// True if `name` is a metric or a counter.
@@ -248,6 +263,15 @@ impl RunResult {
             "kernel_cache_miss_pct" => {
                 pct(s.cache_kernel.llc_misses, s.cache_kernel.llc_references())
             }
+            "move_pages_ns" => MetricValue::Int(s.move_pages_ns),
+            "migrate_gbps" => MetricValue::Gbps(if s.move_pages_ns == 0 {
+                0.0
+            } else {
+                (self.vmstat.get(VmEvent::PGMIGRATE_SUCCESS) * 4096) as f64 / s.move_pages_ns as f64
+            }),
+            "migrate_copy_share_pct" => {
+                pct(self.vmstat.get(VmEvent::MIGRATE_COPY_NS), s.move_pages_ns)
+            }
             other => {
                 let e = VmEvent::ALL
                     .iter()
@@ -296,7 +320,9 @@ fn pct(part: u64, whole: u64) -> MetricValue {
 fn json_value(v: MetricValue) -> Value {
     match v {
         MetricValue::Int(i) => json!(i),
-        MetricValue::Pct(p) | MetricValue::Rate(p) => json!((p * 1000.0).round() / 1000.0),
+        MetricValue::Pct(p) | MetricValue::Rate(p) | MetricValue::Gbps(p) => {
+            json!((p * 1000.0).round() / 1000.0)
+        }
         MetricValue::SmallPct(p) => json!((p * 100_000.0).round() / 100_000.0),
     }
 }
@@ -381,6 +407,7 @@ fn cell(v: MetricValue, base: Option<MetricValue>, mode: Mode) -> String {
         (MetricValue::Rate(r), _, _) => format!("{r:.1}"),
         (MetricValue::Pct(p), _, _) => format!("{p:.1}"),
         (MetricValue::SmallPct(p), _, _) => format!("{p:.3}"),
+        (MetricValue::Gbps(r), _, _) => format!("{r:.2}"),
         (MetricValue::Int(i), _, Mode::Absolute) | (MetricValue::Int(i), None, _) => i.to_string(),
         (MetricValue::Int(i), Some(MetricValue::Int(b)), Mode::Relative) => {
             if b == 0 {
@@ -406,7 +433,12 @@ fn cell(v: MetricValue, base: Option<MetricValue>, mode: Mode) -> String {
         }
         (
             MetricValue::Int(i),
-            Some(MetricValue::Pct(_) | MetricValue::Rate(_) | MetricValue::SmallPct(_)),
+            Some(
+                MetricValue::Pct(_)
+                | MetricValue::Rate(_)
+                | MetricValue::SmallPct(_)
+                | MetricValue::Gbps(_),
+            ),
             _,
         ) => i.to_string(),
     }
@@ -488,7 +520,7 @@ pub fn tables(exp: &Experiment, seed: u64, results: &[RunResult], format: Format
                 .into_iter()
                 .map(|k| {
                     std::iter::once(k.clone())
-                        .chain(p.rows[k].iter().map(|&v| published_cell(v)))
+                        .chain(p.rows[k].iter().map(|&v| published_cell(v, p.precision)))
                         .collect()
                 })
                 .collect();
@@ -506,9 +538,12 @@ pub fn tables(exp: &Experiment, seed: u64, results: &[RunResult], format: Format
 
 /// A published figure: "-" for `nan` (the source gives none), else as
 /// many decimals as it was published with (at least one, at most three).
-fn published_cell(v: f64) -> String {
+fn published_cell(v: f64, precision: Option<usize>) -> String {
     if v.is_nan() {
         return "-".into();
+    }
+    if let Some(p) = precision {
+        return format!("{v:.p$}");
     }
     let decimals = (1..=3)
         .find(|&d| {
@@ -580,7 +615,7 @@ mod tests {
     fn pct_of(v: MetricValue) -> f64 {
         match v {
             MetricValue::Pct(p) | MetricValue::SmallPct(p) => p,
-            MetricValue::Rate(r) => panic!("{r} is a rate"),
+            MetricValue::Rate(r) | MetricValue::Gbps(r) => panic!("{r} is a rate"),
             MetricValue::Int(i) => panic!("{i} is a count"),
         }
     }
@@ -619,9 +654,9 @@ mod tests {
 
     #[test]
     fn published_cells_keep_their_decimals_and_nan_is_a_dash() {
-        assert_eq!(published_cell(25.0), "25.0");
-        assert_eq!(published_cell(0.055), "0.055");
-        assert_eq!(published_cell(99.97), "99.97");
-        assert_eq!(published_cell(f64::NAN), "-");
+        assert_eq!(published_cell(25.0, None), "25.0");
+        assert_eq!(published_cell(0.055, None), "0.055");
+        assert_eq!(published_cell(99.97, None), "99.97");
+        assert_eq!(published_cell(f64::NAN, None), "-");
     }
 }

@@ -31,11 +31,15 @@ pub fn run_one(exp: &Experiment, k: &Kernel, w: &Workload, seed: u64) -> Result<
     pa.setup_pcp_cacheinfo(exp.machine.llc_bytes / cpus_per_node);
     let mut eng = Engine::new(pa, exp.profile.table(), seed)
         .with_mm_config(k.config.mm)
-        .with_vmacache(k.config.vmacache);
+        .with_vmacache(k.config.vmacache)
+        .with_migrate_config(k.config.migrate);
     if let Some((cfg, costs)) = &exp.cache {
         let cache =
             sim::cache::CacheModel::new(cfg.clone()).map_err(|e| anyhow!("cache model: {e}"))?;
         eng = eng.with_cache(cache, *costs);
+    }
+    if let Some(n) = &exp.profile.numa {
+        eng = eng.with_numa(exp.profile.numa_hw(), &n.distance_flat());
     }
     eng.set_idle_tail_ns(exp.idle_tail_s * 1_000_000_000);
     let tasks = workloads::build(&w.kind, &w.params, &exp.machine)

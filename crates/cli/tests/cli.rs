@@ -214,7 +214,8 @@ fn unknown_metric_workload_and_parameter_are_named() {
         e.contains(
             "unknown workload \"page-chrun\"; valid workloads: \
              anon-cow-seq, anon-w-seq, ebizzy, hugetlb-cow, kbuild, kernel-compile, \
-             malloc-dontneed, page-churn, page-fault1, small-vmas, speedometer, stream"
+             malloc-dontneed, page-churn, page-fault1, small-vmas, speedometer, stream, \
+             thp-migration-bench"
         ),
         "{e}"
     );
@@ -243,6 +244,56 @@ fn workload_larger_than_memory_counts_failed_allocations() {
     assert!(fails > 0, "expected failed allocations, got: {out}");
 }
 
+/// Seed 001's reproduction: THPs move whole, the seed's copy_page_mt is
+/// faster than the single-threaded copy, and the published table prints.
+#[test]
+fn thp_migration_reproduces_with_the_seeds_table_beside() {
+    let o = mmlab(&["reproduce", "thp-migration", "--quiet"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let out = stdout(&o);
+    assert!(
+        out.contains("seed 2016 (4.9)") && out.contains("8.58"),
+        "{out}"
+    );
+    let o = mmlab(&["reproduce", "thp-migration", "--quiet", "--format", "json"]);
+    let v: serde_json::Value = serde_json::from_str(&stdout(&o)).unwrap();
+    let gbps = |k: &str, w: &str| {
+        v["results"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|r| r["kernel"] == k && r["workload"] == w)
+            .unwrap()["metrics"]["migrate_gbps"]
+            .as_f64()
+            .unwrap()
+    };
+    let single = gbps("4.x single", "1x2M");
+    assert!(single > 0.0);
+    assert!(gbps("mt-2", "1x2M") > single);
+    assert!(gbps("mt-8", "1x2M") > gbps("mt-4", "1x2M"));
+    // Base pages never use copy_page_mt.
+    assert_eq!(gbps("mt-8", "512x4K"), gbps("4.x single", "512x4K"));
+    let r = v["results"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|r| r["kernel"] == "6.18 single" && r["workload"] == "16x2M")
+        .unwrap();
+    assert_eq!(r["vmstat"]["thp_migration_success"], 16);
+    assert_eq!(r["vmstat"]["pgmigrate_fail"], 0);
+}
+
+#[test]
+fn a_numa_profile_must_fit_the_machine() {
+    let t = small().replace("profile = \"host-epyc-zen3\"", "profile = \"e5-2640v3\"");
+    let e = stderr(&run_text("numa.toml", &t));
+    assert!(
+        e.contains("profile \"e5-2640v3\" does not fit machine")
+            && e.contains("numa.distance must be a"),
+        "{e}"
+    );
+}
+
 #[test]
 fn reproduce_names_unknown_experiments_and_list_shows_knobs() {
     let e = stderr(&mmlab(&["reproduce", "nope"]));
@@ -252,7 +303,7 @@ fn reproduce_names_unknown_experiments_and_list_shows_knobs() {
              anon-cow-seq, huge-copy-order, large-anon-folios, large-anon-folios-j80, \
              large-anon-folios-order-mix, large-anon-folios-page-fault, \
              large-anon-folios-speedometer, page-churn, page-fault1, pcp-autotune, \
-             pcp-autotune-lmbench, pcp-autotune-netperf, vmacache"
+             pcp-autotune-lmbench, pcp-autotune-netperf, thp-migration, vmacache"
         ),
         "{e}"
     );

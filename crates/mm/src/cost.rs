@@ -102,6 +102,44 @@ costs! {
     /// A user access that needs no fault (a TLB hit or a page walk by the
     /// hardware), charged per page touched.
     Touch = "touch_ns",
+    /// Entry and exit of a system call (`entry_SYSCALL_64` to `sysret`),
+    /// with the argument checks of a syscall such as `move_pages()`.
+    SyscallEntry = "syscall_entry_ns",
+    /// Resolving and isolating one folio for migration
+    /// (`add_page_for_migration()`: `follow_page()`, `folio_isolate_lru()`
+    /// under the lruvec lock), without the VMA lookup.
+    MigrateIsolate = "migrate_isolate_ns",
+    /// One mapping replaced by a migration entry (`try_to_migrate_one()`:
+    /// the rmap step, clearing the PTE/PMD, the rmap and reference drop),
+    /// the TLB flush deferred.
+    MigrateUnmap = "migrate_unmap_ns",
+    /// One migration entry replaced by a mapping of the destination
+    /// (`remove_migration_pte()`: the rmap step, `set_pte_at()`, rmap add).
+    MigrateRemap = "migrate_remap_ns",
+    /// The per-folio work of a migration other than mappings and data:
+    /// try-lock, refcount freeze, `folio_migrate_mapping()`,
+    /// `folio_migrate_flags()`, unlock and putback.
+    MigrateFolio = "migrate_folio_ns",
+    /// Flushing this CPU's TLB for a range or an mm (`flush_tlb_mm_range()`
+    /// on the initiating CPU).
+    TlbFlushLocal = "tlb_flush_local_ns",
+    /// One remote CPU in a TLB shootdown, on the initiator's clock: the IPI,
+    /// the remote handler and the wait for its acknowledgement
+    /// (`flush_tlb_multi()`).
+    TlbFlushIpi = "tlb_flush_ipi_ns",
+    /// Queueing one work item on another CPU (`queue_work_on()`, with the
+    /// IPI that kicks an idle CPU).
+    WorkqueueQueue = "workqueue_queue_ns",
+    /// From a wake-up to the woken task running: a kworker on an idle CPU
+    /// leaving its idle state, or the waiter of `flush_work()` woken at
+    /// the end.
+    WorkqueueWakeup = "workqueue_wakeup_ns",
+    /// Preparing and submitting one DMA memcpy descriptor
+    /// (`dmaengine_prep_dma_memcpy()`, `dmaengine_submit()`).
+    DmaSubmit = "dma_submit_ns",
+    /// From the last DMA transfer's end to the waiter running again (the
+    /// completion interrupt or poll, and the wake-up).
+    DmaCompletion = "dma_completion_ns",
 }
 
 /// A table of nanoseconds per [`Cost`], indexed by the cost.

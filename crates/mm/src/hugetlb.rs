@@ -297,9 +297,9 @@ fn alloc_buddy_hugetlb_folio(pa: &mut PageAlloc, cx: &mut Cx, node: Option<NodeI
     let r = match node {
         Some(n) => pa.alloc_pages_node(
             cx,
+            n,
             Gfp::HIGHUSER_MOVABLE.or(Gfp::THISNODE),
             HUGETLB_PAGE_ORDER,
-            n,
         ),
         None => pa.alloc_pages(cx, Gfp::HIGHUSER_MOVABLE, HUGETLB_PAGE_ORDER),
     };

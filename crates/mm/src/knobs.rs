@@ -23,6 +23,8 @@ pub struct KernelConfig {
     /// The per-task VMA cache in front of `find_vma()` (Linux 3.15–6.0), or
     /// none (Linux 6.1+).
     pub vmacache: crate::vmacache::VmacachePolicy,
+    /// Page migration: flow, copy engine and the seed's sysctls.
+    pub migrate: crate::migrate::MigrateConfig,
 }
 
 /// A kernel release whose behaviour the model can follow.
@@ -114,6 +116,16 @@ impl Preset {
                 Preset::Linux6_6 | Preset::Linux6_7 | Preset::Linux6_8 | Preset::Linux6_18 => {
                     VmacachePolicy::None
                 }
+            },
+            // Batched migration since 6.3; lru_cache_disable() in
+            // move_pages() since 5.13.
+            migrate: match self {
+                Preset::Linux4_18 | Preset::Linux4_19 => crate::migrate::MigrateConfig {
+                    flow: crate::migrate::MigrateFlow::PerFolio,
+                    lru_cache_disable: false,
+                    ..crate::migrate::MigrateConfig::default()
+                },
+                _ => crate::migrate::MigrateConfig::default(),
             },
         }
     }
@@ -359,6 +371,70 @@ fn set_nr_overcommit_hugepages(c: &mut KernelConfig, v: i64) -> bool {
     }
     ok
 }
+/// The sysctls of the seed's parallel-copy series (seed 001 and its 2019
+/// follow-up). No mainline kernel has them; they act only with a copy
+/// engine other than `single`.
+pub const MIGRATE_KNOBS: &[Knob] = &[
+    Knob {
+        name: "vm.accel_page_copy",
+        accepts: "0 or 1",
+        help: "seed 001's sysctl (default 1): copy every huge page with the multi-threaded \
+               engine, not only on move_pages(MPOL_MF_MOVE_MT); needs \
+               mmlab.migrate_copy_engine other than single",
+        set: |c, v| {
+            let ok = v == 0 || v == 1;
+            if ok {
+                c.migrate.accel_page_copy = v == 1;
+            }
+            ok
+        },
+        set_str: None,
+    },
+    Knob {
+        name: "vm.limit_mt_num",
+        accepts: "an integer from 1 to 1024",
+        help: "the 2019 follow-up's sysctl: most threads one copy uses (default 4, the seed's \
+               hard-coded count; copy_page_mt rounds it down to even)",
+        set: |c, v| {
+            let ok = (1..=1024).contains(&v);
+            if ok {
+                c.migrate.limit_mt_num = v as u32;
+            }
+            ok
+        },
+        set_str: None,
+    },
+    Knob {
+        name: "mmlab.migrate_copy_engine",
+        accepts: "single, mt, adaptive, batched or dma",
+        help: "MODEL-ONLY: how migration copies data in the multi-threaded mode: single \
+               (mainline, no such mode), mt (seed 001's copy_page_mt), adaptive (threads \
+               chosen per copy, distinct cores first), batched (2025 series: one copy per \
+               batch) or dma (a DMA engine, CPU fallback)",
+        set: |_, _| false,
+        set_str: Some(|c, s| match crate::copy_page::CopyEngine::parse(s) {
+            Some(e) => {
+                c.migrate.copy_engine = e;
+                true
+            }
+            None => false,
+        }),
+    },
+    Knob {
+        name: "mmlab.migrate_flow",
+        accepts: "batched or per-folio",
+        help: "MODEL-ONLY: migrate_pages() in batches with one TLB flush each (6.3+) or \
+               unmap_and_move() one folio at a time (<= 6.2; presets linux-4.18/4.19)",
+        set: |_, _| false,
+        set_str: Some(|c, s| match crate::migrate::MigrateFlow::parse(s) {
+            Some(f) => {
+                c.migrate.flow = f;
+                true
+            }
+            None => false,
+        }),
+    },
+];
 
 /// Sets `transparent_hugepage/hugepages-<4 << ORDER>kB/enabled`; only
 /// where the kernel has the file (the `mthp` policy, Linux ≥ 6.8).
@@ -471,7 +547,11 @@ pub const MODEL_KNOBS: &[Knob] = &[
 
 /// Every knob of every table, in listing order.
 pub fn all_knobs() -> impl Iterator<Item = &'static Knob> {
-    KNOBS.iter().chain(MTHP_KNOBS).chain(MODEL_KNOBS)
+    KNOBS
+        .iter()
+        .chain(MTHP_KNOBS)
+        .chain(MODEL_KNOBS)
+        .chain(MIGRATE_KNOBS)
 }
 
 impl KernelConfig {

@@ -7,10 +7,12 @@
 //! reports the cost of each step through [`cost::Cx`], never knowing how it is
 //! driven.
 
+pub mod copy_page;
 pub mod cost;
 pub mod hugetlb;
 pub mod knobs;
 pub mod memory;
+pub mod migrate;
 pub mod mprotect;
 pub mod mremap;
 pub mod page;

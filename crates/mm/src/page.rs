@@ -54,6 +54,10 @@ pub const PG_PARTIALLY_MAPPED: u32 = 1 << 12;
 /// bloat (pages a large folio allocated that the program never used). The
 /// allocator resets it with the other flags.
 pub const PG_UTOUCHED: u32 = 1 << 13;
+/// An allocated folio is locked (`PG_locked`, `folio_trylock()`): migration
+/// skips it. Only tests set it in the model (a folio locked by I/O or by
+/// another migration).
+pub const PG_LOCKED: u32 = 1 << 14;
 /// Shift of the migratetype stored in a free block's head
 /// (the kernel caches the PCP migratetype in `page->index`).
 pub const MT_SHIFT: u32 = 8;
@@ -144,6 +148,22 @@ impl MemMap {
     #[inline]
     pub fn set_entire_mapcount(&mut self, head: u32, v: u32) {
         self.prev[head as usize] = v;
+    }
+
+    /// References to an allocated folio other than its mappings: GUP pins,
+    /// transient `folio_get()`s (the head's `private` word; 0 for a folio
+    /// only its page tables reference). Migration needs it to be 0
+    /// (`folio_expected_ref_count()`).
+    #[inline]
+    pub fn folio_extra_refs(&self, head: u32) -> u32 {
+        self.private[head as usize]
+    }
+
+    /// Sets the extra references of an allocated folio (see
+    /// [`MemMap::folio_extra_refs`]); must be 0 again before it is freed.
+    #[inline]
+    pub fn set_folio_extra_refs(&mut self, head: u32, v: u32) {
+        self.private[head as usize] = v;
     }
 
     /// The order stored in `pfn`'s flags (`buddy_order()` for a free head).

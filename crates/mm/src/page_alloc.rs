@@ -729,6 +729,9 @@ pub struct PageAlloc {
     /// Per node, the zones to try in order (`zonelist`), highest zone of the
     /// local node first, then the other nodes by distance.
     zonelists: Vec<Vec<u32>>,
+    /// `node_distance(a, b)` as the firmware's SLIT gives it (10 = local),
+    /// row-major; by default 10 on the diagonal and 20 elsewhere.
+    distance: Vec<u32>,
 }
 
 impl PageAlloc {
@@ -775,24 +778,10 @@ impl PageAlloc {
             ));
         }
         let nr_nodes = layout.nodes.len();
-        let zonelists = (0..nr_nodes)
-            .map(|local| {
-                // Local node first, then the others in order of distance; the
-                // model's distance grows with the node number difference.
-                let mut order: Vec<usize> = (0..nr_nodes).collect();
-                order.sort_by_key(|&n| (n as i64 - local as i64).unsigned_abs());
-                order
-                    .into_iter()
-                    .flat_map(|n| {
-                        zones
-                            .iter()
-                            .filter(move |z| z.node.0 as usize == n)
-                            .rev()
-                            .map(|z| z.idx)
-                            .collect::<Vec<_>>()
-                    })
-                    .collect()
-            })
+        // REMOTE_DISTANCE (20) between every pair until the machine's SLIT
+        // is given (`set_node_distance`).
+        let distance = (0..nr_nodes * nr_nodes)
+            .map(|i| if i / nr_nodes == i % nr_nodes { 10 } else { 20 })
             .collect();
         let mut pa = PageAlloc {
             mem: MemMap::new(total),
@@ -805,13 +794,106 @@ impl PageAlloc {
             hugetlb: crate::hugetlb::Hstate::new(layout.nodes.len()),
             layout: layout.clone(),
             cpu_node,
-            zonelists,
+            zonelists: Vec::new(),
+            distance,
         };
+        pa.build_zonelists();
         pa.free_all_bootmem();
         pa.setup_per_zone_wmarks();
         pa.setup_lowmem_reserve();
         pa.setup_per_cpu_pagesets();
         pa
+    }
+
+    /// Models `build_zonelists()`: per node, its own zones (highest first),
+    /// then the other nodes' in order of distance, nearer first and, on a
+    /// tie, the lower node number first (as `find_next_best_node()` settles
+    /// ties, less its load balancing between equally distant nodes).
+    fn build_zonelists(&mut self) {
+        let nr_nodes = self.layout.nodes.len();
+        self.zonelists = (0..nr_nodes)
+            .map(|local| {
+                let mut order: Vec<usize> = (0..nr_nodes).collect();
+                order.sort_by_key(|&n| (self.distance[local * nr_nodes + n], n != local, n));
+                order
+                    .into_iter()
+                    .flat_map(|n| {
+                        self.zones
+                            .iter()
+                            .filter(move |z| z.node.0 as usize == n)
+                            .rev()
+                            .map(|z| z.idx)
+                            .collect::<Vec<_>>()
+                    })
+                    .collect()
+            })
+            .collect();
+    }
+
+    /// Sets the node distances (the ACPI SLIT, `node_distance()`), row-major
+    /// `nodes × nodes`, and rebuilds the zonelists from them.
+    ///
+    /// Panics if the matrix is not square over the allocator's nodes or a
+    /// node is not nearest to itself: the caller validates machine files.
+    pub fn set_node_distance(&mut self, distance: &[u32]) {
+        let n = self.layout.nodes.len();
+        assert_eq!(
+            distance.len(),
+            n * n,
+            "a distance matrix for {n} nodes needs {} entries",
+            n * n
+        );
+        for a in 0..n {
+            for b in 0..n {
+                assert!(
+                    distance[a * n + a] <= distance[a * n + b],
+                    "node {a} must be nearest to itself"
+                );
+            }
+        }
+        self.distance = distance.to_vec();
+        self.build_zonelists();
+    }
+
+    /// `node_distance(a, b)`: 10 for a node to itself, larger further away.
+    pub fn node_distance(&self, a: NodeId, b: NodeId) -> u32 {
+        let n = self.layout.nodes.len();
+        self.distance[a.0 as usize * n + b.0 as usize]
+    }
+
+    /// Number of nodes (`nr_node_ids`).
+    pub fn nr_nodes(&self) -> usize {
+        self.layout.nodes.len()
+    }
+
+    /// The first CPU of `node` (CPUs are numbered node by node).
+    pub fn node_first_cpu(&self, node: NodeId) -> u32 {
+        self.layout.nodes[..node.0 as usize]
+            .iter()
+            .map(|n| n.nr_cpus)
+            .sum()
+    }
+
+    /// The node of the page `pfn` (`page_to_nid()`).
+    pub fn pfn_to_nid(&self, pfn: u32) -> NodeId {
+        self.zones[self.page_zone(pfn)].node
+    }
+
+    /// Models `split_page()`: turns the allocated block of `order` at `pfn`
+    /// into `2^order` allocated order-0 blocks with the same migratetype,
+    /// each freed on its own later. Refcounts are the caller's business
+    /// (`__split_huge_page()` hands them out).
+    pub fn split_page(&mut self, pfn: u32, order: u8) {
+        let f = self.mem.flags(pfn);
+        assert!(
+            f & PG_HEAD != 0 && (f & ORDER_MASK) as u8 == order,
+            "split_page of pfn {pfn:#x}: not an allocated head of order {order} (flags {f:#x})"
+        );
+        let mt = (f >> MT_SHIFT) & MT_MASK;
+        for p in pfn..pfn + (1u32 << order) {
+            self.mem.set_flags(p, PG_HEAD | (mt << MT_SHIFT));
+            self.mem.set_private(p, 0);
+        }
     }
 
     /// Hands every page of every zone to the buddy lists (`memblock_free_all()`).
@@ -884,11 +966,6 @@ impl PageAlloc {
     /// The node of `cpu` (`cpu_to_node()`).
     pub fn cpu_to_node(&self, cpu: crate::types::VcpuId) -> NodeId {
         self.cpu_node[cpu.idx()]
-    }
-
-    /// Number of nodes.
-    pub fn nr_nodes(&self) -> usize {
-        self.layout.nodes.len()
     }
 
     /// The nodes in the order `node`'s zonelist visits them (`node` first,
@@ -1026,18 +1103,19 @@ impl PageAlloc {
     /// reclaim, fails after that.
     pub fn alloc_pages(&mut self, cx: &mut Cx, gfp: Gfp, order: u8) -> Result<Pfn, AllocError> {
         let node = self.cpu_to_node(cx.cpu);
-        self.alloc_pages_node(cx, gfp, order, node)
+        self.alloc_pages_node(cx, node, gfp, order)
     }
 
-    /// Models `__alloc_pages(gfp, order, nid)`: as [`PageAlloc::alloc_pages`]
-    /// but walking the zonelist of `node` (with [`Gfp::THISNODE`], only
-    /// `node`'s zones); the per-CPU lists are still those of `cx.cpu`.
+    /// Models `__alloc_pages(gfp, order, nid, NULL)` (`alloc_pages_node()`):
+    /// as [`PageAlloc::alloc_pages`] but starting from `node`'s zonelist;
+    /// with `__GFP_THISNODE` only `node`'s zones are tried. Migration
+    /// targets (`alloc_migration_target()`) come from here.
     pub fn alloc_pages_node(
         &mut self,
         cx: &mut Cx,
+        node: NodeId,
         gfp: Gfp,
         order: u8,
-        node: NodeId,
     ) -> Result<Pfn, AllocError> {
         cx.charge(Cost::AllocPagesEntry);
         let got = self

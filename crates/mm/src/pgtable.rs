@@ -60,6 +60,11 @@ pub const PAGE_SPECIAL: u64 = 1 << 9;
 /// split, cleared on both sides by fork (`folio_try_dup_anon_rmap_*()`);
 /// `mprotect()` makes only exclusive pages writable again.
 pub const PAGE_ANON_EXCLUSIVE: u64 = 1 << 58;
+/// A non-present entry that is a migration entry (the kernel encodes it as
+/// a swap entry of type `SWP_MIGRATION_*`; the model keeps the pfn of the
+/// page being migrated in the pfn bits and the original RW, accessed,
+/// dirty and PSE bits beside this marker). Present is clear.
+pub const SWP_MIGRATION: u64 = 1 << 10;
 /// Bits holding the pfn.
 pub const PFN_MASK: u64 = ((1u64 << 52) - 1) & !((1u64 << PAGE_SHIFT) - 1);
 
@@ -79,6 +84,18 @@ pub fn entry_pfn(e: u64) -> Pfn {
 #[inline]
 pub fn present(e: u64) -> bool {
     e & PAGE_PRESENT != 0
+}
+
+/// The bits of an entry that hold the pfn.
+#[inline]
+pub fn entry_pfn_mask() -> u64 {
+    PFN_MASK
+}
+
+/// True if the entry is a migration entry.
+#[inline]
+pub fn is_migration_entry(e: u64) -> bool {
+    !present(e) && e & SWP_MIGRATION != 0
 }
 
 /// A page-table level below the PGD, by the size one of its entries maps.

@@ -105,6 +105,34 @@ vm_events! {
     /// the exception entry to the return (lock waits excluded), the
     /// denominator of the seed's "share of page-fault time" (`mmlab` name).
     FAULT_NS = "fault_ns",
+    /// Base pages migrated (`pgmigrate_success`, counted by `migrate_pages()`).
+    PGMIGRATE_SUCCESS = "pgmigrate_success",
+    /// Base pages that failed to migrate (`pgmigrate_fail`).
+    PGMIGRATE_FAIL = "pgmigrate_fail",
+    /// PMD-size THPs migrated whole (`thp_migration_success`).
+    THP_MIGRATION_SUCCESS = "thp_migration_success",
+    /// PMD-size THPs that failed to migrate whole (`thp_migration_fail`;
+    /// a split THP counts here too, as in the kernel).
+    THP_MIGRATION_FAIL = "thp_migration_fail",
+    /// PMD-size THPs split so that their pages could migrate
+    /// (`thp_migration_split`).
+    THP_MIGRATION_SPLIT = "thp_migration_split",
+    /// Calls of `migrate_pages()` (tracepoint migrate:mm_migrate_pages).
+    MM_MIGRATE_PAGES = "mm_migrate_pages",
+    /// TLB shootdowns sent to other CPUs (`nr_tlb_remote_flush`).
+    NR_TLB_REMOTE_FLUSH = "nr_tlb_remote_flush",
+    /// Shootdown IPIs received by other CPUs (`nr_tlb_remote_flush_received`).
+    NR_TLB_REMOTE_FLUSH_RECEIVED = "nr_tlb_remote_flush_received",
+    /// Full or ranged flushes of the local TLB (`nr_tlb_local_flush_all`).
+    NR_TLB_LOCAL_FLUSH_ALL = "nr_tlb_local_flush_all",
+    /// Nanoseconds spent copying page data in migration, on the migrating
+    /// CPU's clock, dispatch and waits included (`mmlab` name).
+    MIGRATE_COPY_NS = "migrate_copy_ns",
+    /// Folio copies done by several threads (`copy_page_mt()` and the
+    /// adaptive and batched engines; `mmlab` name).
+    MIGRATE_COPY_MT = "migrate_copy_mt",
+    /// Folio copies done by the DMA engine (`mmlab` name).
+    MIGRATE_COPY_DMA = "migrate_copy_dma",
 }
 
 /// One per-size THP statistic, as in

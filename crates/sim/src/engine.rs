@@ -235,6 +235,10 @@ pub struct RunStats {
     pub cache: CacheStats,
     /// Of those, the kernel's (page clearing and copying).
     pub cache_kernel: CacheStats,
+    /// `move_pages()` calls.
+    pub nr_move_pages: u64,
+    /// Virtual nanoseconds spent inside `move_pages()` calls, summed.
+    pub move_pages_ns: u64,
 }
 
 /// One sample of one CPU's pageset for one zone.
@@ -283,6 +287,10 @@ pub struct Engine {
     pub pa: PageAlloc,
     /// The fault path's configuration and global state.
     pub mmg: MmGlobal,
+    /// Page migration's configuration.
+    migrate_cfg: mm::migrate::MigrateConfig,
+    /// The machine's memory system, for the copy model.
+    numa_hw: mm::copy_page::NumaHw,
     vmacache_policy: mm::vmacache::VmacachePolicy,
     procs: Vec<Process>,
     groups: BTreeMap<u32, Pid>,
@@ -319,9 +327,12 @@ impl Engine {
     pub fn new(pa: PageAlloc, costs: CostTable, seed: u64) -> Engine {
         let nr_cpus = pa.nr_cpus() as usize;
         let cx = Cx::new(VcpuId(0), costs.clone());
+        let numa_hw = mm::copy_page::NumaHw::from_costs(&costs);
         Engine {
             pa,
             mmg: MmGlobal::new(MmConfig::default()),
+            migrate_cfg: mm::migrate::MigrateConfig::default(),
+            numa_hw,
             vmacache_policy: mm::vmacache::VmacachePolicy::None,
             procs: Vec::new(),
             groups: BTreeMap::new(),
@@ -384,6 +395,21 @@ impl Engine {
         self.cx.begin(VcpuId(0), SimTime(0));
         mm::hugetlb::set_max_huge_pages(&mut self.pa, &mut self.cx, cfg.nr_hugepages);
         self.cx.begin(VcpuId(0), SimTime(0));
+        self
+    }
+
+    /// Uses `cfg` (a kernel's `KernelConfig.migrate`) for page migration.
+    pub fn with_migrate_config(mut self, cfg: mm::migrate::MigrateConfig) -> Engine {
+        self.migrate_cfg = cfg;
+        self
+    }
+
+    /// Uses `hw` as the machine's memory system (from the profile's
+    /// `[numa]` section) and `distance` (row-major, `nodes × nodes`) as
+    /// its node distances.
+    pub fn with_numa(mut self, hw: mm::copy_page::NumaHw, distance: &[u32]) -> Engine {
+        self.pa.set_node_distance(distance);
+        self.numa_hw = hw;
         self
     }
 
@@ -1099,6 +1125,18 @@ impl Engine {
                     }
                     continue;
                 }
+                Op::MovePages {
+                    pages,
+                    nodes,
+                    flags,
+                } => {
+                    self.cx.begin(VcpuId(v), SimTime(t));
+                    let (ret, status) = self.move_pages(pid, &pages, nodes.as_deref(), flags);
+                    self.stats.nr_move_pages += 1;
+                    self.stats.move_pages_ns += self.cx.compute_ns();
+                    self.vcpus[vi].segs.extend_from_slice(self.cx.segs());
+                    self.tasks[tid].result = Some(OpResult::MovedPages { ret, status });
+                }
                 Op::Wait => {
                     if self.procs[pid].live_children > 0 {
                         self.procs[pid].waiters.push(tid);
@@ -1110,6 +1148,61 @@ impl Engine {
             }
             return true;
         }
+    }
+
+    /// `move_pages()` by process `pid`, recording into `self.cx`: every
+    /// live address space is visible to the rmap walk (the caller's first),
+    /// each with the CPUs of its tasks (`mm_cpumask()`); a CPU is idle if it
+    /// runs and queues no task.
+    fn move_pages(
+        &mut self,
+        pid: Pid,
+        pages: &[u64],
+        nodes: Option<&[u16]>,
+        flags: i32,
+    ) -> (i64, Vec<i32>) {
+        if self.procs[pid].mm.is_none() {
+            match MmStruct::new(&mut self.pa, &mut self.cx, self.mmg.cfg.mmap_layout) {
+                Ok(mm) => self.procs[pid].mm = Some(mm),
+                Err(_) => return (-(mm::migrate::errno::ENOMEM as i64), Vec::new()),
+            }
+        }
+        let idle: Vec<bool> = self
+            .vcpus
+            .iter()
+            .map(|c| c.current.is_none() && c.runq.is_empty())
+            .collect();
+        let mut cpus_of = vec![Vec::new(); self.procs.len()];
+        for task in &self.tasks {
+            if task.state != TaskState::Done && !cpus_of[task.pid].contains(&task.cpu.0) {
+                cpus_of[task.pid].push(task.cpu.0);
+            }
+        }
+        let mut mms = Vec::new();
+        let mut mm_cpus = Vec::new();
+        for (p, proc_) in self.procs.iter_mut().enumerate() {
+            if let Some(mm) = proc_.mm.as_mut() {
+                if p == pid {
+                    mms.insert(0, mm);
+                    mm_cpus.insert(0, std::mem::take(&mut cpus_of[p]));
+                } else {
+                    mms.push(mm);
+                    mm_cpus.push(std::mem::take(&mut cpus_of[p]));
+                }
+            }
+        }
+        let mut ctx = mm::migrate::MigrateCtx::new(
+            &mut self.pa,
+            &mut self.cx,
+            mms,
+            mm_cpus,
+            self.migrate_cfg,
+            &self.numa_hw,
+            &idle,
+        );
+        let mut status = vec![i32::MIN; pages.len()];
+        let ret = ctx.move_pages(0, pages, nodes, &mut status, flags);
+        (ret, status)
     }
 
     /// Takes task `tid` off vCPU `v` until something wakes it.

@@ -184,6 +184,18 @@ pub enum Op {
         /// The target of `MREMAP_FIXED` (a hint with `MREMAP_DONTUNMAP`).
         new_addr: u64,
     },
+    /// `move_pages(0, pages.len(), pages, nodes, status, flags)` on the
+    /// task's own process (`mm::migrate::MigrateCtx::move_pages`): moves
+    /// the page at each address to its node (`nodes: None` only reports
+    /// where each page is). Answers [`OpResult::MovedPages`].
+    MovePages {
+        /// User addresses, one per page.
+        pages: Vec<u64>,
+        /// Target node per page, or `None` (the `nodes = NULL` query).
+        nodes: Option<Vec<u16>>,
+        /// `MPOL_MF_MOVE`, `MPOL_MF_MOVE_ALL`, the seed's `MPOL_MF_MOVE_MT`.
+        flags: i32,
+    },
 }
 
 /// The program of a forked child, wrapped so that [`Op`] can be printed.
@@ -235,6 +247,16 @@ pub enum OpResult {
     /// request was refused; 0 if the process could not even get an address
     /// space).
     Brk(u64),
+    /// The result of `MovePages`: the syscall's return value (0, pages not
+    /// migrated, or a negative errno) and the status array (a node, or a
+    /// negative errno; `i32::MIN` where the kernel left the entry as the
+    /// caller had it).
+    MovedPages {
+        /// The return value.
+        ret: i64,
+        /// The status of each page.
+        status: Vec<i32>,
+    },
 }
 
 /// A task's behaviour: a generator of operations.

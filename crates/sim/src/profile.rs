@@ -30,6 +30,86 @@ pub struct Profile {
     pub entries: BTreeMap<String, CostEntry>,
     /// The cache hierarchy, for experiments that turn the cache model on.
     pub cache: Option<CacheProfile>,
+    /// The machine's NUMA topology and memory system (the profile's
+    /// `[numa]` section), if given.
+    pub numa: Option<NumaProfile>,
+}
+
+/// A machine's NUMA topology and memory bandwidths, each value with its
+/// source (the profile's `[numa]` section). Bandwidths in MB/s.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct NumaProfile {
+    /// `node_distance()` (the ACPI SLIT), one row per node; 10 is local.
+    pub distance: Vec<Vec<u32>>,
+    /// Hardware threads per physical core.
+    pub threads_per_core: u32,
+    /// Two SMT siblings copying together, % of one thread alone.
+    pub smt_pair_pct: u64,
+    /// Memory bandwidth of one node.
+    pub node_mbps: u64,
+    /// Bandwidth between two nodes, one direction.
+    pub link_mbps: u64,
+    /// DMA channels usable for memory copies.
+    pub dma_channels: u32,
+    /// Copy bandwidth of one DMA channel.
+    pub dma_channel_mbps: u64,
+    /// Where each value comes from, by key.
+    pub sources: BTreeMap<String, String>,
+}
+
+impl NumaProfile {
+    /// The keys of the `[numa]` section, each of which needs a source.
+    pub const KEYS: &'static [&'static str] = &[
+        "distance",
+        "threads_per_core",
+        "smt_pair_pct",
+        "node_mbps",
+        "link_mbps",
+        "dma_channels",
+        "dma_channel_mbps",
+    ];
+
+    /// Checks the section against a machine of `nodes` nodes with
+    /// `cpus[i]` CPUs each: a square distance matrix, each node nearest to
+    /// itself (10), CPUs a multiple of the SMT width, positive bandwidths.
+    pub fn check(&self, cpus: &[u32]) -> Result<(), String> {
+        let n = cpus.len();
+        if self.distance.len() != n || self.distance.iter().any(|r| r.len() != n) {
+            return Err(format!(
+                "numa.distance must be a {n} x {n} matrix for a machine of {n} node{}",
+                if n == 1 { "" } else { "s" }
+            ));
+        }
+        for (a, row) in self.distance.iter().enumerate() {
+            if row[a] != 10 || row.iter().any(|&d| d < 10) {
+                return Err(format!(
+                    "numa.distance row {a}: a node's distance to itself is 10 and no distance is smaller"
+                ));
+            }
+        }
+        if self.threads_per_core == 0 || cpus.iter().any(|c| c % self.threads_per_core != 0) {
+            return Err(format!(
+                "numa.threads_per_core = {}: every node's CPU count must be a positive multiple of it",
+                self.threads_per_core
+            ));
+        }
+        if self.node_mbps == 0 || self.link_mbps == 0 || self.smt_pair_pct == 0 {
+            return Err("numa: node_mbps, link_mbps and smt_pair_pct must be positive".into());
+        }
+        for k in Self::KEYS {
+            if self.sources.get(*k).is_none_or(|s| s.trim().is_empty()) {
+                return Err(format!(
+                    "numa.{k} has no source; every value must say where it comes from"
+                ));
+            }
+        }
+        Ok(())
+    }
+
+    /// The distance matrix, row-major.
+    pub fn distance_flat(&self) -> Vec<u32> {
+        self.distance.iter().flatten().copied().collect()
+    }
 }
 
 /// The profile's `[cache]` section: the shape of the caches below the LLC's
@@ -154,6 +234,22 @@ impl Profile {
             }
         }
         Ok(())
+    }
+
+    /// The memory system the copy model uses: the profile's `[numa]`
+    /// section, or (without one) the thread rate of `copy_page_ns` alone.
+    pub fn numa_hw(&self) -> mm::copy_page::NumaHw {
+        let table = self.table();
+        let mut hw = mm::copy_page::NumaHw::from_costs(&table);
+        if let Some(n) = &self.numa {
+            hw.threads_per_core = n.threads_per_core;
+            hw.smt_pair_pct = n.smt_pair_pct;
+            hw.node_mbps = n.node_mbps;
+            hw.link_mbps = n.link_mbps;
+            hw.dma_channels = n.dma_channels;
+            hw.dma_channel_mbps = n.dma_channel_mbps;
+        }
+        hw
     }
 
     /// The table the model uses. Call [`Profile::validate`] first.

@@ -596,7 +596,8 @@ impl Program for CpuReplay {
             | OpResult::Mapped(_)
             | OpResult::Sys(_)
             | OpResult::Forked(_)
-            | OpResult::Brk(_) => {}
+            | OpResult::Brk(_)
+            | OpResult::MovedPages { .. } => {}
         }
         loop {
             let rec = match self.peeked.take() {

@@ -17,6 +17,7 @@ pub mod params;
 pub mod small_vmas;
 pub mod speedometer;
 pub mod stream;
+pub mod thp_migration_bench;
 
 pub use params::{ParamError, ParamValue, Params};
 
@@ -47,6 +48,7 @@ pub const WORKLOADS: &[WorkloadDef] = &[
     small_vmas::DEF,
     speedometer::DEF,
     stream::DEF,
+    thp_migration_bench::DEF,
 ];
 
 /// The benchmark runs workload `name` makes with `params`, for a

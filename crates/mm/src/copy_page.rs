@@ -1,0 +1,553 @@
+//! Copying a migrating folio's data: the seed's `mm/copy_page.c` (Zi Yan,
+//! "Parallel hugepage migration optimization", 2016, never merged) and the
+//! copy engines that followed it, as a bandwidth model.
+//!
+//! # The engines
+//!
+//! - [`CopyEngine::Single`]: `folio_copy()` of every kernel since 4.x, one
+//!   `copy_page()` per base page on the migrating CPU. The baseline.
+//! - [`CopyEngine::Mt`]: the seed's `copy_page_mt()`. `N = min(limit, CPUs
+//!   of the destination node)` rounded down to an even number; the folio is
+//!   cut into `N` contiguous byte ranges and one work item per range is
+//!   queued on a high-priority workqueue bound to the first `N` CPUs of the
+//!   destination node; the caller waits for all of them. With `N = 0` (a
+//!   node of one CPU) it falls back to the single-threaded copy. Only huge
+//!   pages use it (the seed measured no gain for base pages). `limit` is
+//!   `vm.limit_mt_num` of the 2019 follow-up (default 4, the seed's
+//!   hard-coded value).
+//! - [`CopyEngine::Adaptive`]: beyond the seed, an answer to its two open
+//!   questions (a fixed thread count; threads landing on SMT siblings): the
+//!   thread count is chosen per copy by minimizing this module's own cost
+//!   prediction over the destination node's *idle* CPUs, taking distinct
+//!   physical cores first and their SMT siblings only after.
+//! - [`CopyEngine::Batched`]: the 2024–25 series (Shivank Garg et al.,
+//!   `folios_mc_copy()` with the `mtcopy` migrator): the move phase first
+//!   moves every folio's metadata, then copies the whole batch at once with
+//!   `limit` threads, so the dispatch and wake-up costs are paid once per
+//!   batch rather than once per folio; then the mappings are restored.
+//! - [`CopyEngine::Dma`]: the same batch handed to a DMA engine (the 2019
+//!   RFC's IOAT copy, the 2025 series' `dcbm` migrator): one descriptor per
+//!   folio (a folio is split over the channels when the batch has fewer
+//!   folios than channels), a submission cost per descriptor on the CPU,
+//!   the channels' bandwidth, and a completion cost. A machine without DMA
+//!   channels falls back to the CPU copy.
+//!
+//! # The bandwidth model
+//!
+//! One thread copying from node `s` to node `d` on a CPU of node `c` runs at
+//! `thread_copy_mbps × 10 / max(distance(c, s), distance(c, d))`: a
+//! single-threaded copy is bound by the memory-level parallelism of one core
+//! (its line fill buffers), so its rate falls as the latency rises, and the
+//! ACPI SLIT distance is the firmware's latency ratio (local = 10). Two
+//! threads on one physical core share it: together they reach
+//! `smt_pair_pct` % of one thread. Several threads together are capped by
+//! the interconnect (`link_mbps`, when `s != d`) and by each node's memory
+//! bandwidth (`node_mbps`; a copy within one node reads and writes it).
+//! The bytes are split evenly, so the slowest thread sets the time.
+//!
+//! Every parameter comes from the cost profile (its `[numa]` section and
+//! its `*_ns` costs), with a source.
+//!
+//! # Deviations
+//!
+//! - The helper threads' work is not played on their vCPUs: the migrating
+//!   vCPU is charged the whole latency (dispatch, the slowest thread, the
+//!   waits), as the time `move_pages()` takes; the helpers' CPU time is not
+//!   accounted, and a busy helper CPU is assumed to run the work at once.
+//! - No cache effects: every copy runs at memory speed.
+
+use crate::cost::{Cost, CostTable};
+use crate::page_alloc::PageAlloc;
+use crate::types::{NodeId, VcpuId, PAGE_SIZE};
+use std::fmt;
+
+/// Which copy engine migration uses when the multi-threaded mode is on
+/// (model knob `mmlab.migrate_copy_engine`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub enum CopyEngine {
+    /// One `copy_page()` per base page on the migrating CPU (mainline).
+    Single,
+    /// The seed's `copy_page_mt()`.
+    Mt,
+    /// Thread count and placement chosen per copy from the size, the idle
+    /// CPUs and the node's bandwidth, on distinct physical cores first.
+    Adaptive,
+    /// The 2025 series' batched copy of a whole batch of folios.
+    Batched,
+    /// A DMA engine with channels, a set-up cost and a CPU fallback.
+    Dma,
+}
+
+impl CopyEngine {
+    /// Every engine.
+    pub const ALL: &'static [CopyEngine] = &[
+        CopyEngine::Single,
+        CopyEngine::Mt,
+        CopyEngine::Adaptive,
+        CopyEngine::Batched,
+        CopyEngine::Dma,
+    ];
+
+    /// The knob value.
+    pub fn name(self) -> &'static str {
+        match self {
+            CopyEngine::Single => "single",
+            CopyEngine::Mt => "mt",
+            CopyEngine::Adaptive => "adaptive",
+            CopyEngine::Batched => "batched",
+            CopyEngine::Dma => "dma",
+        }
+    }
+
+    /// The engine whose knob value is `s`.
+    pub fn parse(s: &str) -> Option<CopyEngine> {
+        CopyEngine::ALL.iter().copied().find(|e| e.name() == s)
+    }
+
+    /// True for the engines that copy a whole batch at once.
+    pub fn is_batch(self) -> bool {
+        matches!(self, CopyEngine::Batched | CopyEngine::Dma)
+    }
+}
+
+impl fmt::Display for CopyEngine {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// The machine's memory system as the copy model sees it. Bandwidths in
+/// MB/s (10^6 bytes per second); integers so the model keeps no floats.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct NumaHw {
+    /// Copy rate of one thread within its own node.
+    pub thread_copy_mbps: u64,
+    /// Hardware threads per physical core (SMT).
+    pub threads_per_core: u32,
+    /// Two SMT siblings copying together, in % of one thread alone.
+    pub smt_pair_pct: u64,
+    /// Memory bandwidth of one node.
+    pub node_mbps: u64,
+    /// Bandwidth between two nodes, one direction.
+    pub link_mbps: u64,
+    /// DMA channels usable for copies (0: none, CPU fallback).
+    pub dma_channels: u32,
+    /// Copy rate of one DMA channel.
+    pub dma_channel_mbps: u64,
+}
+
+impl NumaHw {
+    /// A machine described only by its cost table: the thread rate from
+    /// `copy_page_ns`, no SMT, no bandwidth caps, no DMA.
+    pub fn from_costs(costs: &CostTable) -> NumaHw {
+        NumaHw {
+            thread_copy_mbps: mbps_of_copy_page(costs.get(Cost::CopyPage)),
+            threads_per_core: 1,
+            smt_pair_pct: 100,
+            node_mbps: u64::MAX / 4096,
+            link_mbps: u64::MAX / 4096,
+            dma_channels: 0,
+            dma_channel_mbps: 0,
+        }
+    }
+}
+
+/// The copy rate, in MB/s, of a thread that copies 4 KiB in `ns`.
+pub fn mbps_of_copy_page(ns: u64) -> u64 {
+    (PAGE_SIZE * 1000 / ns.max(1)).max(1)
+}
+
+/// Nanoseconds to move `bytes` at `mbps`.
+#[inline]
+pub fn ns_at(bytes: u64, mbps: u64) -> u64 {
+    (bytes * 1000).div_ceil(mbps.max(1))
+}
+
+/// One folio's copy: how many bytes, from which node to which.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct CopyJob {
+    /// Bytes to copy.
+    pub bytes: u64,
+    /// Node of the source folio.
+    pub src: NodeId,
+    /// Node of the destination folio.
+    pub dst: NodeId,
+}
+
+/// What a copy cost and how it was done.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub struct CopyCost {
+    /// Nanoseconds on the migrating CPU's clock.
+    pub ns: u64,
+    /// Threads that copied (1: the migrating CPU alone; 0: DMA).
+    pub threads: u32,
+    /// True if a DMA engine copied.
+    pub dma: bool,
+}
+
+/// The copy model over one machine: its topology (from the allocator),
+/// its memory system, the costs, and which CPUs are idle.
+pub struct CopyModel<'a> {
+    /// The allocator (node distances, CPUs per node).
+    pub pa: &'a PageAlloc,
+    /// The memory system.
+    pub hw: &'a NumaHw,
+    /// The cost table.
+    pub costs: &'a CostTable,
+    /// Per CPU, true if it runs nothing (used by the adaptive engine).
+    pub idle: &'a [bool],
+}
+
+impl CopyModel<'_> {
+    fn node_of(&self, cpu: u32) -> NodeId {
+        self.pa.cpu_to_node(VcpuId(cpu))
+    }
+
+    /// The physical core of `cpu` within its node: CPUs are enumerated as
+    /// Linux does on Intel servers, the first thread of every core first and
+    /// the SMT siblings after, so node-local CPU `i` is on core
+    /// `i % cores_per_node`.
+    pub fn core_of(&self, cpu: u32) -> (NodeId, u32) {
+        let node = self.node_of(cpu);
+        let first = self.pa.node_first_cpu(node);
+        let n = self.pa.node_nr_cpus(node);
+        let cores = (n / self.hw.threads_per_core.max(1)).max(1);
+        (node, (cpu - first) % cores)
+    }
+
+    /// The copy rate of one thread alone on a core of `cpu`, for `job`.
+    pub fn thread_mbps(&self, cpu: u32, job: &CopyJob) -> u64 {
+        let c = self.node_of(cpu);
+        let d = self
+            .pa
+            .node_distance(c, job.src)
+            .max(self.pa.node_distance(c, job.dst));
+        (self.hw.thread_copy_mbps * 10 / d.max(10) as u64).max(1)
+    }
+
+    /// Nanoseconds for `threads` to copy `bytes` of `job`'s kind split
+    /// evenly: the slowest thread, or the bandwidth caps, whichever binds.
+    pub fn parallel_ns(&self, threads: &[u32], bytes: u64, job: &CopyJob) -> u64 {
+        let n = threads.len().max(1) as u64;
+        let chunk = bytes.div_ceil(n);
+        let mut slowest = 0;
+        for &t in threads {
+            let core = self.core_of(t);
+            let sharing = threads.iter().filter(|&&o| self.core_of(o) == core).count() as u64;
+            let alone = self.thread_mbps(t, job);
+            // k threads on one core reach 1 + (k-1)(pct-100)/100 of one.
+            let core_mbps =
+                alone * (100 + (sharing - 1) * self.hw.smt_pair_pct.saturating_sub(100)) / 100;
+            let mine = (core_mbps / sharing).max(1);
+            slowest = slowest.max(ns_at(chunk, mine));
+        }
+        slowest.max(self.caps_ns(bytes, job))
+    }
+
+    /// The time the interconnect and the nodes' memory need for `bytes`.
+    fn caps_ns(&self, bytes: u64, job: &CopyJob) -> u64 {
+        if job.src == job.dst {
+            ns_at(2 * bytes, self.hw.node_mbps)
+        } else {
+            ns_at(bytes, self.hw.link_mbps).max(ns_at(bytes, self.hw.node_mbps))
+        }
+    }
+
+    /// Models `folio_copy()`: one `copy_page()` after another on `cpu`.
+    pub fn copy_single(&self, cpu: VcpuId, job: &CopyJob) -> CopyCost {
+        CopyCost {
+            ns: self.parallel_ns(&[cpu.0], job.bytes, job),
+            threads: 1,
+            dma: false,
+        }
+    }
+
+    /// Dispatch to `threads` work items, the copy, and the waits.
+    fn dispatched(&self, threads: &[u32], bytes: u64, job: &CopyJob) -> u64 {
+        let n = threads.len() as u64;
+        n * self.costs.get(Cost::WorkqueueQueue)
+            + 2 * self.costs.get(Cost::WorkqueueWakeup)
+            + self.parallel_ns(threads, bytes, job)
+    }
+
+    /// Models the seed's `copy_page_mt()`: `N = min(limit, CPUs of the
+    /// destination node)` rounded down to even, on the first `N` CPUs of
+    /// that node; falls back to [`CopyModel::copy_single`] when `N` is 0.
+    pub fn copy_page_mt(&self, cpu: VcpuId, job: &CopyJob, limit_mt_num: u32) -> CopyCost {
+        let node_cpus = self.pa.node_nr_cpus(job.dst);
+        let n = limit_mt_num.min(node_cpus) / 2 * 2;
+        if n == 0 {
+            return self.copy_single(cpu, job);
+        }
+        let first = self.pa.node_first_cpu(job.dst);
+        let threads: Vec<u32> = (first..first + n).collect();
+        CopyCost {
+            ns: self.dispatched(&threads, job.bytes, job),
+            threads: n,
+            dma: false,
+        }
+    }
+
+    /// The destination node's idle CPUs other than `cpu`, distinct physical
+    /// cores first (one thread of each), then their SMT siblings.
+    pub fn idle_cpus_by_core(&self, cpu: VcpuId, node: NodeId) -> Vec<u32> {
+        let first = self.pa.node_first_cpu(node);
+        let n = self.pa.node_nr_cpus(node);
+        let mut seen_cores: Vec<u32> = Vec::new();
+        let (mut primary, mut siblings) = (Vec::new(), Vec::new());
+        for c in first..first + n {
+            if c == cpu.0 || !self.idle.get(c as usize).copied().unwrap_or(true) {
+                continue;
+            }
+            let core = self.core_of(c).1;
+            if seen_cores.contains(&core) {
+                siblings.push(c);
+            } else {
+                seen_cores.push(core);
+                primary.push(c);
+            }
+        }
+        primary.extend(siblings);
+        primary
+    }
+
+    /// The adaptive engine: for `bytes` of `job`, every thread count from 1
+    /// (the migrating CPU alone, no dispatch) to all idle CPUs of the
+    /// destination node is predicted with this model, and the fastest wins
+    /// (the smallest count on a tie).
+    pub fn copy_adaptive(&self, cpu: VcpuId, job: &CopyJob) -> CopyCost {
+        let mut best = self.copy_single(cpu, job);
+        let cands = self.idle_cpus_by_core(cpu, job.dst);
+        for n in 2..=cands.len() {
+            let ns = self.dispatched(&cands[..n], job.bytes, job);
+            if ns < best.ns {
+                best = CopyCost {
+                    ns,
+                    threads: n as u32,
+                    dma: false,
+                };
+            }
+        }
+        best
+    }
+
+    /// The 2025 series' batched copy with `mtcopy`: all of `jobs` at once
+    /// on the first `min(limit, node CPUs)` CPUs of the destination node;
+    /// with one thread, the single-threaded copy of each.
+    pub fn copy_batch_mt(&self, cpu: VcpuId, jobs: &[CopyJob], limit_mt_num: u32) -> CopyCost {
+        let Some(first_job) = jobs.first() else {
+            return CopyCost::default();
+        };
+        let bytes: u64 = jobs.iter().map(|j| j.bytes).sum();
+        let n = limit_mt_num.min(self.pa.node_nr_cpus(first_job.dst));
+        if n <= 1 {
+            let ns = jobs.iter().map(|j| self.copy_single(cpu, j).ns).sum();
+            return CopyCost {
+                ns,
+                threads: 1,
+                dma: false,
+            };
+        }
+        let first = self.pa.node_first_cpu(first_job.dst);
+        let threads: Vec<u32> = (first..first + n).collect();
+        CopyCost {
+            ns: self.dispatched(&threads, bytes, first_job),
+            threads: n,
+            dma: false,
+        }
+    }
+
+    /// A DMA engine copying all of `jobs`: one descriptor per folio (or
+    /// per channel when there are fewer folios than channels), submitted
+    /// one after another on the CPU, then the channels in parallel within
+    /// the memory system's caps, then the completion. Without channels,
+    /// the CPU copies ([`CopyModel::copy_single`] per folio).
+    pub fn copy_dma(&self, cpu: VcpuId, jobs: &[CopyJob]) -> CopyCost {
+        let Some(first_job) = jobs.first() else {
+            return CopyCost::default();
+        };
+        if self.hw.dma_channels == 0 || self.hw.dma_channel_mbps == 0 {
+            let ns = jobs.iter().map(|j| self.copy_single(cpu, j).ns).sum();
+            return CopyCost {
+                ns,
+                threads: 1,
+                dma: false,
+            };
+        }
+        let bytes: u64 = jobs.iter().map(|j| j.bytes).sum();
+        let pages = bytes.div_ceil(PAGE_SIZE);
+        let ch = (self.hw.dma_channels as u64).min(pages).max(1);
+        let descs = (jobs.len() as u64).max(ch);
+        let xfer = ns_at(bytes, self.hw.dma_channel_mbps * ch).max(self.caps_ns(bytes, first_job));
+        CopyCost {
+            ns: descs * self.costs.get(Cost::DmaSubmit)
+                + xfer
+                + self.costs.get(Cost::DmaCompletion),
+            threads: 0,
+            dma: true,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::page_alloc::{MemoryLayout, NodeLayout, VmSysctl};
+
+    /// Two nodes of `cpus` CPUs (2 threads per core), distance 21.
+    fn machine(cpus: u32) -> PageAlloc {
+        let layout = MemoryLayout {
+            nodes: vec![
+                NodeLayout {
+                    nr_cpus: cpus,
+                    nr_pages: 16 << 8,
+                };
+                2
+            ],
+            dma32_pages: 0,
+        };
+        let mut pa = PageAlloc::new(
+            &layout,
+            VmSysctl::default(),
+            crate::pcp::PcpPolicy::default(),
+        );
+        pa.set_node_distance(&[10, 21, 21, 10]);
+        pa
+    }
+
+    fn hw() -> NumaHw {
+        NumaHw {
+            thread_copy_mbps: 5000,
+            threads_per_core: 2,
+            smt_pair_pct: 110,
+            node_mbps: 50_000,
+            link_mbps: 20_000,
+            dma_channels: 4,
+            dma_channel_mbps: 1000,
+        }
+    }
+
+    const THP: CopyJob = CopyJob {
+        bytes: 2 << 20,
+        src: NodeId(0),
+        dst: NodeId(1),
+    };
+
+    #[test]
+    fn remote_threads_run_at_the_latency_ratio_and_siblings_share_a_core() {
+        let pa = machine(8);
+        let (hw, costs) = (hw(), CostTable::uniform(0));
+        let idle = vec![true; 16];
+        let m = CopyModel {
+            pa: &pa,
+            hw: &hw,
+            costs: &costs,
+            idle: &idle,
+        };
+        // 5000 MB/s x 10 / 21.
+        assert_eq!(m.thread_mbps(0, &THP), 2380);
+        // Node 1 is CPUs 8..16: cores 0..4, then their siblings 12..16.
+        assert_eq!(m.core_of(9), (NodeId(1), 1));
+        assert_eq!(m.core_of(13), (NodeId(1), 1));
+        let alone = m.parallel_ns(&[9], THP.bytes, &THP);
+        let pair = m.parallel_ns(&[9, 13], THP.bytes, &THP);
+        let two_cores = m.parallel_ns(&[9, 10], THP.bytes, &THP);
+        assert!(two_cores < pair && pair < alone);
+        // Four cores, two threads each: 4 x 2380 x 1.1 MB/s; the 20 GB/s
+        // link does not bind. With a 5 GB/s link it does.
+        let all: Vec<u32> = (8..16).collect();
+        assert_eq!(
+            m.parallel_ns(&all, THP.bytes, &THP),
+            ns_at(THP.bytes / 8, 2380 * 110 / 100 / 2)
+        );
+        let slow = NumaHw {
+            link_mbps: 5000,
+            ..hw.clone()
+        };
+        let m = CopyModel { hw: &slow, ..m };
+        assert_eq!(m.parallel_ns(&all, THP.bytes, &THP), ns_at(THP.bytes, 5000));
+    }
+
+    #[test]
+    fn copy_page_mt_rounds_down_to_even_and_falls_back_on_one_cpu() {
+        let (hw, costs) = (hw(), CostTable::uniform(1));
+        let pa = machine(8);
+        let idle = vec![true; 16];
+        let m = CopyModel {
+            pa: &pa,
+            hw: &hw,
+            costs: &costs,
+            idle: &idle,
+        };
+        assert_eq!(m.copy_page_mt(VcpuId(0), &THP, 5).threads, 4);
+        assert_eq!(m.copy_page_mt(VcpuId(0), &THP, 32).threads, 8);
+        assert_eq!(
+            m.copy_page_mt(VcpuId(0), &THP, 1),
+            m.copy_single(VcpuId(0), &THP)
+        );
+        let one = machine(1);
+        let m = CopyModel {
+            pa: &one,
+            hw: &hw,
+            costs: &costs,
+            idle: &idle,
+        };
+        assert_eq!(
+            m.copy_page_mt(VcpuId(0), &THP, 4).threads,
+            1,
+            "N = 0: fallback"
+        );
+    }
+
+    #[test]
+    fn adaptive_uses_idle_distinct_cores_and_stays_single_for_small_copies() {
+        let pa = machine(8);
+        let mut costs = CostTable::uniform(0);
+        costs.set(Cost::WorkqueueQueue, 500);
+        costs.set(Cost::WorkqueueWakeup, 10_000);
+        let hw = hw();
+        let mut idle = vec![true; 16];
+        idle[10] = false;
+        let m = CopyModel {
+            pa: &pa,
+            hw: &hw,
+            costs: &costs,
+            idle: &idle,
+        };
+        // Distinct cores first (CPU 10 is busy, so its sibling 14 stands in
+        // for core 2 after the others), then siblings.
+        assert_eq!(
+            m.idle_cpus_by_core(VcpuId(0), NodeId(1)),
+            vec![8, 9, 11, 14, 12, 13, 15]
+        );
+        let small = CopyJob { bytes: 4096, ..THP };
+        assert_eq!(m.copy_adaptive(VcpuId(0), &small).threads, 1);
+        let big = m.copy_adaptive(VcpuId(0), &THP);
+        assert!(big.threads > 1 && big.ns < m.copy_single(VcpuId(0), &THP).ns);
+    }
+
+    #[test]
+    fn dma_without_channels_falls_back_to_the_cpu() {
+        let pa = machine(8);
+        let costs = CostTable::uniform(1);
+        let idle = vec![true; 16];
+        let mut hw = hw();
+        let m = CopyModel {
+            pa: &pa,
+            hw: &hw,
+            costs: &costs,
+            idle: &idle,
+        };
+        assert!(m.copy_dma(VcpuId(0), &[THP]).dma);
+        hw.dma_channels = 0;
+        let m = CopyModel {
+            pa: &pa,
+            hw: &hw,
+            costs: &costs,
+            idle: &idle,
+        };
+        let c = m.copy_dma(VcpuId(0), &[THP]);
+        assert!(!c.dma);
+        assert_eq!(c, m.copy_single(VcpuId(0), &THP));
+    }
+}
