@@ -3,6 +3,7 @@
 //! The only crate that reads files, parses arguments, prints or writes
 //! reports.
 
+mod aspace;
 mod bench;
 mod experiment;
 mod replay;
@@ -163,6 +164,9 @@ enum Cmd {
         /// Start with the PCP lists holding the recorded pages (up to the model's high).
         #[arg(long)]
         warm_pcp: bool,
+        /// Which replay: alloc (mode a), aspace (mode b), or both (what the trace has events for).
+        #[arg(long, value_enum, default_value_t = replay::ReplayMode::Both)]
+        mode: replay::ReplayMode,
     },
     /// Measure the model's speed (PCP fast path) and memory per simulated page.
     Bench {
@@ -196,6 +200,9 @@ struct ReplayArgs {
     /// Start with the PCP lists holding the recorded pages (up to the model's high).
     #[arg(long)]
     warm_pcp: bool,
+    /// Which replay: alloc (mode a), aspace (mode b), or both (what the trace has events for).
+    #[arg(long, value_enum, default_value_t = replay::ReplayMode::Both)]
+    mode: replay::ReplayMode,
 }
 
 #[derive(Subcommand)]
@@ -332,7 +339,8 @@ fn real_main() -> Result<()> {
             file,
             seed,
             warm_pcp,
-        } => replay::validate_cmd(&file, seed, warm_pcp)?,
+            mode,
+        } => replay::validate_cmd(&file, seed, warm_pcp, mode)?,
     }
     Ok(())
 }
@@ -425,6 +433,7 @@ fn replay_cmd(file: &Path, a: &ReplayArgs) -> Result<()> {
         a.seed,
         a.quiet,
         a.warm_pcp,
+        a.mode,
     )
 }
 

@@ -341,7 +341,13 @@ pub fn tables(exp: &Experiment, seed: u64, results: &[RunResult], format: Format
     out
 }
 
-fn render(out: &mut String, format: Format, title: &str, header: &[String], body: &[Vec<String>]) {
+pub fn render(
+    out: &mut String,
+    format: Format,
+    title: &str,
+    header: &[String],
+    body: &[Vec<String>],
+) {
     match format {
         Format::Text | Format::Json => {
             let widths: Vec<usize> = (0..header.len())

@@ -359,6 +359,9 @@ fn capability_loss(name: &str) -> &'static str {
         "kmem:mm_page_alloc_zone_locked" => "zone-lock allocations cannot be validated",
         "kmem:mm_page_pcpu_drain" => "PCP drains cannot be validated",
         "exceptions:page_fault_user" => "page faults cannot be replayed (no touch stream)",
+        "exceptions:page_fault_kernel" => {
+            "the kernel's faults on user memory (read() into fresh buffers) are missing from pgfault"
+        }
         "sched:sched_process_fork" | "sched:sched_process_exec" | "sched:sched_process_exit" => {
             "process lifecycle is inferred from pids only"
         }
@@ -573,6 +576,8 @@ pub fn import_from<R: Read + Seek, W: Write>(
         counters_after: None,
         exit_status: None,
         interrupted: false,
+        workload_minflt: None,
+        workload_majflt: None,
     };
     let nr_events = writer.nr_events();
     let (out, _) = writer.finish(&trailer).map_err(out_err)?;

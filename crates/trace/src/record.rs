@@ -383,6 +383,9 @@ struct Child {
     go_w: i32,
     err_r: i32,
     reaped: bool,
+    /// `ru_minflt`/`ru_majflt` of the child and the descendants it waited
+    /// for, from `wait4()` (the kernel fills it with `RUSAGE_BOTH`).
+    faults: Option<(u64, u64)>,
 }
 
 impl Child {
@@ -445,6 +448,7 @@ impl Child {
             go_w: go[1],
             err_r: err[0],
             reaped: false,
+            faults: None,
         })
     }
 
@@ -474,12 +478,21 @@ impl Child {
         }
         let mut status = 0;
         loop {
-            // SAFETY: waitpid on our own child with a valid status pointer.
+            // SAFETY: a zeroed rusage is a valid value for wait4 to fill.
+            let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
+            // SAFETY: wait4 on our own child with valid status and rusage
+            // pointers.
             let rc = unsafe {
-                libc::waitpid(self.pid, &mut status, if block { 0 } else { libc::WNOHANG })
+                libc::wait4(
+                    self.pid,
+                    &mut status,
+                    if block { 0 } else { libc::WNOHANG },
+                    &mut ru,
+                )
             };
             if rc == self.pid {
                 self.reaped = true;
+                self.faults = Some((ru.ru_minflt as u64, ru.ru_majflt as u64));
                 return Some(status);
             }
             if rc < 0 && io::Error::last_os_error().kind() == io::ErrorKind::Interrupted {
@@ -777,6 +790,8 @@ pub fn record(
         counters_after: Some(counters_after),
         exit_status: Some(exit_status.clone()),
         interrupted,
+        workload_minflt: child.faults.map(|f| f.0),
+        workload_majflt: child.faults.map(|f| f.1),
     };
     let nr_events = writer.nr_events();
     let (_, nr_trace_bytes) = writer.finish(&trailer).map_err(out_err)?;

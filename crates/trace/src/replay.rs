@@ -107,6 +107,9 @@ pub enum ReplayError {
     Trace { path: PathBuf, source: TraceError },
     /// The trace has no page allocator events.
     NoAllocatorEvents { path: PathBuf },
+    /// The trace has no page faults, address-space system calls or process
+    /// events (replay mode (b)).
+    NoAspaceEvents { path: PathBuf },
     /// The temporary per-CPU streams could not be written.
     Io { what: String, source: io::Error },
 }
@@ -120,6 +123,13 @@ impl fmt::Display for ReplayError {
                 "{}: the trace has no kmem:mm_page_alloc or kmem:mm_page_free events; replay mode (a) \
                  needs kmem:mm_page_alloc and kmem:mm_page_free (record with `mmlab record`, or \
                  `perf record -e kmem:mm_page_alloc -e kmem:mm_page_free ...` and `mmlab import`)",
+                path.display()
+            ),
+            ReplayError::NoAspaceEvents { path } => write!(
+                f,
+                "{}: the trace has no exceptions:page_fault_user, address-space system call or \
+                 sched_process_* events; replay mode (b) needs them (record with `mmlab record`, or \
+                 `perf record -e exceptions:page_fault_user -e 'syscalls:sys_*_mmap' ...` and `mmlab import`)",
                 path.display()
             ),
             ReplayError::Io { what, source } => write!(f, "{what}: {source}"),

@@ -274,3 +274,69 @@ fn sigint_is_forwarded_and_everything_is_cleaned_up() {
     assert!(reader.trailer().expect("trailer").interrupted);
     fs::remove_file(&out).expect("cleanup");
 }
+
+/// Records `sort` of an 8 MiB file (a large anonymous buffer filled by
+/// `read()`, so both user and kernel faults) and replays its address-space
+/// stream (mode b) under the recorded configuration: the model's page
+/// faults must match the workload's own count (`ru_minflt + ru_majflt` of
+/// the command and the descendants it waited for) within 2 %.
+#[test]
+fn mode_b_predicts_the_recorded_workloads_faults() {
+    let _lock = live_lock();
+    if let Some(why) = skip_reason() {
+        println!("SKIPPED: {why}");
+        return;
+    }
+    if trace::record::resolve_command("sort").is_err() {
+        println!("SKIPPED: no sort(1) in PATH");
+        return;
+    }
+    let input = out_path("sort-input.txt");
+    let mut text = String::with_capacity(8 << 20);
+    let mut x = 0x9e37_79b9_7f4a_7c15u64;
+    while text.len() < 8 << 20 {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        text.push_str(&format!("{x:016x}{:x}\n", x.rotate_left(17)));
+    }
+    fs::write(&input, text).expect("input");
+    let out = out_path("sort.mmtrace");
+    let args = vec![
+        "-o".to_string(),
+        "/dev/null".to_string(),
+        input.display().to_string(),
+    ];
+    let s = record(&out, "sort", &args, &opts()).expect("recording succeeds");
+    assert_eq!(s.exit_code, Some(0));
+    let header = TraceReader::open(&out).expect("trace").header().clone();
+    let mut cfg = mm::knobs::Preset::Linux6_18.config();
+    for (k, v) in trace::aspace::recorded_thp_knobs(&header) {
+        cfg.set_knob(&k, &v).expect("recorded knob");
+    }
+    let layout = mm::page_alloc::MemoryLayout {
+        nodes: vec![mm::page_alloc::NodeLayout {
+            nr_cpus: header.machine.nr_cpus.max(1),
+            nr_pages: 2 << 18,
+        }],
+        dma32_pages: 0,
+    };
+    let r = trace::aspace::replay_aspace(&out, &layout, &mm::cost::CostTable::uniform(1), &[cfg])
+        .expect("replay");
+    let t = r.trailer.clone().expect("trailer");
+    let _ = fs::remove_file(&out);
+    let _ = fs::remove_file(&input);
+    let live = t.workload_minflt.expect("ru_minflt recorded") + t.workload_majflt.unwrap_or(0);
+    let m = &r.models[0];
+    let pred = m.predicted_pgfault();
+    println!(
+        "live {live} faults, trace {} user + {} kernel, model {pred} ({} taken, {} absorbed, {} passed through)",
+        r.recorded.faults, r.recorded.kernel_faults, m.faults_taken, m.faults_absorbed, m.faults_passthrough
+    );
+    assert!(
+        pred.abs_diff(live) * 50 <= live,
+        "model {pred} vs live {live}: more than 2 % apart"
+    );
+    // The buffer is anonymous memory: most faults go through the model.
+    assert!(m.faults_replayed * 2 > r.recorded.faults + r.recorded.kernel_faults);
+}
