@@ -669,10 +669,18 @@ impl World {
         if ret == addr {
             if new_len > old_len {
                 self.note("mremap growths in place, replayed as mmap of the tail");
-                map(self, addr + old_len, addr + new_len);
+                map(
+                    self,
+                    addr.saturating_add(old_len),
+                    addr.saturating_add(new_len),
+                );
             } else if new_len < old_len {
                 self.note("mremap shrinks, replayed as munmap of the tail");
-                self.unmap(pid, addr + new_len, addr + old_len);
+                self.unmap(
+                    pid,
+                    addr.saturating_add(new_len),
+                    addr.saturating_add(old_len),
+                );
             }
         } else {
             self.note("mremap moves, replayed as munmap + mmap (moved pages not in the model)");
@@ -796,6 +804,36 @@ pub fn replay_aspace(
     };
     let mut reader = TraceReader::open(path).map_err(terr)?;
     let header = reader.header().clone();
+    let (recorded, models) = replay_events(
+        reader.by_ref().map(|e| e.map_err(terr)),
+        layout,
+        table,
+        kernels,
+    );
+    let recorded = recorded?;
+    if recorded.faults + recorded.kernel_faults == 0
+        && recorded.syscalls.is_empty()
+        && recorded.forks == 0
+    {
+        return Err(ReplayError::NoAspaceEvents {
+            path: path.to_path_buf(),
+        });
+    }
+    Ok(AspaceReplay {
+        header,
+        trailer: reader.trailer().cloned(),
+        recorded,
+        models,
+    })
+}
+
+/// The replay loop over any stream of events; stops at the first error.
+fn replay_events<I: Iterator<Item = Result<Event, ReplayError>>>(
+    events: I,
+    layout: &MemoryLayout,
+    table: &CostTable,
+    kernels: &[KernelConfig],
+) -> (Result<AspaceRecorded, ReplayError>, Vec<AspaceModel>) {
     let mut worlds: Vec<World> = kernels
         .iter()
         .map(|k| World::new(layout, k, table))
@@ -803,8 +841,15 @@ pub fn replay_aspace(
     let mut rec = AspaceRecorded::default();
     let mut t0: Option<u64> = None;
     let mut last = 0u64;
-    for ev in reader.by_ref() {
-        let ev = ev.map_err(terr)?;
+    let mut error = None;
+    for ev in events {
+        let ev = match ev {
+            Ok(ev) => ev,
+            Err(e) => {
+                error = Some(e);
+                break;
+            }
+        };
         rec.nr_events += 1;
         let name = match &ev.kind {
             EventKind::PageFaultUser { error_code, .. } => {
@@ -838,7 +883,10 @@ pub fn replay_aspace(
                 rec.exits += 1;
                 None
             }
-            _ => continue,
+            EventKind::PageAlloc { .. }
+            | EventKind::PageFree { .. }
+            | EventKind::PageAllocZoneLocked { .. }
+            | EventKind::PagePcpuDrain { .. } => continue,
         };
         if let Some(n) = name {
             *rec.syscalls.entry(n).or_default() += 1;
@@ -849,18 +897,141 @@ pub fn replay_aspace(
             w.apply(&ev, start, &mut rec, i == 0);
         }
     }
-    if rec.faults + rec.kernel_faults == 0 && rec.syscalls.is_empty() && rec.forks == 0 {
-        return Err(ReplayError::NoAspaceEvents {
-            path: path.to_path_buf(),
-        });
-    }
     rec.span_ns = last.saturating_sub(t0.unwrap_or(0));
-    Ok(AspaceReplay {
-        header,
-        trailer: reader.trailer().cloned(),
-        recorded: rec,
-        models: worlds.into_iter().map(World::finish).collect(),
-    })
+    let models = worlds.into_iter().map(World::finish).collect();
+    match error {
+        Some(e) => (Err(e), models),
+        None => (Ok(rec), models),
+    }
+}
+
+/// The fuzz target `aspace_replay` (and its regression test): `bytes` read
+/// as 24-byte records, each one event with its fields taken from the bytes
+/// (addresses mostly inside a 1 GiB window, so that events meet), replayed
+/// on a 64 MiB machine under three kernels (6.18; 6.18 with THP and 64 KiB
+/// mTHP always; 4.19 with its VMA cache and THP copy-on-write). Whatever
+/// the events, the replay must not panic.
+#[doc(hidden)]
+pub fn replay_fuzz_input(bytes: &[u8]) -> AspaceRecorded {
+    let word = |c: &[u8], i: usize| -> u64 {
+        let mut b = [0u8; 8];
+        b.copy_from_slice(&c[i..i + 8]);
+        u64::from_le_bytes(b)
+    };
+    let events = bytes.chunks_exact(24).enumerate().map(|(i, c)| {
+        let pid = 1 + (c[1] % 4) as i32;
+        let tid = if c[2] & 3 == 0 { pid + 100 } else { pid };
+        let (x, y) = (word(c, 8), word(c, 16));
+        // Mostly addresses in a 1 GiB window (pages, sometimes odd bytes),
+        // now and then any value.
+        let addr = |v: u64| {
+            if c[3] & 0x80 != 0 {
+                v
+            } else {
+                0x7f00_0000_0000 + (v & 0x3fff_ffff & if c[3] & 1 != 0 { !0 } else { !0xfff })
+            }
+        };
+        let len = |v: u64| {
+            if c[3] & 0x40 != 0 {
+                v
+            } else {
+                (v >> 32) & 0x7f_ffff
+            }
+        };
+        let ret = |ok: i64| if c[4] & 7 == 0 { -12 } else { ok };
+        let kind = match c[0] % 15 {
+            0 | 1 => EventKind::PageFaultUser {
+                address: addr(x),
+                ip: 0,
+                error_code: y & 0x1f,
+            },
+            2 => EventKind::PageFaultKernel {
+                address: addr(x),
+                ip: 0,
+                error_code: y & 0x1f,
+            },
+            3 | 4 => EventKind::Mmap {
+                addr: 0,
+                len: len(y),
+                prot: (c[5] & 7) as u64,
+                flags: [0x22, 0x22, 0x02, 0x21, 0x40022, 0x8022][c[6] as usize % 6],
+                fd: u64::MAX,
+                off: 0,
+                ret: ret(addr(x) as i64),
+            },
+            5 => EventKind::Munmap {
+                addr: addr(x),
+                len: len(y),
+                ret: ret(0),
+            },
+            6 => EventKind::Brk {
+                brk: addr(x),
+                ret: ret(addr(x) as i64),
+            },
+            7 => EventKind::Mremap {
+                addr: addr(x),
+                old_len: len(y),
+                new_len: len(y.rotate_left(17)),
+                flags: (c[5] & 7) as u64,
+                new_addr: 0,
+                ret: ret(if c[6] & 1 != 0 { addr(x) } else { addr(y) } as i64),
+            },
+            8 => EventKind::Mprotect {
+                start: addr(x),
+                len: len(y),
+                prot: (c[5] & 7) as u64,
+                ret: ret(0),
+            },
+            9 => EventKind::Madvise {
+                start: addr(x),
+                len_in: len(y),
+                behavior: [4, 8, 14, 15, 24, 3, 9][c[5] as usize % 7],
+                ret: ret(0),
+            },
+            10 | 11 => EventKind::Fork {
+                parent: pid,
+                child: 1 + (c[5] % 8) as i32 + if c[6] & 1 != 0 { 100 } else { 0 },
+            },
+            12 => EventKind::Exec {
+                pid,
+                filename: String::new(),
+            },
+            13 => EventKind::Exit {
+                pid: if c[5] & 1 != 0 { tid } else { pid },
+            },
+            _ => EventKind::PageFree { pfn: x, order: 0 },
+        };
+        Ok(Event {
+            ts_ns: i as u64 * 100,
+            cpu: (c[7] % 2) as u32,
+            pid,
+            tid,
+            kind,
+        })
+    });
+    let layout = MemoryLayout {
+        nodes: vec![mm::page_alloc::NodeLayout {
+            nr_cpus: 2,
+            nr_pages: 64 << 8,
+        }],
+        dma32_pages: 0,
+    };
+    let mut wide = mm::knobs::Preset::Linux6_18.config();
+    let _ = wide.set_knob(
+        "transparent_hugepage/enabled",
+        &KnobValue::Str("always".into()),
+    );
+    let _ = wide.set_knob(
+        "transparent_hugepage/hugepages-64kB/enabled",
+        &KnobValue::Str("always".into()),
+    );
+    let kernels = [
+        mm::knobs::Preset::Linux6_18.config(),
+        wide,
+        mm::knobs::Preset::Linux4_19.config(),
+    ];
+    let (rec, _) = replay_events(events, &layout, &CostTable::uniform(1), &kernels);
+    rec.unwrap_or_default()
 }
 
 #[cfg(test)]

@@ -352,6 +352,42 @@ fn validate_event_desc<R: Read + Seek>(r: &mut R, offset: u64, size: u64) -> Res
     Ok(())
 }
 
+/// The perf command line from the `HEADER_CMDLINE` feature section: a u32
+/// count, then per string a u32 length and that many bytes, NUL-padded.
+///
+/// Not `PerfFile::cmdline()`: linux-perf-data 0.13 reserves a vector of the
+/// count read from the file before reading any string, so a damaged count
+/// (found by fuzzing: 0x7830207c) asks for gigabytes and aborts the process.
+/// Here the count is only trusted as far as the section can hold strings.
+fn perf_cmdline(perf_file: &linux_perf_data::PerfFile) -> Option<String> {
+    let data = perf_file.feature_section_data(Feature::CMDLINE)?;
+    let big = perf_file.endian() == linux_perf_data::Endianness::BigEndian;
+    let u32_at = |pos: usize| -> Option<usize> {
+        let b: [u8; 4] = data.get(pos..pos.checked_add(4)?)?.try_into().ok()?;
+        Some(if big {
+            u32::from_be_bytes(b)
+        } else {
+            u32::from_le_bytes(b)
+        } as usize)
+    };
+    let count = u32_at(0)?;
+    // Each string takes at least its 4-byte length.
+    if count > data.len() / 4 {
+        return None;
+    }
+    let mut pos = 4usize;
+    let mut words = Vec::with_capacity(count);
+    for _ in 0..count {
+        let len = u32_at(pos)?;
+        pos += 4;
+        let bytes = data.get(pos..pos.checked_add(len)?)?;
+        pos += len;
+        let end = bytes.iter().position(|&b| b == 0).unwrap_or(bytes.len());
+        words.push(String::from_utf8_lossy(&bytes[..end]).into_owned());
+    }
+    Some(words.join(" "))
+}
+
 /// What each missing kind costs a replay.
 fn capability_loss(name: &str) -> &'static str {
     match name {
@@ -486,7 +522,7 @@ pub fn import_from<R: Read + Seek, W: Write>(
         source: TraceSource::PerfImport {
             file: source_name.to_string(),
             perf_version: perf_file.perf_version().ok().flatten().map(str::to_string),
-            cmdline: perf_file.cmdline().ok().flatten().map(|v| v.join(" ")),
+            cmdline: perf_cmdline(&perf_file),
         },
         kernel_release: perf_file.os_release().ok().flatten().map(str::to_string),
         machine: Machine {

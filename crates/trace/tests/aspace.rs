@@ -374,3 +374,25 @@ fn a_trace_without_address_space_events_is_a_clear_error() {
         "{msg}"
     );
 }
+
+/// Random event streams (the fuzz target's decoding of seeded random
+/// bytes) replay without a panic under three kernels.
+#[test]
+fn random_event_streams_replay_without_panics() {
+    let mut x = 0x2545_f491_4f6c_dd1du64;
+    let mut faults = 0;
+    for round in 0..60 {
+        let bytes: Vec<u8> = (0..24 * 400)
+            .map(|_| {
+                x ^= x >> 12;
+                x ^= x << 25;
+                x ^= x >> 27;
+                (x.wrapping_mul(0x2545_f491_4f6c_dd1d) >> 56) as u8
+            })
+            .collect();
+        let rec = trace::aspace::replay_fuzz_input(&bytes);
+        assert_eq!(rec.nr_events, 400, "round {round}");
+        faults += rec.faults;
+    }
+    assert!(faults > 0);
+}
