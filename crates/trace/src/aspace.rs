@@ -289,6 +289,9 @@ struct World {
     /// Forked children whose first event has not come yet: child tid →
     /// parent's thread group.
     pending: BTreeMap<i32, i32>,
+    /// The task the last event bound (`bind()`), until a process event:
+    /// runs of events of one task skip the lookups.
+    last_bound: Option<(i32, i32)>,
     out: AspaceModel,
 }
 
@@ -312,6 +315,7 @@ impl World {
             procs: BTreeMap::new(),
             tasks: BTreeMap::new(),
             pending: BTreeMap::new(),
+            last_bound: None,
             out: AspaceModel::default(),
         }
     }
@@ -345,6 +349,16 @@ impl World {
     /// Finds (or creates) the process of the event's thread group, settling
     /// a pending fork of this task first.
     fn bind(&mut self, pid: i32, tid: i32, rec: &mut AspaceRecorded, first: bool) {
+        if self.last_bound == Some((pid, tid)) {
+            return;
+        }
+        self.bind_slow(pid, tid, rec, first);
+        if self.procs.contains_key(&pid) {
+            self.last_bound = Some((pid, tid));
+        }
+    }
+
+    fn bind_slow(&mut self, pid: i32, tid: i32, rec: &mut AspaceRecorded, first: bool) {
         if let Some(parent) = self.pending.remove(&tid) {
             if pid == parent && tid != pid {
                 // A thread: the tentative copy goes.
@@ -419,6 +433,13 @@ impl World {
     }
 
     fn apply(&mut self, ev: &Event, t0: u64, rec: &mut AspaceRecorded, first: bool) {
+        if matches!(
+            ev.kind,
+            EventKind::Fork { .. } | EventKind::Exec { .. } | EventKind::Exit { .. }
+        ) {
+            // They add, replace and remove processes and tasks.
+            self.last_bound = None;
+        }
         let cpu = VcpuId(ev.cpu % self.nr_cpus);
         self.cx.begin(cpu, SimTime(ev.ts_ns.saturating_sub(t0)));
         let (pid, tid) = (ev.pid, ev.tid);
@@ -551,17 +572,25 @@ impl World {
     }
 
     fn fault(&mut self, pid: i32, tid: i32, addr: u64, write: bool) {
-        if !self.modelled(pid, addr) {
+        let Some(p) = self.procs.get_mut(&pid) else {
             self.out.faults_passthrough += 1;
-            let other = self.procs.get(&pid).and_then(|p| p.other.get(addr));
-            if matches!(other, Some(Kind::File | Kind::SharedAnon | Kind::Hugetlb)) {
+            return;
+        };
+        let in_vma =
+            p.mm.vmas
+                .range(..=addr)
+                .next_back()
+                .is_some_and(|(_, v)| v.end > addr);
+        if !in_vma {
+            self.out.faults_passthrough += 1;
+            if matches!(
+                p.other.get(addr),
+                Some(Kind::File | Kind::SharedAnon | Kind::Hugetlb)
+            ) {
                 self.out.faults_passthrough_file += 1;
             }
             return;
         }
-        let Some(p) = self.procs.get_mut(&pid) else {
-            return;
-        };
         self.out.faults_replayed += 1;
         if memory::access_ok(&mut p.mm, addr, write) {
             self.out.faults_absorbed += 1;

@@ -242,6 +242,8 @@ pub struct Prepared {
     /// Per recorded CPU: its stream (an unlinked temporary file) and length.
     streams: Vec<(u32, Arc<File>, u64)>,
     start_ts: u64,
+    /// Allocation slots: the most blocks live at once in the trace.
+    nr_slots: usize,
 }
 
 struct Live {
@@ -278,7 +280,11 @@ impl Prepared {
         let mut rec = Recorded::default();
         let mut live: BTreeMap<u64, Live> = BTreeMap::new();
         let mut writers: BTreeMap<u32, (BufWriter<File>, Arc<File>, u64)> = BTreeMap::new();
-        let mut next_id = 0u64;
+        // Allocation numbers: slot | generation << 32, the slot reused once
+        // its block is freed (so the replay's table is as big as the most
+        // blocks live at once), the generation telling its occupants apart.
+        let mut free_slots: Vec<u32> = Vec::new();
+        let mut generations: Vec<u32> = Vec::new();
         let mut first_ts: Option<u64> = None;
         let mut last_ts = 0u64;
         let ioerr = |what: String| move |source| ReplayError::Io { what, source };
@@ -308,8 +314,13 @@ impl Prepared {
                         };
                         rec.order0_mix.entry(ev.cpu).or_default()[mt] += 1;
                     }
-                    let id = next_id;
-                    next_id += 1;
+                    let slot = free_slots.pop().unwrap_or_else(|| {
+                        generations.push(0);
+                        generations.len() as u32 - 1
+                    });
+                    let generation = &mut generations[slot as usize];
+                    *generation = generation.wrapping_add(1);
+                    let id = slot as u64 | (*generation as u64) << 32;
                     if live
                         .insert(
                             pfn,
@@ -322,7 +333,7 @@ impl Prepared {
                         .is_some()
                     {
                         // The old block's free was not recorded: it stays
-                        // allocated in the model.
+                        // allocated in the model (and keeps its slot).
                         rec.never_freed += 1;
                     }
                     Rec {
@@ -339,6 +350,7 @@ impl Prepared {
                         rec.unmatched_frees += 1;
                         continue;
                     };
+                    free_slots.push(l.id as u32);
                     if l.order != order {
                         rec.order_mismatches += 1;
                     }
@@ -404,6 +416,7 @@ impl Prepared {
             recorded: rec,
             streams,
             start_ts,
+            nr_slots: generations.len(),
         })
     }
 
@@ -411,7 +424,9 @@ impl Prepared {
     /// `c` runs on vCPU `c % nr_cpus`), and the handle to read what the
     /// model did once the engine has run them.
     pub fn tasks(&self, nr_cpus: u32) -> (Vec<TaskSpec>, Rc<RefCell<ReplayStats>>) {
-        let shared = Rc::new(RefCell::new(Shared::default()));
+        let shared = Rc::new(RefCell::new(Shared {
+            slots: vec![Vec::new(); self.nr_slots],
+        }));
         let stats = Rc::new(RefCell::new(ReplayStats::default()));
         let tasks = self
             .streams
@@ -500,14 +515,39 @@ impl Prepared {
     }
 }
 
-/// State the CPUs' programs share: the model's blocks by allocation number
-/// and the frees waiting for theirs.
-#[derive(Default)]
+/// What a slot holds for one allocation number.
+#[derive(Clone, Copy, Debug)]
+enum SlotState {
+    /// The model's block; `None`: the model's allocation failed.
+    Allocated(Option<Block>),
+    /// The free came first: the channel of the task waiting for the block.
+    Waiting(u32),
+}
+
+/// State the CPUs' programs share: per allocation slot (the low 32 bits of
+/// an allocation number), the model's blocks and the frees waiting for
+/// theirs. A slot holds one allocation at a time in trace order, but the
+/// CPUs' timelines drift, so the next allocation of a slot can run before
+/// the free of the previous one: a slot is a short list, searched by the
+/// whole allocation number.
 struct Shared {
-    /// `None`: the model's allocation failed.
-    blocks: BTreeMap<u64, Option<Block>>,
-    /// Allocation number → the channel of the task waiting to free it.
-    waiting: BTreeMap<u64, u32>,
+    slots: Vec<Vec<(u64, SlotState)>>,
+}
+
+impl Shared {
+    fn take(&mut self, id: u64) -> Option<SlotState> {
+        let list = self.slots.get_mut(id as u32 as usize)?;
+        let i = list.iter().position(|(x, _)| *x == id)?;
+        Some(list.swap_remove(i).1)
+    }
+
+    fn put(&mut self, id: u64, st: SlotState) {
+        let slot = id as u32 as usize;
+        if slot >= self.slots.len() {
+            self.slots.resize(slot + 1, Vec::new());
+        }
+        self.slots[slot].push((id, st));
+    }
 }
 
 struct CpuReplay {
@@ -570,13 +610,14 @@ impl CpuReplay {
             }
         };
         let mut sh = self.shared.borrow_mut();
-        match sh.waiting.remove(&id) {
-            Some(chan) => Some(Op::Send {
+        match sh.take(id) {
+            Some(SlotState::Waiting(chan)) => Some(Op::Send {
                 chan,
                 blocks: block.into_iter().collect(),
             }),
-            None => {
-                sh.blocks.insert(id, block);
+            // An allocation number is allocated once.
+            Some(SlotState::Allocated(_)) | None => {
+                sh.put(id, SlotState::Allocated(block));
                 None
             }
         }
@@ -628,16 +669,17 @@ impl Program for CpuReplay {
                 }
                 _ => {
                     let mut sh = self.shared.borrow_mut();
-                    match sh.blocks.remove(&rec.id) {
-                        Some(Some(b)) => {
+                    match sh.take(rec.id) {
+                        Some(SlotState::Allocated(Some(b))) => {
                             self.stats.borrow_mut().frees += 1;
                             return Some(Op::FreePages { block: b });
                         }
-                        Some(None) => {
+                        Some(SlotState::Allocated(None)) => {
                             self.stats.borrow_mut().frees_of_failed += 1;
                         }
-                        None => {
-                            sh.waiting.insert(rec.id, self.chan);
+                        // A free is recorded once per allocation number.
+                        Some(SlotState::Waiting(_)) | None => {
+                            sh.put(rec.id, SlotState::Waiting(self.chan));
                             self.stats.borrow_mut().cross_cpu_waits += 1;
                             return Some(Op::Recv { chan: self.chan });
                         }
