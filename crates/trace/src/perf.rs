@@ -291,6 +291,15 @@ fn validate_perf_file<R: Read + Seek>(r: &mut R) -> Result<(), String> {
             )),
         }
     };
+    // perf_event_attr has grown from 64 bytes (PERF_ATTR_SIZE_VER0) to
+    // about 136; the parser divides the attrs section by this size, so 0
+    // (found by fuzzing) must not reach it.
+    let attr_size = u(16);
+    if !(64..=4096).contains(&attr_size) {
+        return Err(format!(
+            "the header's attr_size is {attr_size}; expected the size of a perf_event_attr (64 to 4096 bytes)"
+        ));
+    }
     check("attrs", u(24), u(32))?;
     check("data", u(40), u(48))?;
     check("event types", u(56), u(64))?;
