@@ -125,6 +125,12 @@ enum Cmd {
         /// Mount tracefs at /sys/kernel/tracing if it is not mounted (and unmount it after).
         #[arg(long, default_value_t = true, action = clap::ArgAction::Set)]
         mount_tracefs: bool,
+        /// Also record every other process's page allocator events (kmem:*), which go
+        /// through the same per-CPU lists: needed to validate zone-locked allocations and
+        /// PCP drains on a machine that is not idle. The trace grows with the machine's
+        /// allocator traffic.
+        #[arg(long)]
+        kmem_system_wide: bool,
         /// The command and its arguments.
         #[arg(required = true, last = true)]
         cmd: Vec<String>,
@@ -302,10 +308,12 @@ fn real_main() -> Result<()> {
         Cmd::Record {
             output,
             mount_tracefs,
+            kmem_system_wide,
             cmd,
         } => {
             let opts = trace::record::RecordOptions {
                 mount_tracefs,
+                kmem_system_wide,
                 ..Default::default()
             };
             let sum = trace::record::record(&output, &cmd[0], &cmd[1..], &opts)?;

@@ -166,11 +166,12 @@ pub fn replay_one(
     warm: bool,
 ) -> (RunResult, ReplayStats) {
     let mut pa = PageAlloc::new(&exp.machine.memory_layout(), k.config.sysctl, k.config.pcp);
+    let pre = prep.preallocate(&mut pa, exp.machine.nr_cpus());
     if warm {
         prep.warm_pcp(&mut pa, exp.machine.nr_cpus());
     }
     let mut eng = Engine::new(pa, exp.profile.table(), seed);
-    let (tasks, stats) = prep.tasks(exp.machine.nr_cpus());
+    let (tasks, stats) = prep.tasks_with(exp.machine.nr_cpus(), pre);
     for t in tasks {
         eng.spawn(t);
     }
@@ -431,9 +432,45 @@ pub fn validate_text(
     let _ = writeln!(s);
     let _ = writeln!(
         s,
-        "frees of pages allocated before the recording (skipped): {}; frees on another CPU than the allocation: {}; allocations failed in the model: {}; never freed: {}",
+        "frees of pages allocated before the recording (replayed with pages set aside at the start): {}; frees on another CPU than the allocation: {}; allocations failed in the model: {}; never freed: {}",
         rec.unmatched_frees, rec.cross_cpu_frees, st.alloc_failed, rec.never_freed
     );
+    // The PCP lists are per CPU, not per process: the kernel's saw every
+    // process of the machine, the replay only the recorded ones.
+    let before = prep.header.counters_before.as_ref();
+    let after = prep
+        .trailer
+        .as_ref()
+        .and_then(|t| t.counters_after.as_ref());
+    if let (Some(b), Some(a)) = (before, after) {
+        let sum = |c: &trace::event::Counters| -> u64 {
+            [
+                "pgalloc_dma",
+                "pgalloc_dma32",
+                "pgalloc_normal",
+                "pgalloc_movable",
+            ]
+            .iter()
+            .filter_map(|k| c.vmstat.get(*k))
+            .sum()
+        };
+        let machine = sum(a).saturating_sub(sum(b));
+        if machine > 0 {
+            // pgalloc_* count pages, mm_page_alloc blocks of any order.
+            let traced = rec.pages_allocated;
+            let _ = writeln!(
+                s,
+                "pages allocated on the whole machine during the recording (pgalloc_*): {machine}; in the trace: {traced} ({:.0}%){}",
+                100.0 * traced as f64 / machine as f64,
+                if prep.header.kmem_system_wide {
+                    " (every process's allocator events were recorded)"
+                } else {
+                    ": the other processes' allocations and frees went through the same per-CPU lists and are not \
+                     in the trace; record with --kmem-system-wide to replay them"
+                }
+            );
+        }
+    }
     if rec.order_mismatches + rec.unsupported_order > 0 {
         let _ = writeln!(
             s,

@@ -270,6 +270,10 @@ pub struct Header {
     /// The clock the timestamps come from (`mono`, `perf`, ...).
     pub trace_clock: String,
     pub counters_before: Option<Counters>,
+    /// The `kmem:` events are every process's (`mmlab record
+    /// --kmem-system-wide`), not only the recorded command's.
+    #[serde(default)]
+    pub kmem_system_wide: bool,
 }
 
 impl Header {
@@ -285,6 +289,7 @@ impl Header {
             knobs: Knobs::default(),
             trace_clock: "none".to_string(),
             counters_before: None,
+            kmem_system_wide: false,
         }
     }
 }

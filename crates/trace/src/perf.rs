@@ -26,7 +26,7 @@ use std::fs::File;
 use std::io::{BufReader, Read, Seek, Write};
 use std::path::{Path, PathBuf};
 
-use linux_perf_data::linux_perf_event_reader::{EventRecord, PerfEventType};
+use linux_perf_data::linux_perf_event_reader::{EventRecord, PerfEventType, RecordType};
 use linux_perf_data::{Feature, PerfFileReader, PerfFileRecord};
 
 use crate::decode::{Decoded, Decoder, RECORDED_EVENTS};
@@ -526,12 +526,17 @@ pub fn import_from<R: Read + Seek, W: Write>(
         })
         .collect();
 
+    let cmdline = perf_cmdline(&perf_file);
+    // `perf record -a` (or --all-cpus) records every process.
+    let system_wide = cmdline
+        .as_deref()
+        .is_some_and(|c| c.split(' ').any(|w| w == "-a" || w == "--all-cpus"));
     let header = Header {
         mmlab_version: env!("CARGO_PKG_VERSION").to_string(),
         source: TraceSource::PerfImport {
             file: source_name.to_string(),
             perf_version: perf_file.perf_version().ok().flatten().map(str::to_string),
-            cmdline: perf_cmdline(&perf_file),
+            cmdline,
         },
         kernel_release: perf_file.os_release().ok().flatten().map(str::to_string),
         machine: Machine {
@@ -546,6 +551,7 @@ pub fn import_from<R: Read + Seek, W: Write>(
         knobs: Knobs::default(),
         trace_clock: "perf".to_string(),
         counters_before: None,
+        kmem_system_wide: system_wide,
     };
     let out_err = |source| PerfImportError::Output {
         path: output.to_path_buf(),
@@ -570,6 +576,12 @@ pub fn import_from<R: Read + Seek, W: Write>(
         let PerfFileRecord::EventRecord { attr_index, record } = rec else {
             continue;
         };
+        // Only samples and lost-event records matter here. The others are
+        // not parsed: linux-perf-event-reader 0.10 asserts on a damaged
+        // MMAP2 build-id length (found by fuzzing), which would abort.
+        if record.record_type != RecordType::SAMPLE && record.record_type != RecordType::LOST {
+            continue;
+        }
         let parsed = record.parse().map_err(|e| PerfImportError::Records {
             path: path(),
             record: nr_records - 1,

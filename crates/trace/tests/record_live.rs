@@ -307,9 +307,28 @@ fn mode_b_predicts_the_recorded_workloads_faults() {
         "/dev/null".to_string(),
         input.display().to_string(),
     ];
-    let s = record(&out, "sort", &args, &opts()).expect("recording succeeds");
+    let before = tracefs_state();
+    // The allocator events of every process, as `--kmem-system-wide`.
+    let o = RecordOptions {
+        kmem_system_wide: true,
+        ..opts()
+    };
+    let s = record(&out, "sort", &args, &o).expect("recording succeeds");
+    assert_clean(&before);
+    if let Some((instances, _)) = tracefs_state() {
+        let ours = format!("mmlab-{}-kmem", std::process::id());
+        assert!(!instances.contains(&ours), "instance {ours} left behind");
+    }
     assert_eq!(s.exit_code, Some(0));
+    assert!(
+        s.nr_events_by_kind
+            .get("kmem:mm_page_alloc")
+            .copied()
+            .unwrap_or(0)
+            > 0
+    );
     let header = TraceReader::open(&out).expect("trace").header().clone();
+    assert!(header.kmem_system_wide);
     let mut cfg = mm::knobs::Preset::Linux6_18.config();
     for (k, v) in trace::aspace::recorded_thp_knobs(&header) {
         cfg.set_knob(&k, &v).expect("recorded knob");
