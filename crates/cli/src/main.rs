@@ -167,8 +167,10 @@ enum Cmd {
         /// Seed of the run.
         #[arg(long)]
         seed: Option<u64>,
-        /// Start with the PCP lists holding the recorded pages (up to the model's high).
-        #[arg(long)]
+        /// Start with the PCP lists as recorded: their pages and, under auto-tuning, their
+        /// high (the kernel's state when the command started). `--warm-pcp false`: empty
+        /// lists at their initial high.
+        #[arg(long, default_value_t = true, action = clap::ArgAction::Set)]
         warm_pcp: bool,
         /// Which replay: alloc (mode a), aspace (mode b), or both (what the trace has events for).
         #[arg(long, value_enum, default_value_t = replay::ReplayMode::Both)]
@@ -203,7 +205,8 @@ struct ReplayArgs {
     /// No timing line on stderr.
     #[arg(long, short)]
     quiet: bool,
-    /// Start with the PCP lists holding the recorded pages (up to the model's high).
+    /// Start with the PCP lists as recorded: their pages and, under auto-tuning, their
+    /// high (clamped to each kernel's bounds). Default: empty lists.
     #[arg(long)]
     warm_pcp: bool,
     /// Which replay: alloc (mode a), aspace (mode b), or both (what the trace has events for).

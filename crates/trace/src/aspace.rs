@@ -289,6 +289,9 @@ struct World {
     /// Forked children whose first event has not come yet: child tid →
     /// parent's thread group.
     pending: BTreeMap<i32, i32>,
+    /// Anonymous mappings larger than this are not modelled: the machine's
+    /// memory, at least 64 GiB.
+    max_anon_bytes: u64,
     /// The task the last event bound (`bind()`), until a process event:
     /// runs of events of one task skip the lookups.
     last_bound: Option<(i32, i32)>,
@@ -316,6 +319,8 @@ impl World {
             tasks: BTreeMap::new(),
             pending: BTreeMap::new(),
             last_bound: None,
+            max_anon_bytes: (layout.nodes.iter().map(|n| n.nr_pages).sum::<u64>() * PAGE_SIZE)
+                .max(64 << 30),
             out: AspaceModel::default(),
         }
     }
@@ -389,12 +394,23 @@ impl World {
     }
 
     fn map_anon(&mut self, pid: i32, start: u64, end: u64) {
-        let Some(p) = self.procs.get_mut(&pid) else {
-            return;
-        };
         if start >= end {
             return;
         }
+        if end - start > self.max_anon_bytes {
+            // A reservation larger than the machine (a sanitizer's shadow, a
+            // runtime's heap arena with MAP_NORESERVE): the model's fork and
+            // exit walk every PMD of a VMA, so it is kept out of the model;
+            // its faults pass through.
+            self.note(
+                "anonymous mappings larger than the machine (not modelled, faults passed through)",
+            );
+            self.map_other(pid, start, end, Kind::Reserved);
+            return;
+        }
+        let Some(p) = self.procs.get_mut(&pid) else {
+            return;
+        };
         p.other.remove(start, end);
         if p.mm
             .mmap(&mut self.pa, &mut self.cx, start, end - start, true)

@@ -396,3 +396,31 @@ fn random_event_streams_replay_without_panics() {
     }
     assert!(faults > 0);
 }
+
+#[test]
+fn an_anonymous_reservation_larger_than_the_machine_is_not_modelled() {
+    // 1 TiB of MAP_NORESERVE-style anonymous memory (a sanitizer's shadow):
+    // kept out of the model, its faults carried over; fork and exit stay
+    // cheap (the model would walk every PMD of it).
+    let mut t = Trace::new();
+    t.mmap(10, 0x1000_0000_0000, 1 << 40, 3, ANON);
+    t.touch(10, 10, 0x1000_0000_0000, 4 * P, WRITE);
+    t.put(
+        10,
+        10,
+        EventKind::Fork {
+            parent: 10,
+            child: 20,
+        },
+    );
+    t.put(20, 20, EventKind::Exit { pid: 20 });
+    t.put(10, 10, EventKind::Exit { pid: 10 });
+    let r = replay(&t, "huge", &[kernel(&[])]);
+    let m = &r.models[0];
+    assert_eq!(m.faults_passthrough, 4);
+    assert_eq!(m.faults_replayed, 0);
+    assert!(m
+        .notes
+        .keys()
+        .any(|k| k.starts_with("anonymous mappings larger than the machine")));
+}
