@@ -435,6 +435,25 @@ pub fn validate_text(
         "frees of pages allocated before the recording (replayed with pages set aside at the start): {}; frees on another CPU than the allocation: {}; allocations failed in the model: {}; never freed: {}",
         rec.unmatched_frees, rec.cross_cpu_frees, st.alloc_failed, rec.never_freed
     );
+    if warm {
+        let at_start: u64 = prep
+            .header
+            .machine
+            .zones
+            .iter()
+            .flat_map(|z| &z.pagesets)
+            .map(|p| p.count)
+            .sum();
+        if at_start > 0 {
+            let _ = writeln!(
+                s,
+                "the recorded lists held {at_start} pages at the start, all migratetypes and orders together \
+                 (/proc/zoneinfo has no breakdown); the model puts them on the lists of the CPU's recorded \
+                 order-0 mix, a guess that dominates a short recording's zone-locked count: --warm-pcp false \
+                 starts them empty"
+            );
+        }
+    }
     // The PCP lists are per CPU, not per process: the kernel's saw every
     // process of the machine, the replay only the recorded ones.
     let before = prep.header.counters_before.as_ref();

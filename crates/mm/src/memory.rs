@@ -528,6 +528,25 @@ pub fn split_huge_pmd(pa: &mut PageAlloc, cx: &mut Cx, mm: &mut MmStruct, pmd: S
         .set(pmd, mk_entry(Pfn(table as u64), PAGE_PRESENT | PAGE_RW));
 }
 
+/// Models `split_huge_pmd_address()` as `vma_adjust_trans_huge()` (6.18)
+/// calls it before a VMA is split at `addr`: a PMD leaf mapping across
+/// `addr` (not PMD-aligned) is split into PTEs, so that no huge mapping
+/// straddles the new boundary. (Found missing by fuzzing the trace replay:
+/// `MADV_HUGEPAGE` inside a THP left a leaf spanning two VMAs, which fork
+/// then copied twice.)
+pub fn vma_adjust_trans_huge(pa: &mut PageAlloc, cx: &mut Cx, mm: &mut MmStruct, addr: u64) {
+    if addr.is_multiple_of(PMD_SIZE) {
+        return;
+    }
+    let Some(pmd) = mm.pgt.lookup(addr, Level::Pmd) else {
+        return;
+    };
+    let e = mm.pgt.get(pmd);
+    if present(e) && e & PAGE_PSE != 0 {
+        split_huge_pmd(pa, cx, mm, pmd);
+    }
+}
+
 /// Models `do_wp_page()`: a write to a write-protected PTE. Reuses the page
 /// if this mapping holds its last reference (`wp_can_reuse_anon_folio()`),
 /// else copies it (`wp_page_copy()`; from the zero page: a cleared page).

@@ -415,6 +415,10 @@ impl MmStruct {
                 }
             }
             Advice::HugePage | Advice::NoHugePage => {
+                // A PMD leaf may not straddle a VMA boundary: split it first,
+                // as __split_vma() does through vma_adjust_trans_huge().
+                crate::memory::vma_adjust_trans_huge(pa, cx, self, addr);
+                crate::memory::vma_adjust_trans_huge(pa, cx, self, end);
                 self.split_at(addr);
                 self.split_at(end);
                 let (set, clear) = if advice == Advice::HugePage {

@@ -343,6 +343,37 @@ fn mode_b_predicts_the_recorded_workloads_faults() {
     let r = trace::aspace::replay_aspace(&out, &layout, &mm::cost::CostTable::uniform(1), &[cfg])
         .expect("replay");
     let t = r.trailer.clone().expect("trailer");
+    // Mode (a) of the same trace under the recorded configuration: every
+    // recorded allocation and free (frees of older pages included) is
+    // performed by the model, the lists starting as recorded.
+    let prep = trace::replay::Prepared::open(&out).expect("mode (a)");
+    let nr_cpus = header.machine.nr_cpus.max(1);
+    let mut pa = mm::page_alloc::PageAlloc::new(&layout, cfg.sysctl, cfg.pcp);
+    let pre = prep.preallocate(&mut pa, nr_cpus);
+    prep.warm_pcp(&mut pa, nr_cpus);
+    let mut eng = sim::Engine::new(pa, mm::cost::CostTable::uniform(20), 1);
+    let (tasks, stats) = prep.tasks_with(nr_cpus, pre);
+    for task in tasks {
+        eng.spawn(task);
+    }
+    eng.run();
+    let st = stats.borrow().clone();
+    let rec = &prep.recorded;
+    let model_zl = eng
+        .pa
+        .vmstat
+        .get(mm::vmstat::VmEvent::MM_PAGE_ALLOC_ZONE_LOCKED);
+    let model_drain = eng.pa.vmstat.get(mm::vmstat::VmEvent::MM_PAGE_PCPU_DRAIN);
+    println!(
+        "mode (a): zone-locked recorded {} model {model_zl}; PCP drains recorded {} model {model_drain}",
+        rec.alloc_zone_locked, rec.pcpu_drains
+    );
+    assert_eq!(
+        st.allocs + st.alloc_failed,
+        rec.allocs - rec.unsupported_order
+    );
+    assert_eq!(st.alloc_failed, 0);
+    assert_eq!(st.frees + st.frees_of_failed, rec.frees);
     let _ = fs::remove_file(&out);
     let _ = fs::remove_file(&input);
     let live = t.workload_minflt.expect("ru_minflt recorded") + t.workload_majflt.unwrap_or(0);
