@@ -3,6 +3,7 @@
 //! The only crate that reads files, parses arguments, prints or writes
 //! reports.
 
+mod aspace;
 mod bench;
 mod experiment;
 mod replay;
@@ -152,6 +153,12 @@ enum Cmd {
         /// Mount tracefs at /sys/kernel/tracing if it is not mounted (and unmount it after).
         #[arg(long, default_value_t = true, action = clap::ArgAction::Set)]
         mount_tracefs: bool,
+        /// Also record every other process's page allocator events (kmem:*), which go
+        /// through the same per-CPU lists: needed to validate zone-locked allocations and
+        /// PCP drains on a machine that is not idle. The trace grows with the machine's
+        /// allocator traffic.
+        #[arg(long)]
+        kmem_system_wide: bool,
         /// The command and its arguments.
         #[arg(required = true, last = true)]
         cmd: Vec<String>,
@@ -188,9 +195,14 @@ enum Cmd {
         /// Seed of the run.
         #[arg(long)]
         seed: Option<u64>,
-        /// Start with the PCP lists holding the recorded pages (up to the model's high).
-        #[arg(long)]
+        /// Start with the PCP lists as recorded: their pages and, under auto-tuning, their
+        /// high (the kernel's state when the command started). `--warm-pcp false`: empty
+        /// lists at their initial high.
+        #[arg(long, default_value_t = true, action = clap::ArgAction::Set)]
         warm_pcp: bool,
+        /// Which replay: alloc (mode a), aspace (mode b), or both (what the trace has events for).
+        #[arg(long, value_enum, default_value_t = replay::ReplayMode::Both)]
+        mode: replay::ReplayMode,
     },
     /// Measure the model's speed (PCP fast path) and memory per simulated page.
     Bench {
@@ -241,9 +253,13 @@ struct ReplayArgs {
     /// No timing line on stderr.
     #[arg(long, short)]
     quiet: bool,
-    /// Start with the PCP lists holding the recorded pages (up to the model's high).
+    /// Start with the PCP lists as recorded: their pages and, under auto-tuning, their
+    /// high (clamped to each kernel's bounds). Default: empty lists.
     #[arg(long)]
     warm_pcp: bool,
+    /// Which replay: alloc (mode a), aspace (mode b), or both (what the trace has events for).
+    #[arg(long, value_enum, default_value_t = replay::ReplayMode::Both)]
+    mode: replay::ReplayMode,
 }
 
 #[derive(Subcommand)]
@@ -362,10 +378,12 @@ fn real_main() -> Result<()> {
         Cmd::Record {
             output,
             mount_tracefs,
+            kmem_system_wide,
             cmd,
         } => {
             let opts = trace::record::RecordOptions {
                 mount_tracefs,
+                kmem_system_wide,
                 ..Default::default()
             };
             let sum = trace::record::record(&output, &cmd[0], &cmd[1..], &opts)?;
@@ -399,7 +417,8 @@ fn real_main() -> Result<()> {
             file,
             seed,
             warm_pcp,
-        } => replay::validate_cmd(&file, seed, warm_pcp)?,
+            mode,
+        } => replay::validate_cmd(&file, seed, warm_pcp, mode)?,
     }
     Ok(())
 }
@@ -492,6 +511,7 @@ fn replay_cmd(file: &Path, a: &ReplayArgs) -> Result<()> {
         a.seed,
         a.quiet,
         a.warm_pcp,
+        a.mode,
     )
 }
 

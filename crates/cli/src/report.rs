@@ -554,7 +554,13 @@ fn published_cell(v: f64, precision: Option<usize>) -> String {
     format!("{v:.decimals$}")
 }
 
-fn render(out: &mut String, format: Format, title: &str, header: &[String], body: &[Vec<String>]) {
+pub fn render(
+    out: &mut String,
+    format: Format,
+    title: &str,
+    header: &[String],
+    body: &[Vec<String>],
+) {
     match format {
         Format::Text | Format::Json => {
             let widths: Vec<usize> = (0..header.len())

@@ -157,7 +157,7 @@ fn validate_prints_recorded_model_and_error() {
 fn replay_errors_name_the_file_and_what_is_missing() {
     let t = tmp("noalloc.mmtrace");
     synthetic(&t, false);
-    let o = mmlab(&["validate", t.to_str().expect("utf-8")]);
+    let o = mmlab(&["validate", t.to_str().expect("utf-8"), "--mode", "alloc"]);
     let _ = std::fs::remove_file(&t);
     assert!(!o.status.success());
     let err = String::from_utf8_lossy(&o.stderr);
@@ -213,4 +213,60 @@ fn replay_out_writes_the_results_document() {
     let doc: serde_json::Value = serde_json::from_str(&text).expect("json");
     assert_eq!(doc["replay"]["recorded"]["mm_page_free"], 2000);
     assert!(o.stderr.is_empty(), "--quiet prints nothing on stderr");
+}
+
+#[test]
+fn validate_of_a_fault_trace_runs_mode_b() {
+    let t = tmp("faults.mmtrace");
+    synthetic(&t, false);
+    let ts = t.to_str().expect("utf-8");
+    let o = mmlab(&["validate", ts]);
+    let j = mmlab(&["replay", ts, "--format", "json", "--quiet"]);
+    let _ = std::fs::remove_file(&t);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let out = String::from_utf8_lossy(&o.stdout);
+    for want in [
+        "replay b",
+        "page faults in the trace",
+        "ru_minflt",
+        "2000       2000    +0.0%",
+        "outside every recorded mapping",
+    ] {
+        assert!(out.contains(want), "missing {want:?} in\n{out}");
+    }
+    // Every fault is outside a recorded mapping: the warning says so.
+    assert!(String::from_utf8_lossy(&o.stderr).contains("carried over"));
+    assert!(j.status.success(), "{}", String::from_utf8_lossy(&j.stderr));
+    let doc: serde_json::Value = serde_json::from_slice(&j.stdout).expect("json");
+    assert!(
+        doc.get("replay").is_none(),
+        "no mode (a) without allocator events"
+    );
+    assert_eq!(doc["aspace"]["recorded"]["page_fault_user"], 2000);
+    assert_eq!(doc["aspace"]["kernels"][0]["pgfault"], 2000);
+    assert_eq!(doc["aspace"]["kernels"][0]["faults_passthrough"], 2000);
+}
+
+#[test]
+fn a_trace_with_neither_stream_is_a_clear_error() {
+    let t = tmp("empty.mmtrace");
+    let mut w = TraceWriter::create(&t, &header()).expect("create");
+    w.write(&Event {
+        ts_ns: 1,
+        cpu: 0,
+        pid: 1,
+        tid: 1,
+        kind: EventKind::PagePcpuDrain {
+            pfn: 1,
+            order: 0,
+            migratetype: 0,
+        },
+    })
+    .expect("write");
+    w.finish(&Trailer::default()).expect("finish");
+    let o = mmlab(&["replay", t.to_str().expect("utf-8")]);
+    let _ = std::fs::remove_file(&t);
+    assert!(!o.status.success());
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(err.contains("mode a") && err.contains("mode b"), "{err}");
 }

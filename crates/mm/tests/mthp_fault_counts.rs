@@ -383,3 +383,41 @@ fn allocation_failure_fallback_per_policy() {
     assert_eq!(fault_when_fragmented("v2"), ([0, 0, 1], 0));
     assert_eq!(fault_when_fragmented("simple"), ([0, 0, 1], 0));
 }
+
+/// `MADV_NOHUGEPAGE` on part of a PMD-mapped THP splits the PMD before the
+/// VMA (`vma_adjust_trans_huge()`): no huge mapping straddles a VMA
+/// boundary, and a fork afterwards copies the range once (it used to find
+/// the leaf from both VMAs and deposit two tables for it).
+#[test]
+fn madvise_inside_a_thp_splits_the_pmd_before_the_vma() {
+    let mut cfg = Preset::Linux6_18.config();
+    cfg.set_knob(
+        "transparent_hugepage/enabled",
+        &KnobValue::Str("always".into()),
+    )
+    .unwrap();
+    let mut w = World::new(cfg);
+    let mut mm = w.mm();
+    // TTTTTTTT  one 2 MiB THP
+    let a = mm.mmap(&mut w.pa, &mut w.cx, 0, PMD_SIZE, false).unwrap();
+    assert_eq!(a % PMD_SIZE, 0);
+    assert_eq!(w.touch(&mut mm, a, 4 * KIB), 1);
+    assert_eq!(w.pa.vmstat.get(VmEvent::THP_FAULT_ALLOC), 1);
+    // TT NN TTTT  NOHUGEPAGE in the middle: three VMAs, the leaf split
+    mm.madvise(
+        &mut w.pa,
+        &mut w.cx,
+        a + 64 * KIB,
+        64 * KIB,
+        mm::vma::Advice::NoHugePage,
+    )
+    .unwrap();
+    assert_eq!(mm.vmas.len(), 3);
+    assert_eq!(w.pa.vmstat.get(VmEvent::THP_SPLIT_PMD), 1);
+    // Every page is still mapped: no fault.
+    assert_eq!(w.touch(&mut mm, a, PMD_SIZE), 0);
+    let child = fork(&mut w.pa, &mut w.cx, &mut mm).unwrap();
+    w.exit(child);
+    w.exit(mm);
+    w.check_all_free();
+}

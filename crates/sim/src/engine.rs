@@ -688,8 +688,11 @@ impl Engine {
                         // time order, like a lock acquisition.
                         if t > now {
                             self.vcpus[vi].time = t;
-                            self.schedule(v, t);
-                            return;
+                            if !self.nothing_before(t) {
+                                self.schedule(v, t);
+                                return;
+                            }
+                            now = t;
                         }
                         let ns = self.play_mem(v, t, m);
                         t += ns;

@@ -22,6 +22,7 @@ pub const RECORDED_EVENTS: &[&str] = &[
     "kmem:mm_page_alloc_zone_locked",
     "kmem:mm_page_pcpu_drain",
     "exceptions:page_fault_user",
+    "exceptions:page_fault_kernel",
     "syscalls:sys_enter_mmap",
     "syscalls:sys_exit_mmap",
     "syscalls:sys_enter_munmap",
@@ -143,6 +144,7 @@ enum Handler {
         address: Field,
         ip: Field,
         error_code: Field,
+        kernel: bool,
     },
     SysEnter {
         call: Syscall,
@@ -218,10 +220,11 @@ fn handler_for(fmt: &EventFormat) -> Option<Handler> {
             order: f("order")?,
             migratetype: f("migratetype")?,
         },
-        ("exceptions", "page_fault_user") => Handler::FaultUser {
+        ("exceptions", kind @ ("page_fault_user" | "page_fault_kernel")) => Handler::FaultUser {
             address: f("address")?,
             ip: f("ip")?,
             error_code: f("error_code")?,
+            kernel: kind == "page_fault_kernel",
         },
         ("syscalls", name) => {
             if let Some(call) = name.strip_prefix("sys_enter_").and_then(Syscall::from_name) {
@@ -361,16 +364,25 @@ impl Decoder {
                 address,
                 ip,
                 error_code,
+                kernel,
             } => {
                 let (Some(address), Some(ip), Some(error_code)) =
                     (u(address), u(ip), u(error_code))
                 else {
                     return short();
                 };
-                EventKind::PageFaultUser {
-                    address,
-                    ip,
-                    error_code,
+                if *kernel {
+                    EventKind::PageFaultKernel {
+                        address,
+                        ip,
+                        error_code,
+                    }
+                } else {
+                    EventKind::PageFaultUser {
+                        address,
+                        ip,
+                        error_code,
+                    }
                 }
             }
             Handler::SysEnter { call, args } => {

@@ -4,7 +4,8 @@
 //! # What is recorded
 //!
 //! Only what mmlab replays: page allocator traffic (the `kmem:` tracepoints),
-//! user page faults (`exceptions:page_fault_user`), the system calls that
+//! page faults (`exceptions:page_fault_user`, and `page_fault_kernel` for the
+//! kernel's own faults on user memory), the system calls that
 //! shape an address space (with their return value, so a failed `mmap` is not
 //! replayed as a mapping) and the process lifecycle (`sched:` fork, exec and
 //! exit). Every field keeps the tracepoint's name.
@@ -115,10 +116,20 @@ pub enum EventKind {
     Exec { pid: i32, filename: String },
     /// `sched:sched_process_exit`: a task exited.
     Exit { pid: i32 },
+    /// `exceptions:page_fault_kernel`: a fault taken in kernel mode, on a
+    /// user address when the kernel copies to or from user memory
+    /// (`copy_to_user()` into a buffer never touched: `read()` into fresh
+    /// memory). Counted in `pgfault` like a user fault; `error_code` has no
+    /// `X86_PF_USER` bit.
+    PageFaultKernel {
+        address: u64,
+        ip: u64,
+        error_code: u64,
+    },
 }
 
 /// The number of distinct [`EventKind`] variants, for per-kind tables.
-pub const NR_EVENT_KINDS: usize = 14;
+pub const NR_EVENT_KINDS: usize = 15;
 
 impl EventKind {
     /// A stable small number per variant; the trace format stores it.
@@ -138,6 +149,7 @@ impl EventKind {
             EventKind::Fork { .. } => 11,
             EventKind::Exec { .. } => 12,
             EventKind::Exit { .. } => 13,
+            EventKind::PageFaultKernel { .. } => 14,
         }
     }
 
@@ -159,6 +171,7 @@ impl EventKind {
             "sched:sched_process_fork",
             "sched:sched_process_exec",
             "sched:sched_process_exit",
+            "exceptions:page_fault_kernel",
         ];
         NAMES.get(code as usize).copied().unwrap_or("unknown")
     }
@@ -257,6 +270,10 @@ pub struct Header {
     /// The clock the timestamps come from (`mono`, `perf`, ...).
     pub trace_clock: String,
     pub counters_before: Option<Counters>,
+    /// The `kmem:` events are every process's (`mmlab record
+    /// --kmem-system-wide`), not only the recorded command's.
+    #[serde(default)]
+    pub kmem_system_wide: bool,
 }
 
 impl Header {
@@ -272,6 +289,7 @@ impl Header {
             knobs: Knobs::default(),
             trace_clock: "none".to_string(),
             counters_before: None,
+            kmem_system_wide: false,
         }
     }
 }
@@ -298,4 +316,13 @@ pub struct Trailer {
     pub exit_status: Option<String>,
     /// Whether the recording was cut short by SIGINT.
     pub interrupted: bool,
+    /// The recorded command's minor faults (`ru_minflt` from `wait4()`: the
+    /// command and every descendant it waited for, counted by the kernel as
+    /// `pgfault` counts them), when the recorder reaped it. Unlike the
+    /// `/proc/vmstat` deltas this is the workload's own count.
+    #[serde(default)]
+    pub workload_minflt: Option<u64>,
+    /// Its major faults (`ru_majflt`).
+    #[serde(default)]
+    pub workload_majflt: Option<u64>,
 }

@@ -246,6 +246,11 @@ fn encode_event(buf: &mut Vec<u8>, st: &mut DeltaState, ev: &Event) {
             address,
             ip,
             error_code,
+        }
+        | EventKind::PageFaultKernel {
+            address,
+            ip,
+            error_code,
         } => {
             st.put_addr(buf, *address);
             put_varint(buf, *ip);
@@ -554,6 +559,11 @@ impl Cursor<'_> {
                 migratetype: self.i32("migratetype")?,
             },
             4 => EventKind::PageFaultUser {
+                address: self.addr(st, "address")?,
+                ip: self.varint("ip")?,
+                error_code: self.varint("error_code")?,
+            },
+            14 => EventKind::PageFaultKernel {
                 address: self.addr(st, "address")?,
                 ip: self.varint("ip")?,
                 error_code: self.varint("error_code")?,
@@ -1025,7 +1035,7 @@ mod tests {
             .map(|i| {
                 ts += next() % 5000;
                 let r = next();
-                let kind = match i % 14 {
+                let kind = match i % 15 {
                     0 => EventKind::PageAlloc {
                         pfn: r % (1 << 36),
                         order: (r % 11) as u32,
@@ -1097,6 +1107,11 @@ mod tests {
                     12 => EventKind::Exec {
                         pid: 101,
                         filename: format!("/usr/bin/prog{}", r % 100),
+                    },
+                    13 => EventKind::PageFaultKernel {
+                        address: r & 0x7fff_ffff_f000,
+                        ip: r >> 20,
+                        error_code: 2,
                     },
                     _ => EventKind::Exit {
                         pid: (r % 40000) as i32,

@@ -9,6 +9,8 @@
 //! - [`record`]: [`record::record`] on the live kernel (root and tracefs).
 //! - [`perf`]: [`perf::import`] of `perf record -e kmem:...` files.
 //! - [`replay`]: replay mode (a), the allocator stream as engine tasks.
+//! - [`aspace`]: replay mode (b), the address-space stream through the
+//!   fault path, every kernel side by side in one pass.
 //! - `tracefs`: the ring-buffer page and tracepoint `format` parsers both of
 //!   the above share, and `decode`: tracepoint records to [`Event`]s.
 //!
@@ -18,6 +20,7 @@
 //! - Nothing that comes from a file or the kernel can make this crate panic:
 //!   bad input is a typed error that names where it is.
 
+pub mod aspace;
 pub mod decode;
 pub mod event;
 pub mod format;

@@ -26,7 +26,7 @@ use std::fs::File;
 use std::io::{BufReader, Read, Seek, Write};
 use std::path::{Path, PathBuf};
 
-use linux_perf_data::linux_perf_event_reader::{EventRecord, PerfEventType};
+use linux_perf_data::linux_perf_event_reader::{EventRecord, PerfEventType, RecordType};
 use linux_perf_data::{Feature, PerfFileReader, PerfFileRecord};
 
 use crate::decode::{Decoded, Decoder, RECORDED_EVENTS};
@@ -291,6 +291,15 @@ fn validate_perf_file<R: Read + Seek>(r: &mut R) -> Result<(), String> {
             )),
         }
     };
+    // perf_event_attr has grown from 64 bytes (PERF_ATTR_SIZE_VER0) to
+    // about 136; the parser divides the attrs section by this size, so 0
+    // (found by fuzzing) must not reach it.
+    let attr_size = u(16);
+    if !(64..=4096).contains(&attr_size) {
+        return Err(format!(
+            "the header's attr_size is {attr_size}; expected the size of a perf_event_attr (64 to 4096 bytes)"
+        ));
+    }
     check("attrs", u(24), u(32))?;
     check("data", u(40), u(48))?;
     check("event types", u(56), u(64))?;
@@ -352,6 +361,42 @@ fn validate_event_desc<R: Read + Seek>(r: &mut R, offset: u64, size: u64) -> Res
     Ok(())
 }
 
+/// The perf command line from the `HEADER_CMDLINE` feature section: a u32
+/// count, then per string a u32 length and that many bytes, NUL-padded.
+///
+/// Not `PerfFile::cmdline()`: linux-perf-data 0.13 reserves a vector of the
+/// count read from the file before reading any string, so a damaged count
+/// (found by fuzzing: 0x7830207c) asks for gigabytes and aborts the process.
+/// Here the count is only trusted as far as the section can hold strings.
+fn perf_cmdline(perf_file: &linux_perf_data::PerfFile) -> Option<String> {
+    let data = perf_file.feature_section_data(Feature::CMDLINE)?;
+    let big = perf_file.endian() == linux_perf_data::Endianness::BigEndian;
+    let u32_at = |pos: usize| -> Option<usize> {
+        let b: [u8; 4] = data.get(pos..pos.checked_add(4)?)?.try_into().ok()?;
+        Some(if big {
+            u32::from_be_bytes(b)
+        } else {
+            u32::from_le_bytes(b)
+        } as usize)
+    };
+    let count = u32_at(0)?;
+    // Each string takes at least its 4-byte length.
+    if count > data.len() / 4 {
+        return None;
+    }
+    let mut pos = 4usize;
+    let mut words = Vec::with_capacity(count);
+    for _ in 0..count {
+        let len = u32_at(pos)?;
+        pos += 4;
+        let bytes = data.get(pos..pos.checked_add(len)?)?;
+        pos += len;
+        let end = bytes.iter().position(|&b| b == 0).unwrap_or(bytes.len());
+        words.push(String::from_utf8_lossy(&bytes[..end]).into_owned());
+    }
+    Some(words.join(" "))
+}
+
 /// What each missing kind costs a replay.
 fn capability_loss(name: &str) -> &'static str {
     match name {
@@ -359,6 +404,9 @@ fn capability_loss(name: &str) -> &'static str {
         "kmem:mm_page_alloc_zone_locked" => "zone-lock allocations cannot be validated",
         "kmem:mm_page_pcpu_drain" => "PCP drains cannot be validated",
         "exceptions:page_fault_user" => "page faults cannot be replayed (no touch stream)",
+        "exceptions:page_fault_kernel" => {
+            "the kernel's faults on user memory (read() into fresh buffers) are missing from pgfault"
+        }
         "sched:sched_process_fork" | "sched:sched_process_exec" | "sched:sched_process_exit" => {
             "process lifecycle is inferred from pids only"
         }
@@ -478,12 +526,17 @@ pub fn import_from<R: Read + Seek, W: Write>(
         })
         .collect();
 
+    let cmdline = perf_cmdline(&perf_file);
+    // `perf record -a` (or --all-cpus) records every process.
+    let system_wide = cmdline
+        .as_deref()
+        .is_some_and(|c| c.split(' ').any(|w| w == "-a" || w == "--all-cpus"));
     let header = Header {
         mmlab_version: env!("CARGO_PKG_VERSION").to_string(),
         source: TraceSource::PerfImport {
             file: source_name.to_string(),
             perf_version: perf_file.perf_version().ok().flatten().map(str::to_string),
-            cmdline: perf_file.cmdline().ok().flatten().map(|v| v.join(" ")),
+            cmdline,
         },
         kernel_release: perf_file.os_release().ok().flatten().map(str::to_string),
         machine: Machine {
@@ -498,6 +551,7 @@ pub fn import_from<R: Read + Seek, W: Write>(
         knobs: Knobs::default(),
         trace_clock: "perf".to_string(),
         counters_before: None,
+        kmem_system_wide: system_wide,
     };
     let out_err = |source| PerfImportError::Output {
         path: output.to_path_buf(),
@@ -522,6 +576,12 @@ pub fn import_from<R: Read + Seek, W: Write>(
         let PerfFileRecord::EventRecord { attr_index, record } = rec else {
             continue;
         };
+        // Only samples and lost-event records matter here. The others are
+        // not parsed: linux-perf-event-reader 0.10 asserts on a damaged
+        // MMAP2 build-id length (found by fuzzing), which would abort.
+        if record.record_type != RecordType::SAMPLE && record.record_type != RecordType::LOST {
+            continue;
+        }
         let parsed = record.parse().map_err(|e| PerfImportError::Records {
             path: path(),
             record: nr_records - 1,
@@ -573,6 +633,8 @@ pub fn import_from<R: Read + Seek, W: Write>(
         counters_after: None,
         exit_status: None,
         interrupted: false,
+        workload_minflt: None,
+        workload_majflt: None,
     };
     let nr_events = writer.nr_events();
     let (out, _) = writer.finish(&trailer).map_err(out_err)?;

@@ -65,6 +65,14 @@ pub struct RecordOptions {
     /// unmount it afterwards). Off by default: a library should not mount
     /// file systems unasked.
     pub mount_tracefs: bool,
+    /// Record the `kmem:` page allocator events of every process, not only
+    /// the command's, through a second instance without a pid filter. The
+    /// per-CPU lists are shared by every process on a CPU: replaying only
+    /// the command's allocations and frees cannot reproduce how often the
+    /// kernel's lists ran empty or overflowed on a busy machine. Off by
+    /// default: the trace then grows with the whole machine's allocator
+    /// traffic.
+    pub kmem_system_wide: bool,
 }
 
 impl Default for RecordOptions {
@@ -73,6 +81,7 @@ impl Default for RecordOptions {
             buffer_size_kb: 8192,
             poll_interval: Duration::from_millis(10),
             mount_tracefs: false,
+            kmem_system_wide: false,
         }
     }
 }
@@ -383,6 +392,9 @@ struct Child {
     go_w: i32,
     err_r: i32,
     reaped: bool,
+    /// `ru_minflt`/`ru_majflt` of the child and the descendants it waited
+    /// for, from `wait4()` (the kernel fills it with `RUSAGE_BOTH`).
+    faults: Option<(u64, u64)>,
 }
 
 impl Child {
@@ -445,6 +457,7 @@ impl Child {
             go_w: go[1],
             err_r: err[0],
             reaped: false,
+            faults: None,
         })
     }
 
@@ -474,12 +487,21 @@ impl Child {
         }
         let mut status = 0;
         loop {
-            // SAFETY: waitpid on our own child with a valid status pointer.
+            // SAFETY: a zeroed rusage is a valid value for wait4 to fill.
+            let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
+            // SAFETY: wait4 on our own child with valid status and rusage
+            // pointers.
             let rc = unsafe {
-                libc::waitpid(self.pid, &mut status, if block { 0 } else { libc::WNOHANG })
+                libc::wait4(
+                    self.pid,
+                    &mut status,
+                    if block { 0 } else { libc::WNOHANG },
+                    &mut ru,
+                )
             };
             if rc == self.pid {
                 self.reaped = true;
+                self.faults = Some((ru.ru_minflt as u64, ru.ru_majflt as u64));
                 return Some(status);
             }
             if rc < 0 && io::Error::last_os_error().kind() == io::ErrorKind::Interrupted {
@@ -566,6 +588,12 @@ pub fn record(
         dir: PathBuf::new(),
         unmount: None,
     };
+    // The system-wide kmem instance, when asked for; removed before the
+    // first one (whose drop may unmount tracefs).
+    let mut kmem_instance = Instance {
+        dir: PathBuf::new(),
+        unmount: None,
+    };
     // SAFETY: geteuid() has no preconditions.
     let euid = unsafe { libc::geteuid() };
     if euid != 0 {
@@ -615,6 +643,23 @@ pub fn record(
     let layout = PageHeaderLayout::parse(
         &fs::read_to_string(root.join("events/header_page")).unwrap_or_default(),
     );
+    let kmem_dir = if opts.kmem_system_wide {
+        let d = root
+            .join("instances")
+            .join(format!("mmlab-{}-kmem", std::process::id()));
+        fs::create_dir(&d).map_err(tfs_err(&d, "mkdir"))?;
+        kmem_instance.dir = d.clone();
+        write_file(&d.join("tracing_on"), "0")?;
+        write_file(&d.join("buffer_size_kb"), &opts.buffer_size_kb.to_string())?;
+        write_file(&d.join("trace_clock"), clock)?;
+        let rt = d.join("options/record-tgid");
+        if rt.exists() {
+            let _ = write_file(&rt, "1");
+        }
+        Some(d)
+    } else {
+        None
+    };
     let mut formats: Vec<EventFormat> = Vec::new();
     for ev in RECORDED_EVENTS {
         let edir = event_dir(&dir, ev);
@@ -627,7 +672,10 @@ pub fn record(
                 source,
             })?,
         );
-        write_file(&edir.join("enable"), "1")?;
+        match &kmem_dir {
+            Some(kd) if sys == "kmem" => write_file(&event_dir(kd, ev).join("enable"), "1")?,
+            _ => write_file(&edir.join("enable"), "1")?,
+        }
     }
     let mut decoder = Decoder::new(&formats);
     let page_size = fs::read_to_string(dir.join("buffer_subbuf_size_kb"))
@@ -646,15 +694,21 @@ pub fn record(
 
     let spool_base = output.as_os_str().to_owned();
     let mut readers = Vec::with_capacity(cpus.len());
-    for &cpu in &cpus {
-        let p = dir.join(format!("per_cpu/cpu{cpu}/trace_pipe_raw"));
+    let instance_dirs: Vec<(&Path, &str)> = std::iter::once((dir.as_path(), ""))
+        .chain(kmem_dir.as_deref().map(|d| (d, ".kmem")))
+        .collect();
+    for (&cpu, (idir, tag)) in instance_dirs
+        .iter()
+        .flat_map(|d| cpus.iter().map(move |c| (c, *d)))
+    {
+        let p = idir.join(format!("per_cpu/cpu{cpu}/trace_pipe_raw"));
         let pipe = OpenOptions::new()
             .read(true)
             .custom_flags(libc::O_NONBLOCK)
             .open(&p)
             .map_err(tfs_err(&p, "open"))?;
         let mut sp = spool_base.clone();
-        sp.push(format!(".cpu{cpu}.spool"));
+        sp.push(format!("{tag}.cpu{cpu}.spool"));
         let spool_path = PathBuf::from(sp);
         let f = create_private(&spool_path).map_err(|source| RecordError::Output {
             path: spool_path.clone(),
@@ -674,6 +728,9 @@ pub fn record(
     let mut child = Child::spawn(&c_exe, &c_argv)?;
     CHILD_PID.store(child.pid, Ordering::SeqCst);
     write_file(&dir.join("set_event_pid"), &child.pid.to_string())?;
+    if let Some(kd) = &kmem_dir {
+        write_file(&kd.join("tracing_on"), "1")?;
+    }
     write_file(&dir.join("tracing_on"), "1")?;
     let started = Instant::now();
     if let Err(source) = child.release() {
@@ -701,6 +758,9 @@ pub fn record(
     let command_wall = started.elapsed();
     let post_started = Instant::now();
     write_file(&dir.join("tracing_on"), "0")?;
+    if let Some(kd) = &kmem_dir {
+        write_file(&kd.join("tracing_on"), "0")?;
+    }
     for r in readers.iter_mut() {
         nr_raw_bytes += drain(r, &mut page)?;
     }
@@ -708,9 +768,12 @@ pub fn record(
     let interrupted = INTERRUPTED.load(Ordering::SeqCst);
 
     let mut nr_lost_stats = 0u64;
-    for &cpu in &cpus {
+    for (&cpu, (idir, _)) in instance_dirs
+        .iter()
+        .flat_map(|d| cpus.iter().map(move |c| (c, *d)))
+    {
         let text =
-            fs::read_to_string(dir.join(format!("per_cpu/cpu{cpu}/stats"))).unwrap_or_default();
+            fs::read_to_string(idir.join(format!("per_cpu/cpu{cpu}/stats"))).unwrap_or_default();
         for line in text.lines() {
             if let Some((k, v)) = line.split_once(':') {
                 if k.trim() == "overrun" || k.trim() == "dropped events" {
@@ -743,6 +806,7 @@ pub fn record(
         })?;
         spool_paths.push((cpu, spool_path));
     }
+    kmem_instance.cleanup();
     instance.cleanup();
 
     let (exit_status, exit_code) = describe_status(status);
@@ -751,13 +815,18 @@ pub fn record(
         source: TraceSource::Record {
             cmd: cmd.to_string(),
             args: args.to_vec(),
-            mechanism: "tracefs instance, trace_pipe_raw".to_string(),
+            mechanism: if opts.kmem_system_wide {
+                "tracefs instances (kmem events of every process), trace_pipe_raw".to_string()
+            } else {
+                "tracefs instance, trace_pipe_raw".to_string()
+            },
         },
         kernel_release,
         machine,
         knobs,
         trace_clock: clock.to_string(),
         counters_before: Some(counters_before),
+        kmem_system_wide: opts.kmem_system_wide,
     };
     let out_err = |source| RecordError::Output {
         path: output.to_path_buf(),
@@ -777,6 +846,8 @@ pub fn record(
         counters_after: Some(counters_after),
         exit_status: Some(exit_status.clone()),
         interrupted,
+        workload_minflt: child.faults.map(|f| f.0),
+        workload_majflt: child.faults.map(|f| f.1),
     };
     let nr_events = writer.nr_events();
     let (_, nr_trace_bytes) = writer.finish(&trailer).map_err(out_err)?;

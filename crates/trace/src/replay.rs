@@ -20,7 +20,11 @@
 //! pfn → allocation number of the blocks currently allocated (live state
 //! only). Each free is matched to the allocation of its pfn; a free whose
 //! allocation was not recorded (the page was allocated before the recording
-//! started) is skipped and counted in [`Recorded::unmatched_frees`].
+//! started) is counted in [`Recorded::unmatched_frees`] and replayed as the
+//! free of a block set aside before the replay starts
+//! ([`Prepared::preallocate`]): the kernel's per-CPU lists received those
+//! pages too, and without them the model's lists run empty where the
+//! kernel's did not.
 //! Allocations never freed stay allocated in the model. A free whose recorded
 //! order differs from its allocation's frees the model's whole block and is
 //! counted in [`Recorded::order_mismatches`].
@@ -107,6 +111,9 @@ pub enum ReplayError {
     Trace { path: PathBuf, source: TraceError },
     /// The trace has no page allocator events.
     NoAllocatorEvents { path: PathBuf },
+    /// The trace has no page faults, address-space system calls or process
+    /// events (replay mode (b)).
+    NoAspaceEvents { path: PathBuf },
     /// The temporary per-CPU streams could not be written.
     Io { what: String, source: io::Error },
 }
@@ -120,6 +127,13 @@ impl fmt::Display for ReplayError {
                 "{}: the trace has no kmem:mm_page_alloc or kmem:mm_page_free events; replay mode (a) \
                  needs kmem:mm_page_alloc and kmem:mm_page_free (record with `mmlab record`, or \
                  `perf record -e kmem:mm_page_alloc -e kmem:mm_page_free ...` and `mmlab import`)",
+                path.display()
+            ),
+            ReplayError::NoAspaceEvents { path } => write!(
+                f,
+                "{}: the trace has no exceptions:page_fault_user, address-space system call or \
+                 sched_process_* events; replay mode (b) needs them (record with `mmlab record`, or \
+                 `perf record -e exceptions:page_fault_user -e 'syscalls:sys_*_mmap' ...` and `mmlab import`)",
                 path.display()
             ),
             ReplayError::Io { what, source } => write!(f, "{what}: {source}"),
@@ -136,6 +150,8 @@ impl std::error::Error for ReplayError {}
 pub struct Recorded {
     /// `mm_page_alloc` events.
     pub allocs: u64,
+    /// Pages they allocated (`2^order` each).
+    pub pages_allocated: u64,
     /// `mm_page_free` events.
     pub frees: u64,
     /// `mm_page_alloc_zone_locked` events.
@@ -227,17 +243,65 @@ impl Rec {
 pub struct Prepared {
     /// The trace's header.
     pub header: Header,
+    /// Its trailer, when the trace is whole.
+    pub trailer: Option<crate::event::Trailer>,
     /// What the trace says.
     pub recorded: Recorded,
     /// Per recorded CPU: its stream (an unlinked temporary file) and length.
     streams: Vec<(u32, Arc<File>, u64)>,
     start_ts: u64,
+    /// Allocation slots: the most blocks live at once in the trace.
+    nr_slots: usize,
+    /// Blocks freed in the trace but allocated before it (allocation number,
+    /// order): set aside before a replay starts.
+    pre: Vec<(u64, u8)>,
 }
 
 struct Live {
     id: u64,
     order: u32,
     cpu: u32,
+}
+
+/// At most this many frees of pages allocated before the recording (16 GiB
+/// of 4 KiB pages): a trace with more is not from one machine.
+const MAX_PREEXISTING: u64 = 1 << 22;
+
+type Writers = BTreeMap<u32, (BufWriter<File>, Arc<File>, u64)>;
+
+/// The temporary stream of recorded CPU `cpu`, created at its first record.
+fn writer_for(
+    writers: &mut Writers,
+    cpu: u32,
+) -> Result<&mut (BufWriter<File>, Arc<File>, u64), ReplayError> {
+    let ioerr = |what: String| move |source| ReplayError::Io { what, source };
+    Ok(match writers.entry(cpu) {
+        std::collections::btree_map::Entry::Occupied(o) => o.into_mut(),
+        std::collections::btree_map::Entry::Vacant(v) => {
+            let (f, p) = tmp_file(cpu).map_err(ioerr(format!(
+                "cannot create a temporary file in {}",
+                std::env::temp_dir().display()
+            )))?;
+            // Unlinked at once: the open handles keep it alive.
+            let _ = std::fs::remove_file(&p);
+            let reader = f
+                .try_clone()
+                .map_err(ioerr("cannot duplicate a temporary file".into()))?;
+            v.insert((BufWriter::with_capacity(64 * 1024, f), Arc::new(reader), 0))
+        }
+    })
+}
+
+/// A new allocation number: slot | generation << 32, the slot reused once
+/// its block is freed.
+fn new_id(free_slots: &mut Vec<u32>, generations: &mut Vec<u32>) -> u64 {
+    let slot = free_slots.pop().unwrap_or_else(|| {
+        generations.push(0);
+        generations.len() as u32 - 1
+    });
+    let generation = &mut generations[slot as usize];
+    *generation = generation.wrapping_add(1);
+    slot as u64 | (*generation as u64) << 32
 }
 
 static TMP_SEQ: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
@@ -267,8 +331,13 @@ impl Prepared {
         let header = reader.header().clone();
         let mut rec = Recorded::default();
         let mut live: BTreeMap<u64, Live> = BTreeMap::new();
-        let mut writers: BTreeMap<u32, (BufWriter<File>, Arc<File>, u64)> = BTreeMap::new();
-        let mut next_id = 0u64;
+        let mut writers: Writers = BTreeMap::new();
+        // Allocation numbers: slot | generation << 32, the slot reused once
+        // its block is freed (so the replay's table is as big as the most
+        // blocks live at once), the generation telling its occupants apart.
+        let mut free_slots: Vec<u32> = Vec::new();
+        let mut pre: Vec<(u64, u8)> = Vec::new();
+        let mut generations: Vec<u32> = Vec::new();
         let mut first_ts: Option<u64> = None;
         let mut last_ts = 0u64;
         let ioerr = |what: String| move |source| ReplayError::Io { what, source };
@@ -283,6 +352,7 @@ impl Prepared {
                     gfp_flags,
                 } => {
                     rec.allocs += 1;
+                    rec.pages_allocated += 1u64 << order.min(63);
                     if order > MAX_ORDER as u32 {
                         rec.unsupported_order += 1;
                         continue;
@@ -298,8 +368,7 @@ impl Prepared {
                         };
                         rec.order0_mix.entry(ev.cpu).or_default()[mt] += 1;
                     }
-                    let id = next_id;
-                    next_id += 1;
+                    let id = new_id(&mut free_slots, &mut generations);
                     if live
                         .insert(
                             pfn,
@@ -312,7 +381,7 @@ impl Prepared {
                         .is_some()
                     {
                         // The old block's free was not recorded: it stays
-                        // allocated in the model.
+                        // allocated in the model (and keeps its slot).
                         rec.never_freed += 1;
                     }
                     Rec {
@@ -327,8 +396,39 @@ impl Prepared {
                     rec.frees += 1;
                     let Some(l) = live.remove(&pfn) else {
                         rec.unmatched_frees += 1;
+                        if order > MAX_ORDER as u32 {
+                            continue;
+                        }
+                        // A page allocated before the recording: the
+                        // replay sets one aside before it starts
+                        // (`Prepared::preallocate`) and frees it here.
+                        let id = new_id(&mut free_slots, &mut generations);
+                        free_slots.push(id as u32);
+                        pre.push((id, order as u8));
+                        if pre.len() as u64 > MAX_PREEXISTING {
+                            return Err(ReplayError::Io {
+                                what: format!(
+                                    "more than {MAX_PREEXISTING} frees of pages allocated before the recording"
+                                ),
+                                source: io::Error::other("the trace frees more pages than it allocates"),
+                            });
+                        }
+                        let r = Rec {
+                            kind: REC_FREE,
+                            order: order as u8,
+                            gfp: 0,
+                            ts: ev.ts_ns,
+                            id,
+                        };
+                        first_ts.get_or_insert(r.ts);
+                        last_ts = last_ts.max(r.ts);
+                        let w = writer_for(&mut writers, ev.cpu)?;
+                        w.0.write_all(&r.encode())
+                            .map_err(ioerr("cannot write a temporary replay stream".into()))?;
+                        w.2 += REC_BYTES as u64;
                         continue;
                     };
+                    free_slots.push(l.id as u32);
                     if l.order != order {
                         rec.order_mismatches += 1;
                     }
@@ -355,21 +455,7 @@ impl Prepared {
             };
             first_ts.get_or_insert(r.ts);
             last_ts = last_ts.max(r.ts);
-            let w = match writers.entry(ev.cpu) {
-                std::collections::btree_map::Entry::Occupied(o) => o.into_mut(),
-                std::collections::btree_map::Entry::Vacant(v) => {
-                    let (f, p) = tmp_file(ev.cpu).map_err(ioerr(format!(
-                        "cannot create a temporary file in {}",
-                        std::env::temp_dir().display()
-                    )))?;
-                    // Unlinked at once: the open handles keep it alive.
-                    let _ = std::fs::remove_file(&p);
-                    let reader = f
-                        .try_clone()
-                        .map_err(ioerr("cannot duplicate a temporary file".into()))?;
-                    v.insert((BufWriter::with_capacity(64 * 1024, f), Arc::new(reader), 0))
-                }
-            };
+            let w = writer_for(&mut writers, ev.cpu)?;
             w.0.write_all(&r.encode())
                 .map_err(ioerr("cannot write a temporary replay stream".into()))?;
             w.2 += REC_BYTES as u64;
@@ -391,17 +477,72 @@ impl Prepared {
         rec.span_ns = last_ts.saturating_sub(start_ts);
         Ok(Prepared {
             header,
+            trailer: reader.trailer().cloned(),
             recorded: rec,
             streams,
             start_ts,
+            nr_slots: generations.len(),
+            pre,
         })
     }
 
     /// The tasks of one replay on a machine of `nr_cpus` vCPUs (recorded CPU
     /// `c` runs on vCPU `c % nr_cpus`), and the handle to read what the
-    /// model did once the engine has run them.
+    /// model did once the engine has run them. Frees of pages allocated
+    /// before the recording are skipped (counted in
+    /// [`ReplayStats::frees_of_failed`]); [`Prepared::tasks_with`] replays
+    /// them with the blocks of [`Prepared::preallocate`].
     pub fn tasks(&self, nr_cpus: u32) -> (Vec<TaskSpec>, Rc<RefCell<ReplayStats>>) {
-        let shared = Rc::new(RefCell::new(Shared::default()));
+        let none = self.pre.iter().map(|&(id, _)| (id, None)).collect();
+        self.tasks_with(nr_cpus, none)
+    }
+
+    /// Sets aside a block for every free of a page allocated before the
+    /// recording, as the kernel had it allocated, and empties the PCP lists
+    /// that the setting aside filled; the counters are reset afterwards.
+    /// Call before [`Prepared::warm_pcp`], and give the result to
+    /// [`Prepared::tasks_with`].
+    ///
+    /// Deviation: `mm_page_free` does not say the block's migratetype; the
+    /// model allocates it movable (most of what a workload frees is its
+    /// own user memory), so its free lands on the movable PCP list.
+    pub fn preallocate(&self, pa: &mut PageAlloc, nr_cpus: u32) -> Vec<(u64, Option<Block>)> {
+        let mut cx = Cx::new(VcpuId(0), CostTable::uniform(0));
+        let blocks = self
+            .pre
+            .iter()
+            .map(|&(id, order)| {
+                cx.begin(VcpuId(0), SimTime(0));
+                (
+                    id,
+                    pa.alloc_pages(&mut cx, Gfp::MOVABLE, order)
+                        .ok()
+                        .map(|p| (p, order)),
+                )
+            })
+            .collect();
+        for c in 0..nr_cpus.max(1) {
+            cx.begin(VcpuId(c), SimTime(0));
+            pa.drain_pages(&mut cx, VcpuId(c));
+        }
+        pa.vmstat = mm::vmstat::VmStat::default();
+        blocks
+    }
+
+    /// [`Prepared::tasks`] with the set-aside blocks of
+    /// [`Prepared::preallocate`].
+    pub fn tasks_with(
+        &self,
+        nr_cpus: u32,
+        pre: Vec<(u64, Option<Block>)>,
+    ) -> (Vec<TaskSpec>, Rc<RefCell<ReplayStats>>) {
+        let mut sh = Shared {
+            slots: vec![Vec::new(); self.nr_slots],
+        };
+        for (id, b) in pre {
+            sh.put(id, SlotState::Allocated(b));
+        }
+        let shared = Rc::new(RefCell::new(sh));
         let stats = Rc::new(RefCell::new(ReplayStats::default()));
         let tasks = self
             .streams
@@ -430,7 +571,10 @@ impl Prepared {
 }
 
 impl Prepared {
-    /// Puts the recorded per-CPU list contents back before a replay: for
+    /// Puts the recorded per-CPU list contents back before a replay: under
+    /// a kernel that auto-tunes `high` (6.7+), each list's `high` starts at
+    /// the recorded one (clamped to the model's `high_min..=high_max`), as
+    /// the kernel's had been tuned by what ran before; then for
     /// every recorded pageset with pages on it (`count` in the header's
     /// `/proc/zoneinfo` snapshot, taken just before the command started),
     /// allocates that many order-0 pages of its zone on the CPU's
@@ -458,7 +602,15 @@ impl Prepared {
             };
             for ps in &z.pagesets {
                 let v = VcpuId(ps.cpu % nr_cpus.max(1));
-                let pcp = &pa.pcp[pa.pcp_index(v, zi)];
+                let pi = pa.pcp_index(v, zi);
+                let pcp = &mut pa.pcp[pi];
+                if pcp.high_min != pcp.high_max && ps.high > 0 {
+                    // Auto-tuning: start from the kernel's tuned `high`,
+                    // within the model's bounds.
+                    pcp.high =
+                        (ps.high.min(i32::MAX as u64) as i32).clamp(pcp.high_min, pcp.high_max);
+                }
+                let pcp = &pa.pcp[pi];
                 let room = (pcp.high - pcp.batch - pcp.count).max(0) as u64;
                 let n = ps.count.min(room);
                 let mix = self
@@ -490,14 +642,39 @@ impl Prepared {
     }
 }
 
-/// State the CPUs' programs share: the model's blocks by allocation number
-/// and the frees waiting for theirs.
-#[derive(Default)]
+/// What a slot holds for one allocation number.
+#[derive(Clone, Copy, Debug)]
+enum SlotState {
+    /// The model's block; `None`: the model's allocation failed.
+    Allocated(Option<Block>),
+    /// The free came first: the channel of the task waiting for the block.
+    Waiting(u32),
+}
+
+/// State the CPUs' programs share: per allocation slot (the low 32 bits of
+/// an allocation number), the model's blocks and the frees waiting for
+/// theirs. A slot holds one allocation at a time in trace order, but the
+/// CPUs' timelines drift, so the next allocation of a slot can run before
+/// the free of the previous one: a slot is a short list, searched by the
+/// whole allocation number.
 struct Shared {
-    /// `None`: the model's allocation failed.
-    blocks: BTreeMap<u64, Option<Block>>,
-    /// Allocation number → the channel of the task waiting to free it.
-    waiting: BTreeMap<u64, u32>,
+    slots: Vec<Vec<(u64, SlotState)>>,
+}
+
+impl Shared {
+    fn take(&mut self, id: u64) -> Option<SlotState> {
+        let list = self.slots.get_mut(id as u32 as usize)?;
+        let i = list.iter().position(|(x, _)| *x == id)?;
+        Some(list.swap_remove(i).1)
+    }
+
+    fn put(&mut self, id: u64, st: SlotState) {
+        let slot = id as u32 as usize;
+        if slot >= self.slots.len() {
+            self.slots.resize(slot + 1, Vec::new());
+        }
+        self.slots[slot].push((id, st));
+    }
 }
 
 struct CpuReplay {
@@ -560,13 +737,14 @@ impl CpuReplay {
             }
         };
         let mut sh = self.shared.borrow_mut();
-        match sh.waiting.remove(&id) {
-            Some(chan) => Some(Op::Send {
+        match sh.take(id) {
+            Some(SlotState::Waiting(chan)) => Some(Op::Send {
                 chan,
                 blocks: block.into_iter().collect(),
             }),
-            None => {
-                sh.blocks.insert(id, block);
+            // An allocation number is allocated once.
+            Some(SlotState::Allocated(_)) | None => {
+                sh.put(id, SlotState::Allocated(block));
                 None
             }
         }
@@ -620,16 +798,17 @@ impl Program for CpuReplay {
                 }
                 _ => {
                     let mut sh = self.shared.borrow_mut();
-                    match sh.blocks.remove(&rec.id) {
-                        Some(Some(b)) => {
+                    match sh.take(rec.id) {
+                        Some(SlotState::Allocated(Some(b))) => {
                             self.stats.borrow_mut().frees += 1;
                             return Some(Op::FreePages { block: b });
                         }
-                        Some(None) => {
+                        Some(SlotState::Allocated(None)) => {
                             self.stats.borrow_mut().frees_of_failed += 1;
                         }
-                        None => {
-                            sh.waiting.insert(rec.id, self.chan);
+                        // A free is recorded once per allocation number.
+                        Some(SlotState::Waiting(_)) | None => {
+                            sh.put(rec.id, SlotState::Waiting(self.chan));
                             self.stats.borrow_mut().cross_cpu_waits += 1;
                             return Some(Op::Recv { chan: self.chan });
                         }

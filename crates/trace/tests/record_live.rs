@@ -274,3 +274,119 @@ fn sigint_is_forwarded_and_everything_is_cleaned_up() {
     assert!(reader.trailer().expect("trailer").interrupted);
     fs::remove_file(&out).expect("cleanup");
 }
+
+/// Records `sort` of an 8 MiB file (a large anonymous buffer filled by
+/// `read()`, so both user and kernel faults) and replays its address-space
+/// stream (mode b) under the recorded configuration: the model's page
+/// faults must match the workload's own count (`ru_minflt + ru_majflt` of
+/// the command and the descendants it waited for) within 2 %.
+#[test]
+fn mode_b_predicts_the_recorded_workloads_faults() {
+    let _lock = live_lock();
+    if let Some(why) = skip_reason() {
+        println!("SKIPPED: {why}");
+        return;
+    }
+    if trace::record::resolve_command("sort").is_err() {
+        println!("SKIPPED: no sort(1) in PATH");
+        return;
+    }
+    let input = out_path("sort-input.txt");
+    let mut text = String::with_capacity(8 << 20);
+    let mut x = 0x9e37_79b9_7f4a_7c15u64;
+    while text.len() < 8 << 20 {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        text.push_str(&format!("{x:016x}{:x}\n", x.rotate_left(17)));
+    }
+    fs::write(&input, text).expect("input");
+    let out = out_path("sort.mmtrace");
+    let args = vec![
+        "-o".to_string(),
+        "/dev/null".to_string(),
+        input.display().to_string(),
+    ];
+    let before = tracefs_state();
+    // The allocator events of every process, as `--kmem-system-wide`.
+    let o = RecordOptions {
+        kmem_system_wide: true,
+        ..opts()
+    };
+    let s = record(&out, "sort", &args, &o).expect("recording succeeds");
+    assert_clean(&before);
+    if let Some((instances, _)) = tracefs_state() {
+        let ours = format!("mmlab-{}-kmem", std::process::id());
+        assert!(!instances.contains(&ours), "instance {ours} left behind");
+    }
+    assert_eq!(s.exit_code, Some(0));
+    assert!(
+        s.nr_events_by_kind
+            .get("kmem:mm_page_alloc")
+            .copied()
+            .unwrap_or(0)
+            > 0
+    );
+    let header = TraceReader::open(&out).expect("trace").header().clone();
+    assert!(header.kmem_system_wide);
+    let mut cfg = mm::knobs::Preset::Linux6_18.config();
+    for (k, v) in trace::aspace::recorded_thp_knobs(&header) {
+        cfg.set_knob(&k, &v).expect("recorded knob");
+    }
+    let layout = mm::page_alloc::MemoryLayout {
+        nodes: vec![mm::page_alloc::NodeLayout {
+            nr_cpus: header.machine.nr_cpus.max(1),
+            nr_pages: 2 << 18,
+        }],
+        dma32_pages: 0,
+    };
+    let r = trace::aspace::replay_aspace(&out, &layout, &mm::cost::CostTable::uniform(1), &[cfg])
+        .expect("replay");
+    let t = r.trailer.clone().expect("trailer");
+    // Mode (a) of the same trace under the recorded configuration: every
+    // recorded allocation and free (frees of older pages included) is
+    // performed by the model, the lists starting as recorded.
+    let prep = trace::replay::Prepared::open(&out).expect("mode (a)");
+    let nr_cpus = header.machine.nr_cpus.max(1);
+    let mut pa = mm::page_alloc::PageAlloc::new(&layout, cfg.sysctl, cfg.pcp);
+    let pre = prep.preallocate(&mut pa, nr_cpus);
+    prep.warm_pcp(&mut pa, nr_cpus);
+    let mut eng = sim::Engine::new(pa, mm::cost::CostTable::uniform(20), 1);
+    let (tasks, stats) = prep.tasks_with(nr_cpus, pre);
+    for task in tasks {
+        eng.spawn(task);
+    }
+    eng.run();
+    let st = stats.borrow().clone();
+    let rec = &prep.recorded;
+    let model_zl = eng
+        .pa
+        .vmstat
+        .get(mm::vmstat::VmEvent::MM_PAGE_ALLOC_ZONE_LOCKED);
+    let model_drain = eng.pa.vmstat.get(mm::vmstat::VmEvent::MM_PAGE_PCPU_DRAIN);
+    println!(
+        "mode (a): zone-locked recorded {} model {model_zl}; PCP drains recorded {} model {model_drain}",
+        rec.alloc_zone_locked, rec.pcpu_drains
+    );
+    assert_eq!(
+        st.allocs + st.alloc_failed,
+        rec.allocs - rec.unsupported_order
+    );
+    assert_eq!(st.alloc_failed, 0);
+    assert_eq!(st.frees + st.frees_of_failed, rec.frees);
+    let _ = fs::remove_file(&out);
+    let _ = fs::remove_file(&input);
+    let live = t.workload_minflt.expect("ru_minflt recorded") + t.workload_majflt.unwrap_or(0);
+    let m = &r.models[0];
+    let pred = m.predicted_pgfault();
+    println!(
+        "live {live} faults, trace {} user + {} kernel, model {pred} ({} taken, {} absorbed, {} passed through)",
+        r.recorded.faults, r.recorded.kernel_faults, m.faults_taken, m.faults_absorbed, m.faults_passthrough
+    );
+    assert!(
+        pred.abs_diff(live) * 50 <= live,
+        "model {pred} vs live {live}: more than 2 % apart"
+    );
+    // The buffer is anonymous memory: most faults go through the model.
+    assert!(m.faults_replayed * 2 > r.recorded.faults + r.recorded.kernel_faults);
+}

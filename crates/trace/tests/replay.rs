@@ -338,3 +338,38 @@ fn warm_pcp_puts_the_recorded_pages_on_the_lists_and_resets_the_counters() {
     assert_eq!(pa.vmstat, mm::vmstat::VmStat::default());
     pa.check_invariants();
 }
+
+/// A free of a page allocated before the recording is replayed with a
+/// block set aside before the run: the model frees every recorded block.
+#[test]
+fn frees_of_pages_from_before_the_recording_are_replayed() {
+    let p = tmp("pre.mmtrace");
+    write(&p, &header(3), &synthetic(3, 200));
+    let prep = Prepared::open(&p).expect("prepare");
+    let _ = std::fs::remove_file(&p);
+    let r = &prep.recorded;
+    assert_eq!(r.unmatched_frees, 1);
+    let layout = MemoryLayout {
+        nodes: vec![NodeLayout {
+            nr_cpus: 3,
+            nr_pages: 1 << 18,
+        }],
+        dma32_pages: 0,
+    };
+    let mut pa = PageAlloc::new(&layout, VmSysctl::default(), mm::pcp::PcpPolicy::default());
+    let pre = prep.preallocate(&mut pa, 3);
+    assert_eq!(pre.len(), 1);
+    assert!(pre[0].1.is_some(), "the block was set aside");
+    assert_eq!(pa.nr_pcp_pages(), 0, "setting aside leaves the lists empty");
+    assert_eq!(pa.vmstat.get(mm::vmstat::VmEvent::PGFREE), 0);
+    let mut eng = Engine::new(pa, CostTable::uniform(20), 1);
+    eng.check_invariants_every(97);
+    let (tasks, stats) = prep.tasks_with(3, pre);
+    for t in tasks {
+        eng.spawn(t);
+    }
+    eng.run();
+    let st = stats.borrow().clone();
+    assert_eq!(st.frees, r.frees);
+    assert_eq!(st.frees_of_failed, 0);
+}

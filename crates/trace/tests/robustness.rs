@@ -136,3 +136,44 @@ fn perf_importer_survives_random_truncated_and_flipped_input() {
         import(&bad);
     }
 }
+
+/// Every input that crashed a fuzz target (`crates/trace/fuzz`), kept in
+/// `tests/fixtures/fuzz/` named after its target, gives a result or an
+/// error now.
+#[test]
+fn inputs_that_crashed_the_fuzzers_are_handled() {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/fuzz");
+    let mut names: Vec<_> = std::fs::read_dir(&dir)
+        .expect("fuzz fixtures")
+        .map(|e| e.expect("entry").path())
+        .collect();
+    names.sort();
+    assert!(!names.is_empty());
+    for path in names {
+        let bytes = std::fs::read(&path).expect("read");
+        let name = path.file_name().and_then(|n| n.to_str()).unwrap_or("");
+        println!("{name}");
+        if name.starts_with("perf_import-") {
+            // A panic of the parser crate is caught and reported as this
+            // error: the input must be refused before it gets there.
+            if let Err(e) = trace::perf::import_from(
+                Cursor::new(&bytes[..]),
+                Path::new("fuzz.perf.data"),
+                "fuzz",
+                Vec::new(),
+                Path::new("o"),
+            ) {
+                assert!(
+                    !e.to_string().contains("parser failed"),
+                    "{name}: the parser panicked: {e}"
+                );
+            }
+        } else if name.starts_with("trace_reader-") {
+            drain_trace(&bytes);
+        } else if name.starts_with("aspace_replay-") {
+            trace::aspace::replay_fuzz_input(&bytes);
+        } else {
+            panic!("{name}: not named after a fuzz target");
+        }
+    }
+}

@@ -1,0 +1,462 @@
+//! Replay mode (b) in `mmlab replay` and `mmlab validate`: the address-space
+//! stream through the fault path (`trace::aspace`), its table, its part of
+//! the results document, its validation against the recorded counters, and
+//! the warnings about what the recorded configuration hides.
+
+use std::collections::BTreeSet;
+use std::fmt::Write as _;
+use std::path::Path;
+
+use anyhow::Result;
+use mm::knobs::KernelConfig;
+use mm::memory::{AnonFolioPolicy, MthpEnabled, ThpEnabled};
+use mm::vma::MmapLayout;
+use mm::vmstat::{VmEvent, VmStat};
+use serde_json::{json, Value};
+use trace::aspace::{replay_aspace, AspaceModel, AspaceReplay};
+use trace::event::{Counters, Header};
+use trace::replay::ReplayError;
+
+use crate::experiment::Experiment;
+use crate::replay::err_pct;
+use crate::report::{self, Format};
+
+/// The anonymous folio sizes with per-size statistics, KiB.
+const SIZES_KB: [u64; 8] = [16, 32, 64, 128, 256, 512, 1024, 2048];
+
+/// Runs mode (b) for every kernel of `exp`. `Ok(None)` when the trace has
+/// no address-space events and the mode was not asked for by name.
+pub fn run(trace: &Path, exp: &Experiment, required: bool) -> Result<Option<AspaceReplay>> {
+    let kernels: Vec<KernelConfig> = exp.kernels.iter().map(|k| k.config).collect();
+    match replay_aspace(
+        trace,
+        &exp.machine.memory_layout(),
+        &exp.profile.table(),
+        &kernels,
+    ) {
+        Ok(r) => Ok(Some(r)),
+        Err(ReplayError::NoAspaceEvents { .. }) if !required => Ok(None),
+        Err(e) => Err(e.into()),
+    }
+}
+
+fn anon_fault_alloc(v: &VmStat, kb: u64) -> u64 {
+    v.mthp_stat(kb, "anon_fault_alloc")
+}
+
+fn hit_pct(v: &VmStat) -> Option<f64> {
+    let calls = v.get(VmEvent::VMACACHE_FIND_CALLS);
+    (calls > 0).then(|| 100.0 * v.get(VmEvent::VMACACHE_FIND_HITS) as f64 / calls as f64)
+}
+
+/// Sizes with a non-zero `anon_fault_alloc` under some kernel.
+fn sizes_used(a: &AspaceReplay) -> Vec<u64> {
+    SIZES_KB
+        .iter()
+        .copied()
+        .filter(|&kb| a.models.iter().any(|m| anon_fault_alloc(&m.vmstat, kb) > 0))
+        .collect()
+}
+
+/// The mode (b) table: one row per kernel.
+pub fn table(exp: &Experiment, a: &AspaceReplay, format: Format) -> String {
+    let sizes = sizes_used(a);
+    let mut header: Vec<String> = [
+        "kernel",
+        "pgfault",
+        "faults_absorbed",
+        "faults_passthrough",
+        "thp_fault_alloc",
+        "thp_fault_fallback",
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .collect();
+    for kb in &sizes {
+        header.push(format!("anon_fault_alloc_{kb}kB"));
+    }
+    header.push("vmacache_hit_pct".to_string());
+    header.push("fault_ms".to_string());
+    let body: Vec<Vec<String>> = exp
+        .kernels
+        .iter()
+        .zip(&a.models)
+        .map(|(k, m)| {
+            let mut row = vec![
+                k.name.clone(),
+                m.predicted_pgfault().to_string(),
+                m.faults_absorbed.to_string(),
+                m.faults_passthrough.to_string(),
+                m.vmstat.get(VmEvent::THP_FAULT_ALLOC).to_string(),
+                m.vmstat.get(VmEvent::THP_FAULT_FALLBACK).to_string(),
+            ];
+            for kb in &sizes {
+                row.push(anon_fault_alloc(&m.vmstat, *kb).to_string());
+            }
+            row.push(hit_pct(&m.vmstat).map_or("-".to_string(), |p| format!("{p:.1}")));
+            row.push(format!("{:.1}", m.fault_ns as f64 / 1e6));
+            row
+        })
+        .collect();
+    let r = &a.recorded;
+    let mut out = String::new();
+    report::render(
+        &mut out,
+        format,
+        &format!(
+            "replay (b), the address-space stream: {} recorded page faults ({} writes, {} by the kernel on user memory), {} forks, {} execs; \
+             pgfault = faults the model takes + faults outside modelled anonymous memory (passthrough, the same \
+             for every kernel); fault_ms is the model's virtual time in the faults it takes",
+            r.faults + r.kernel_faults, r.write_faults, r.kernel_faults, r.forks, r.execs
+        ),
+        &header,
+        &body,
+    );
+    if format != Format::Csv {
+        if let Some(m) = a.models.first() {
+            let notes: Vec<String> = m.notes.iter().map(|(k, n)| format!("{k}: {n}")).collect();
+            if !notes.is_empty() {
+                let _ = writeln!(
+                    out,
+                    "replayed approximately or skipped: {}\n",
+                    notes.join("; ")
+                );
+            }
+        }
+    }
+    out
+}
+
+fn model_json(name: &str, m: &AspaceModel) -> Value {
+    let per_size = |stat: &str| {
+        let mut o = serde_json::Map::new();
+        for kb in SIZES_KB {
+            o.insert(format!("{kb}kB"), json!(m.vmstat.mthp_stat(kb, stat)));
+        }
+        Value::Object(o)
+    };
+    json!({
+        "kernel": name,
+        "pgfault": m.predicted_pgfault(),
+        "faults_replayed": m.faults_replayed,
+        "faults_taken": m.faults_taken,
+        "faults_absorbed": m.faults_absorbed,
+        "faults_passthrough": m.faults_passthrough,
+        "faults_passthrough_file": m.faults_passthrough_file,
+        "faults_failed": m.faults_failed,
+        "thp_fault_alloc": m.vmstat.get(VmEvent::THP_FAULT_ALLOC),
+        "thp_fault_fallback": m.vmstat.get(VmEvent::THP_FAULT_FALLBACK),
+        "anon_fault_alloc": per_size("anon_fault_alloc"),
+        "anon_fault_fallback": per_size("anon_fault_fallback"),
+        "vmacache_find_calls": m.vmstat.get(VmEvent::VMACACHE_FIND_CALLS),
+        "vmacache_find_hits": m.vmstat.get(VmEvent::VMACACHE_FIND_HITS),
+        "vmacache_hit_pct": hit_pct(&m.vmstat),
+        "fault_ns": m.fault_ns,
+        "peak_processes": m.peak_procs,
+        "notes": m.notes,
+    })
+}
+
+/// The `aspace` part of the results document.
+pub fn json(exp: &Experiment, a: &AspaceReplay) -> Value {
+    let r = &a.recorded;
+    json!({
+        "recorded": {
+            "events": r.nr_events,
+            "page_fault_user": r.faults,
+            "page_fault_kernel": r.kernel_faults,
+            "write_faults": r.write_faults,
+            "syscalls": r.syscalls,
+            "forks": r.forks,
+            "execs": r.execs,
+            "exits": r.exits,
+            "threads": r.threads,
+            "processes_without_fork": r.procs_without_fork,
+            "span_ns": r.span_ns,
+        },
+        "kernels": exp.kernels.iter().zip(&a.models).map(|(k, m)| model_json(&k.name, m)).collect::<Vec<_>>(),
+    })
+}
+
+fn delta(before: Option<&Counters>, after: Option<&Counters>, name: &str) -> Option<u64> {
+    let b = before?.vmstat.get(name)?;
+    let a = after?.vmstat.get(name)?;
+    Some(a.saturating_sub(*b))
+}
+
+fn thp_delta(
+    before: Option<&Counters>,
+    after: Option<&Counters>,
+    kb: u64,
+    name: &str,
+) -> Option<u64> {
+    let dir = format!("hugepages-{kb}kB");
+    let b = before?.thp_stats.get(&dir)?.get(name)?;
+    let a = after?.thp_stats.get(&dir)?.get(name)?;
+    Some(a.saturating_sub(*b))
+}
+
+/// The `mmlab validate` table of mode (b): the recorded counters beside the
+/// model's prediction under the recorded configuration (the first kernel).
+pub fn validate_text(trace: &Path, exp: &Experiment, a: &AspaceReplay) -> String {
+    let m = &a.models[0];
+    let r = &a.recorded;
+    let before = a.header.counters_before.as_ref();
+    let after = a.trailer.as_ref().and_then(|t| t.counters_after.as_ref());
+    let mut rows: Vec<(String, Option<u64>, u64)> = Vec::new();
+    let pred = m.predicted_pgfault();
+    rows.push((
+        "page faults in the trace (page_fault_user + _kernel)".into(),
+        Some(r.faults + r.kernel_faults),
+        pred,
+    ));
+    let ru = a.trailer.as_ref().and_then(|t| {
+        t.workload_minflt
+            .map(|mn| mn + t.workload_majflt.unwrap_or(0))
+    });
+    rows.push((
+        "page faults of the workload (ru_minflt+ru_majflt)".into(),
+        ru,
+        pred,
+    ));
+    rows.push((
+        "pgfault (/proc/vmstat, whole system)".into(),
+        delta(before, after, "pgfault"),
+        pred,
+    ));
+    rows.push((
+        "thp_fault_alloc (/proc/vmstat, whole system)".into(),
+        delta(before, after, "thp_fault_alloc"),
+        m.vmstat.get(VmEvent::THP_FAULT_ALLOC),
+    ));
+    for kb in SIZES_KB {
+        let live = thp_delta(before, after, kb, "anon_fault_alloc");
+        let model = anon_fault_alloc(&m.vmstat, kb);
+        if live.unwrap_or(0) > 0 || model > 0 || kb == 2048 {
+            rows.push((
+                format!("anon_fault_alloc {kb}kB (hugepages-{kb}kB/stats, whole system)"),
+                live,
+                model,
+            ));
+        }
+    }
+    let k = &exp.kernels[0];
+    let knobs: Vec<String> = k.knobs.iter().map(|(n, v)| format!("{n}={v}")).collect();
+    let mut s = String::new();
+    let _ = writeln!(
+        s,
+        "validate {} (replay b, the address-space stream): kernel {} recorded; model {} ({})",
+        trace.display(),
+        a.header.kernel_release.as_deref().unwrap_or("unknown"),
+        k.config.preset.name(),
+        if knobs.is_empty() {
+            "default knobs".to_string()
+        } else {
+            knobs.join(", ")
+        },
+    );
+    let _ = writeln!(s);
+    let _ = writeln!(
+        s,
+        "{:<62} {:>10} {:>10} {:>8}",
+        "counter", "recorded", "model", "error"
+    );
+    for (name, live, model) in rows {
+        let (l, e) = match live {
+            Some(l) => (l.to_string(), err_pct(l, model)),
+            None => ("-".to_string(), "n/a".to_string()),
+        };
+        let _ = writeln!(s, "{name:<62} {l:>10} {model:>10} {e:>8}");
+    }
+    let _ = writeln!(s);
+    let all = r.faults + r.kernel_faults;
+    let share = |n: u64| {
+        if all == 0 {
+            0.0
+        } else {
+            100.0 * n as f64 / all as f64
+        }
+    };
+    let _ = writeln!(
+        s,
+        "of the {} recorded faults ({} of them the kernel's on user memory): {} in modelled anonymous memory ({:.1}%: {} taken by the model, {} absorbed, {} failed); \
+         {} carried over unmodelled ({:.1}%: {} in file-backed, shared or hugetlb mappings, {} outside every recorded mapping: stack, \
+         program, interpreter)",
+        r.faults + r.kernel_faults,
+        r.kernel_faults,
+        m.faults_replayed,
+        share(m.faults_replayed),
+        m.faults_taken,
+        m.faults_absorbed,
+        m.faults_failed,
+        m.faults_passthrough,
+        share(m.faults_passthrough),
+        m.faults_passthrough_file,
+        m.faults_passthrough - m.faults_passthrough_file,
+    );
+    let _ = writeln!(
+        s,
+        "the /proc/vmstat and hugepages-*/stats deltas count every process of the machine during the recording; \
+         ru_minflt counts the workload's tasks only (the descendants the command waited for)"
+    );
+    let notes: Vec<String> = m.notes.iter().map(|(k, n)| format!("{k}: {n}")).collect();
+    if !notes.is_empty() {
+        let _ = writeln!(s, "replayed approximately or skipped: {}", notes.join("; "));
+    }
+    s
+}
+
+/// The folio orders a kernel may give an anonymous fault in a VMA with
+/// `MADV_HUGEPAGE` (the widest case), the PMD order included.
+fn possible_orders(c: &KernelConfig) -> BTreeSet<u8> {
+    let top_on = c.mm.thp_enabled != ThpEnabled::Never;
+    let mut o = BTreeSet::new();
+    match c.mm.anon_folio {
+        AnonFolioPolicy::Mthp => {
+            for (order, e) in c.mm.mthp_enabled.iter().enumerate().skip(2) {
+                let on = match e {
+                    MthpEnabled::Always | MthpEnabled::Madvise => true,
+                    MthpEnabled::Inherit => top_on,
+                    MthpEnabled::Never => false,
+                };
+                if on {
+                    o.insert(order as u8);
+                }
+            }
+        }
+        AnonFolioPolicy::Off => {
+            if top_on {
+                o.insert(mm::HPAGE_PMD_ORDER);
+            }
+        }
+        AnonFolioPolicy::V1 | AnonFolioPolicy::V2 | AnonFolioPolicy::Simple => {
+            if top_on {
+                o.insert(mm::HPAGE_PMD_ORDER);
+            }
+            for order in 2..=c.mm.arch_pte_order {
+                o.insert(order);
+            }
+        }
+    }
+    o
+}
+
+/// `(major, minor)` of a kernel release such as `6.18.44-fc`.
+fn release_version(r: &str) -> Option<(u32, u32)> {
+    let mut it = r.split(|c: char| !c.is_ascii_digit());
+    Some((it.next()?.parse().ok()?, it.next()?.parse().ok()?))
+}
+
+/// What the recorded configuration hides from a replay under `exp`'s
+/// kernels, in words (see docs/ARCHITECTURE.md, "What a recording can
+/// predict").
+pub fn warnings(h: &Header, exp: &Experiment, a: Option<&AspaceReplay>) -> Vec<String> {
+    let mut w = Vec::new();
+    let Some(a) = a else {
+        return w;
+    };
+    if let Some(t) = &a.trailer {
+        if t.nr_lost_events > 0 {
+            w.push(format!(
+                "the trace lost {} events: faults and mappings among them are missing from the replay",
+                t.nr_lost_events
+            ));
+        }
+        if !t.missing_event_kinds.is_empty() {
+            w.push(format!(
+                "the trace has no {} events: what they would change is not replayed",
+                t.missing_event_kinds.join(", ")
+            ));
+        }
+        if t.interrupted {
+            w.push(
+                "the recording was interrupted: processes alive at its end are not torn down"
+                    .to_string(),
+            );
+        }
+    }
+    // Large folios the recording's kernel mapped: a folio of 2^k pages
+    // answers the first touch of each of its pages with one fault, so the
+    // other touches are not in the trace.
+    let before = h.counters_before.as_ref();
+    let after = a.trailer.as_ref().and_then(|t| t.counters_after.as_ref());
+    let mut recorded_large: Vec<String> = Vec::new();
+    if before.is_some() && after.is_some() {
+        for kb in SIZES_KB {
+            let n = if kb == 2048 {
+                delta(before, after, "thp_fault_alloc")
+                    .unwrap_or(0)
+                    .max(thp_delta(before, after, kb, "anon_fault_alloc").unwrap_or(0))
+            } else {
+                thp_delta(before, after, kb, "anon_fault_alloc").unwrap_or(0)
+            };
+            if n > 0 {
+                recorded_large.push(format!("{kb}kB ({n} faults, whole system)"));
+            }
+        }
+    } else if let Ok(rk) = crate::replay::recorded_kernel(h) {
+        for o in possible_orders(&rk.config) {
+            recorded_large.push(format!("{}kB (enabled)", 4u64 << o));
+        }
+    }
+    let recorded_orders = crate::replay::recorded_kernel(h)
+        .map(|k| possible_orders(&k.config))
+        .unwrap_or_default();
+    if !recorded_large.is_empty() {
+        let others: Vec<&str> = exp
+            .kernels
+            .iter()
+            .filter(|k| possible_orders(&k.config) != recorded_orders)
+            .map(|k| k.name.as_str())
+            .collect();
+        if !others.is_empty() {
+            w.push(format!(
+                "the recording's kernel mapped large anonymous folios of {}: touches of a folio's other pages did not \
+                 fault and are not in the trace, so kernel(s) {} that map smaller folios there under-predict faults; \
+                 record with the large sizes off (transparent_hugepage/enabled=never, every hugepages-*/enabled=never) \
+                 to predict every folio size",
+                recorded_large.join(", "),
+                others.join(", ")
+            ));
+        }
+    }
+    let recorded_layout = match h.kernel_release.as_deref().and_then(release_version) {
+        Some(v) if v >= (6, 7) => Some(MmapLayout::ThpAligned),
+        Some(_) => Some(MmapLayout::PageAligned),
+        None => None,
+    };
+    if let Some(rl) = recorded_layout {
+        let differ: Vec<&str> = exp
+            .kernels
+            .iter()
+            .filter(|k| k.config.mm.mmap_layout != rl)
+            .map(|k| k.name.as_str())
+            .collect();
+        if !differ.is_empty() {
+            w.push(format!(
+                "kernel(s) {} place anonymous mappings {} the recording's kernel; the replay keeps the recorded \
+                 addresses, so their THP counts follow the recorded placement",
+                differ.join(", "),
+                if rl == MmapLayout::ThpAligned {
+                    "without the 2 MiB alignment of"
+                } else {
+                    "with a 2 MiB alignment that did not exist in"
+                }
+            ));
+        }
+    }
+    if let Some(m) = a.models.first() {
+        let r = &a.recorded;
+        let all = r.faults + r.kernel_faults;
+        if all > 0 && m.faults_passthrough * 2 > all {
+            w.push(format!(
+                "{} of the {} recorded faults ({:.0}%) are outside modelled anonymous memory and are carried over \
+                 unchanged under every kernel",
+                m.faults_passthrough,
+                all,
+                100.0 * m.faults_passthrough as f64 / all as f64
+            ));
+        }
+    }
+    w
+}

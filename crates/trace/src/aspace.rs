@@ -1,0 +1,1103 @@
+//! Replay mode (b): a recorded trace's address-space stream driving the
+//! model's fault path, per process, under any kernel configuration.
+//!
+//! # What is replayed
+//!
+//! Per process (thread group), in trace order:
+//!
+//! - the address-space system calls, at their exit (their return value says
+//!   where a mapping went and whether it succeeded): anonymous private `mmap`
+//!   becomes [`MmStruct::mmap`] at the *recorded* address (`MAP_FIXED`, so
+//!   that the model's address space is the recorded one whatever the model's
+//!   placement would have chosen), `munmap` [`MmStruct::munmap`], `madvise`
+//!   of `MADV_DONTNEED`, `MADV_HUGEPAGE` and `MADV_NOHUGEPAGE`
+//!   [`MmStruct::madvise`];
+//! - `sched_process_fork` [`mm::memory::fork`], `sched_process_exec` a new,
+//!   empty address space (the old one torn down by
+//!   [`mm::memory::exit_mmap`]), and the exit of a process's last task
+//!   `exit_mmap`;
+//! - each `exceptions:page_fault_user` as an access of its address, a write
+//!   if the error code has `X86_PF_WRITE` (bit 1), and each
+//!   `exceptions:page_fault_kernel` on a user address likewise (the kernel
+//!   touching user memory first, as `read()` into a fresh buffer does; such
+//!   faults count in `pgfault` but fire no `page_fault_user`): if the model has the page
+//!   mapped (and writable for a write), the access does not fault under the
+//!   replayed kernel ("absorbed"); otherwise it goes through
+//!   [`mm::memory::do_user_addr_fault`], the per-task VMA cache included.
+//!
+//! The model predicts `pgfault`, the per-size `anon_fault_alloc` /
+//! `anon_fault_fallback`, `thp_fault_alloc` and the VMA cache's hit rate of
+//! every kernel it is given, from one pass over the trace: the kernels are
+//! replayed side by side, each with its own page allocator and processes.
+//!
+//! # What the model does not have, and what is done instead
+//!
+//! The model knows only anonymous private memory. Everything else is
+//! carried over unchanged, and counted ([`AspaceModel::notes`]):
+//!
+//! - File-backed mappings, `MAP_SHARED` and hugetlb mappings are kept in a
+//!   side map per process; a fault in one is *passed through*: counted as a
+//!   fault under every kernel, since no anonymous-memory policy changes it.
+//! - Faults outside every recorded mapping (the stack, the program and the
+//!   interpreter that `execve` maps, the `.bss` of the program; anything
+//!   mapped before the recording started) are passed through likewise.
+//! - `brk` is replayed as its effect on the heap VMA: a growth from the
+//!   previous break (the first `brk(0)` of a process tells it) is an
+//!   anonymous `mmap` of the new pages at their address, a shrink a
+//!   `munmap` of the released ones. The kernel's heap VMA is anonymous and
+//!   private as such an `mmap` is, and merges the same way.
+//! - `mprotect` has no model. An anonymous `PROT_NONE` mapping (a
+//!   reservation, as malloc arenas and thread stacks make) is kept in the
+//!   side map; an `mprotect` that makes part of it accessible maps that part
+//!   in the model (no page of it can have been touched: exact), one that
+//!   makes a modelled part `PROT_NONE` unmaps it from the model (the kernel
+//!   keeps those pages: if they are made accessible again, the model does
+//!   not have them, but it only ever looks at pages the kernel faulted on).
+//!   Other protection changes are skipped and counted: the model's VMAs
+//!   stay readable and writable.
+//! - `mremap` is replayed as its effect on the VMAs: a growth in place maps
+//!   the new tail, a shrink unmaps it, a move unmaps the old range (unless
+//!   `MREMAP_DONTUNMAP`) and maps the new one *empty*: the moved pages are
+//!   not in the model. Since the kernel does not fault on them either, the
+//!   replay never looks at them, but a large folio the model places next to
+//!   them may be larger than the kernel could have placed.
+//! - Other `madvise` advice is skipped and counted (`MADV_FREE` as if there
+//!   were no memory pressure: the pages stay).
+//! - `MAP_POPULATE` pre-faults through `get_user_pages()`, which fires no
+//!   `page_fault_user`: those faults are in `pgfault` but not in the trace.
+//!
+//! # Threads, `fork` and `vfork`
+//!
+//! `sched_process_fork` does not say whether the child is a thread. The
+//! child is forked in the model at once (so that the parent's copy-on-write
+//! faults right after the fork are modelled) and the child's first event
+//! decides: if it belongs to the parent's thread group, it is a thread, and
+//! the copy is torn down again (the parent's pages stay write-protected in
+//! the model, which changes no count: a write-protected page the kernel had
+//! writable is only ever looked at where the kernel faulted). A `vfork` or
+//! `posix_spawn` child (`CLONE_VM` without `CLONE_THREAD`) is a process of
+//! its own that shares the parent's memory until it execs: the model gives
+//! it a copy instead. This needs the thread group of each event (the
+//! recorder's `record-tgid`, perf's samples): without it every thread is
+//! replayed as a process.
+//!
+//! # Memory
+//!
+//! One pass over the trace with [`TraceReader`]; the state is the live
+//! processes' address spaces, side maps and VMA caches, and the pending
+//! forks: it grows with live state, not with the trace's length.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::Path;
+
+use mm::cost::{CostTable, Cx};
+use mm::knobs::{KernelConfig, KnobValue};
+use mm::memory::anon_folio::MTHP_DEFAULTS;
+use mm::memory::MthpEnabled;
+use mm::memory::{self, MmGlobal};
+use mm::page_alloc::{MemoryLayout, PageAlloc};
+use mm::vma::{Advice, MmStruct, TASK_SIZE};
+use mm::vmacache::{MmId, TaskStruct, VmacachePolicy};
+use mm::vmstat::VmStat;
+use mm::{SimTime, VcpuId, PAGE_SIZE};
+
+use crate::event::{Event, EventKind, Header, Trailer};
+use crate::format::TraceReader;
+use crate::replay::ReplayError;
+
+/// `PROT_*` bits.
+const PROT_READ: u64 = 0x1;
+const PROT_WRITE: u64 = 0x2;
+const PROT_EXEC: u64 = 0x4;
+/// `MAP_*` bits (x86-64).
+const MAP_SHARED: u64 = 0x01;
+const MAP_ANONYMOUS: u64 = 0x20;
+const MAP_POPULATE: u64 = 0x8000;
+const MAP_HUGETLB: u64 = 0x40000;
+/// `MADV_*` values.
+const MADV_DONTNEED: i64 = 4;
+const MADV_FREE: i64 = 8;
+const MADV_HUGEPAGE: i64 = 14;
+const MADV_NOHUGEPAGE: i64 = 15;
+const MADV_DONTNEED_LOCKED: i64 = 24;
+/// `MREMAP_DONTUNMAP`.
+const MREMAP_DONTUNMAP: u64 = 0x4;
+/// `X86_PF_WRITE` in the page fault error code.
+const X86_PF_WRITE: u64 = 0x2;
+
+/// What a range of a process's address space is, when it is not modelled.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Kind {
+    /// A file-backed mapping (private or shared).
+    File,
+    /// `MAP_SHARED|MAP_ANONYMOUS`: shmem.
+    SharedAnon,
+    /// `MAP_HUGETLB`.
+    Hugetlb,
+    /// Anonymous private, `PROT_NONE`: reserved address space.
+    Reserved,
+}
+
+/// Disjoint ranges `[start, end)` of one process that the model does not
+/// have, with what they are.
+///
+/// Invariant: the ranges do not overlap; each is non-empty.
+#[derive(Clone, Debug, Default)]
+struct Ranges(BTreeMap<u64, (u64, Kind)>);
+
+impl Ranges {
+    /// Removes `[start, end)`, trimming and splitting ranges that cross it.
+    fn remove(&mut self, start: u64, end: u64) {
+        if start >= end {
+            return;
+        }
+        if let Some((&s, &(e, k))) = self.0.range(..start).next_back() {
+            if e > start {
+                self.0.insert(s, (start, k));
+                if e > end {
+                    self.0.insert(end, (e, k));
+                }
+            }
+        }
+        let inside: Vec<u64> = self.0.range(start..end).map(|(&s, _)| s).collect();
+        for s in inside {
+            if let Some((e, k)) = self.0.remove(&s) {
+                if e > end {
+                    self.0.insert(end, (e, k));
+                }
+            }
+        }
+    }
+
+    fn insert(&mut self, start: u64, end: u64, kind: Kind) {
+        if start < end {
+            self.remove(start, end);
+            self.0.insert(start, (end, kind));
+        }
+    }
+
+    fn get(&self, addr: u64) -> Option<Kind> {
+        self.0
+            .range(..=addr)
+            .next_back()
+            .filter(|(_, &(e, _))| e > addr)
+            .map(|(_, &(_, k))| k)
+    }
+
+    /// The parts of `[start, end)` of kind `kind`.
+    fn parts(&self, start: u64, end: u64, kind: Kind) -> Vec<(u64, u64)> {
+        let first = self
+            .0
+            .range(..start)
+            .next_back()
+            .map(|(&s, _)| s)
+            .unwrap_or(start);
+        self.0
+            .range(first..end)
+            .filter(|(_, &(e, k))| k == kind && e > start)
+            .map(|(&s, &(e, _))| (s.max(start), e.min(end)))
+            .collect()
+    }
+}
+
+/// One process in one replayed kernel.
+struct Proc {
+    mm: MmStruct,
+    other: Ranges,
+    /// The program break, once a `brk` call told it.
+    brk: Option<u64>,
+    /// The live tasks (thread ids) of the process.
+    tids: BTreeSet<i32>,
+}
+
+/// What the trace itself says about the address-space stream; the same for
+/// every replayed kernel.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct AspaceRecorded {
+    /// Events in the trace, all kinds.
+    pub nr_events: u64,
+    /// `exceptions:page_fault_user` events.
+    pub faults: u64,
+    /// Of those, writes (`X86_PF_WRITE`).
+    pub write_faults: u64,
+    /// `exceptions:page_fault_kernel` events on user addresses: the
+    /// kernel's own faults on user memory, replayed like user faults.
+    pub kernel_faults: u64,
+    /// Address-space system calls by name (`mmap`, `munmap`, `brk`,
+    /// `mremap`, `mprotect`, `madvise`), failed ones included.
+    pub syscalls: BTreeMap<&'static str, u64>,
+    /// `sched_process_fork`, `sched_process_exec`, `sched_process_exit`.
+    pub forks: u64,
+    pub execs: u64,
+    pub exits: u64,
+    /// Forked children that turned out to be threads.
+    pub threads: u64,
+    /// Processes whose first event was not their fork (they existed before
+    /// the recording, or their fork was lost).
+    pub procs_without_fork: u64,
+    /// Nanoseconds from the first to the last event.
+    pub span_ns: u64,
+}
+
+/// What one kernel's model did during a replay.
+#[derive(Clone, Debug, Default)]
+pub struct AspaceModel {
+    /// The model's counters (`pgfault`, `thp_fault_alloc`, the per-size
+    /// statistics, the VMA cache's calls and hits, the allocator's).
+    pub vmstat: VmStat,
+    /// Recorded faults in anonymous VMAs the model has.
+    pub faults_replayed: u64,
+    /// Of those, the ones the model took: the page was not mapped (or not
+    /// writable for a write) under this kernel.
+    pub faults_taken: u64,
+    /// Of those, the ones that needed no fault under this kernel: an earlier
+    /// fault had mapped the page already (a larger folio, a THP).
+    pub faults_absorbed: u64,
+    /// Recorded faults outside the model's VMAs, carried over unchanged.
+    pub faults_passthrough: u64,
+    /// Of those: in file-backed, shared or hugetlb mappings.
+    pub faults_passthrough_file: u64,
+    /// Faults the model could not handle: no memory, or a write to a VMA the
+    /// model has read-only (never, as long as mprotect is not modelled).
+    pub faults_failed: u64,
+    /// Virtual nanoseconds the model charged for the faults it took.
+    pub fault_ns: u64,
+    /// Most processes alive at once.
+    pub peak_procs: u64,
+    /// What was emulated or skipped, with how often (see the module docs).
+    pub notes: BTreeMap<&'static str, u64>,
+}
+
+impl AspaceModel {
+    /// The model's prediction of `pgfault`: the faults it took plus those
+    /// it carried over.
+    pub fn predicted_pgfault(&self) -> u64 {
+        self.faults_taken + self.faults_passthrough
+    }
+}
+
+/// One kernel being replayed.
+struct World {
+    pa: PageAlloc,
+    cx: Cx,
+    g: MmGlobal,
+    vmacache: VmacachePolicy,
+    nr_cpus: u32,
+    procs: BTreeMap<i32, Proc>,
+    /// Per thread id: its VMA cache.
+    tasks: BTreeMap<i32, TaskStruct>,
+    /// Forked children whose first event has not come yet: child tid →
+    /// parent's thread group.
+    pending: BTreeMap<i32, i32>,
+    /// Anonymous mappings larger than this are not modelled: the machine's
+    /// memory, at least 64 GiB.
+    max_anon_bytes: u64,
+    /// The task the last event bound (`bind()`), until a process event:
+    /// runs of events of one task skip the lookups.
+    last_bound: Option<(i32, i32)>,
+    out: AspaceModel,
+}
+
+fn page_up(x: u64) -> u64 {
+    x.saturating_add(PAGE_SIZE - 1) & !(PAGE_SIZE - 1)
+}
+
+fn page_down(x: u64) -> u64 {
+    x & !(PAGE_SIZE - 1)
+}
+
+impl World {
+    fn new(layout: &MemoryLayout, cfg: &KernelConfig, table: &CostTable) -> World {
+        let nr_cpus = layout.nodes.iter().map(|n| n.nr_cpus).sum::<u32>().max(1);
+        World {
+            pa: PageAlloc::new(layout, cfg.sysctl, cfg.pcp),
+            cx: Cx::new(VcpuId(0), table.clone()),
+            g: MmGlobal::new(cfg.mm),
+            vmacache: cfg.vmacache,
+            nr_cpus,
+            procs: BTreeMap::new(),
+            tasks: BTreeMap::new(),
+            pending: BTreeMap::new(),
+            last_bound: None,
+            max_anon_bytes: (layout.nodes.iter().map(|n| n.nr_pages).sum::<u64>() * PAGE_SIZE)
+                .max(64 << 30),
+            out: AspaceModel::default(),
+        }
+    }
+
+    fn note(&mut self, what: &'static str) {
+        *self.out.notes.entry(what).or_default() += 1;
+    }
+
+    fn new_proc(&mut self, tid: i32) -> Option<Proc> {
+        match MmStruct::new(&mut self.pa, &mut self.cx, self.g.cfg.mmap_layout) {
+            Ok(mm) => Some(Proc {
+                mm,
+                other: Ranges::default(),
+                brk: None,
+                tids: BTreeSet::from([tid]),
+            }),
+            Err(_) => {
+                self.note("processes without memory for a page table in the model");
+                None
+            }
+        }
+    }
+
+    fn drop_proc(&mut self, p: Proc) {
+        for t in &p.tids {
+            self.tasks.remove(t);
+        }
+        memory::exit_mmap(&mut self.pa, &mut self.cx, p.mm);
+    }
+
+    /// Finds (or creates) the process of the event's thread group, settling
+    /// a pending fork of this task first.
+    fn bind(&mut self, pid: i32, tid: i32, rec: &mut AspaceRecorded, first: bool) {
+        if self.last_bound == Some((pid, tid)) {
+            return;
+        }
+        self.bind_slow(pid, tid, rec, first);
+        if self.procs.contains_key(&pid) {
+            self.last_bound = Some((pid, tid));
+        }
+    }
+
+    fn bind_slow(&mut self, pid: i32, tid: i32, rec: &mut AspaceRecorded, first: bool) {
+        if let Some(parent) = self.pending.remove(&tid) {
+            if pid == parent && tid != pid {
+                // A thread: the tentative copy goes.
+                if first {
+                    rec.threads += 1;
+                }
+                if let Some(copy) = self.procs.remove(&tid) {
+                    self.drop_proc(copy);
+                }
+                self.tasks.remove(&tid);
+            } else if pid != tid && !self.procs.contains_key(&pid) {
+                if let Some(p) = self.procs.remove(&tid) {
+                    self.procs.insert(pid, p);
+                }
+            }
+        }
+        if let Some(p) = self.procs.get_mut(&pid) {
+            p.tids.insert(tid);
+            return;
+        }
+        if first {
+            rec.procs_without_fork += 1;
+        }
+        if let Some(p) = self.new_proc(tid) {
+            self.procs.insert(pid, p);
+            self.out.peak_procs = self.out.peak_procs.max(self.procs.len() as u64);
+        }
+    }
+
+    fn map_anon(&mut self, pid: i32, start: u64, end: u64) {
+        if start >= end {
+            return;
+        }
+        if end - start > self.max_anon_bytes {
+            // A reservation larger than the machine (a sanitizer's shadow, a
+            // runtime's heap arena with MAP_NORESERVE): the model's fork and
+            // exit walk every PMD of a VMA, so it is kept out of the model;
+            // its faults pass through.
+            self.note(
+                "anonymous mappings larger than the machine (not modelled, faults passed through)",
+            );
+            self.map_other(pid, start, end, Kind::Reserved);
+            return;
+        }
+        let Some(p) = self.procs.get_mut(&pid) else {
+            return;
+        };
+        p.other.remove(start, end);
+        if p.mm
+            .mmap(&mut self.pa, &mut self.cx, start, end - start, true)
+            .is_err()
+        {
+            self.note("anonymous mappings the model refused (address or memory)");
+        }
+    }
+
+    fn unmap(&mut self, pid: i32, start: u64, end: u64) {
+        let Some(p) = self.procs.get_mut(&pid) else {
+            return;
+        };
+        if start >= end {
+            return;
+        }
+        p.other.remove(start, end);
+        let _ = p.mm.munmap(&mut self.pa, &mut self.cx, start, end - start);
+    }
+
+    fn map_other(&mut self, pid: i32, start: u64, end: u64, kind: Kind) {
+        self.unmap(pid, start, end);
+        if let Some(p) = self.procs.get_mut(&pid) {
+            p.other.insert(start, end, kind);
+        }
+    }
+
+    /// True if the model has an anonymous VMA over `addr`.
+    fn modelled(&self, pid: i32, addr: u64) -> bool {
+        self.procs.get(&pid).is_some_and(|p| {
+            p.mm.vmas
+                .range(..=addr)
+                .next_back()
+                .is_some_and(|(_, v)| v.end > addr)
+        })
+    }
+
+    fn apply(&mut self, ev: &Event, t0: u64, rec: &mut AspaceRecorded, first: bool) {
+        if matches!(
+            ev.kind,
+            EventKind::Fork { .. } | EventKind::Exec { .. } | EventKind::Exit { .. }
+        ) {
+            // They add, replace and remove processes and tasks.
+            self.last_bound = None;
+        }
+        let cpu = VcpuId(ev.cpu % self.nr_cpus);
+        self.cx.begin(cpu, SimTime(ev.ts_ns.saturating_sub(t0)));
+        let (pid, tid) = (ev.pid, ev.tid);
+        match &ev.kind {
+            EventKind::PageFaultUser {
+                address,
+                error_code,
+                ..
+            }
+            | EventKind::PageFaultKernel {
+                address,
+                error_code,
+                ..
+            } => {
+                self.bind(pid, tid, rec, first);
+                if *address >= TASK_SIZE {
+                    // A kernel fault on a kernel address: not an mm fault.
+                    return;
+                }
+                self.fault(pid, tid, *address, error_code & X86_PF_WRITE != 0);
+            }
+            EventKind::Mmap {
+                len,
+                prot,
+                flags,
+                ret,
+                ..
+            } => {
+                self.bind(pid, tid, rec, first);
+                if *ret < 0 {
+                    return;
+                }
+                let start = *ret as u64;
+                let end = start.saturating_add(page_up(*len));
+                if flags & MAP_HUGETLB != 0 {
+                    self.map_other(pid, start, end, Kind::Hugetlb);
+                } else if flags & MAP_ANONYMOUS == 0 {
+                    self.map_other(pid, start, end, Kind::File);
+                } else if flags & MAP_SHARED != 0 {
+                    self.map_other(pid, start, end, Kind::SharedAnon);
+                } else if prot & (PROT_READ | PROT_WRITE | PROT_EXEC) == 0 {
+                    self.map_other(pid, start, end, Kind::Reserved);
+                } else {
+                    if flags & MAP_POPULATE != 0 {
+                        self.note("MAP_POPULATE mappings (pre-faulted without page_fault_user)");
+                    }
+                    if prot & PROT_WRITE == 0 {
+                        self.note("read-only anonymous mappings (modelled writable)");
+                    }
+                    self.map_anon(pid, start, end);
+                }
+            }
+            EventKind::Munmap { addr, len, ret } => {
+                self.bind(pid, tid, rec, first);
+                if *ret == 0 {
+                    self.unmap(pid, *addr, addr.saturating_add(page_up(*len)));
+                }
+            }
+            EventKind::Brk { brk, ret } => {
+                self.bind(pid, tid, rec, first);
+                self.brk(pid, *brk, *ret);
+            }
+            EventKind::Mprotect {
+                start,
+                len,
+                prot,
+                ret,
+            } => {
+                self.bind(pid, tid, rec, first);
+                if *ret == 0 {
+                    self.mprotect(pid, *start, start.saturating_add(page_up(*len)), *prot);
+                }
+            }
+            EventKind::Mremap {
+                addr,
+                old_len,
+                new_len,
+                flags,
+                ret,
+                ..
+            } => {
+                self.bind(pid, tid, rec, first);
+                if *ret >= 0 {
+                    self.mremap(pid, *addr, *old_len, *new_len, *flags, *ret as u64);
+                }
+            }
+            EventKind::Madvise {
+                start,
+                len_in,
+                behavior,
+                ret,
+            } => {
+                self.bind(pid, tid, rec, first);
+                // ENOMEM still applies the advice to the mapped parts.
+                if *ret == 0 || *ret == -12 {
+                    self.madvise(pid, *start, *len_in, *behavior);
+                }
+            }
+            EventKind::Fork { child, .. } => {
+                self.bind(pid, tid, rec, first);
+                self.fork(pid, *child);
+            }
+            EventKind::Exec { .. } => {
+                self.bind(pid, tid, rec, first);
+                if let Some(old) = self.procs.remove(&pid) {
+                    self.drop_proc(old);
+                }
+                if let Some(p) = self.new_proc(tid) {
+                    self.procs.insert(pid, p);
+                }
+            }
+            EventKind::Exit { pid: task } => {
+                self.pending.remove(task);
+                self.tasks.remove(task);
+                let Some(p) = self.procs.get_mut(&pid) else {
+                    return;
+                };
+                p.tids.remove(task);
+                if p.tids.is_empty() {
+                    if let Some(p) = self.procs.remove(&pid) {
+                        self.drop_proc(p);
+                    }
+                }
+            }
+            EventKind::PageAlloc { .. }
+            | EventKind::PageFree { .. }
+            | EventKind::PageAllocZoneLocked { .. }
+            | EventKind::PagePcpuDrain { .. } => {}
+        }
+    }
+
+    fn fault(&mut self, pid: i32, tid: i32, addr: u64, write: bool) {
+        let Some(p) = self.procs.get_mut(&pid) else {
+            self.out.faults_passthrough += 1;
+            return;
+        };
+        let in_vma =
+            p.mm.vmas
+                .range(..=addr)
+                .next_back()
+                .is_some_and(|(_, v)| v.end > addr);
+        if !in_vma {
+            self.out.faults_passthrough += 1;
+            if matches!(
+                p.other.get(addr),
+                Some(Kind::File | Kind::SharedAnon | Kind::Hugetlb)
+            ) {
+                self.out.faults_passthrough_file += 1;
+            }
+            return;
+        }
+        self.out.faults_replayed += 1;
+        if memory::access_ok(&mut p.mm, addr, write) {
+            self.out.faults_absorbed += 1;
+            return;
+        }
+        let policy = self.vmacache;
+        let id = MmId::of(&p.mm);
+        let task = self
+            .tasks
+            .entry(tid)
+            .or_insert_with(|| TaskStruct::new(&p.mm, policy));
+        if task.mm != Some(id) {
+            *task = TaskStruct::new(&p.mm, policy);
+        }
+        let r = memory::do_user_addr_fault(
+            &mut self.pa,
+            &mut self.cx,
+            &mut self.g,
+            &mut p.mm,
+            task,
+            addr,
+            write,
+        );
+        self.out.fault_ns += self.cx.compute_ns();
+        match r {
+            Ok(()) => self.out.faults_taken += 1,
+            Err(_) => self.out.faults_failed += 1,
+        }
+    }
+
+    fn brk(&mut self, pid: i32, brk: u64, ret: i64) {
+        let Some(p) = self.procs.get_mut(&pid) else {
+            return;
+        };
+        if ret <= 0 {
+            return;
+        }
+        let new = ret as u64;
+        let old = p.brk.replace(new);
+        match old {
+            Some(old) if new > old => self.map_anon(pid, page_up(old), page_up(new)),
+            Some(old) if new < old => self.unmap(pid, page_up(new), page_up(old)),
+            Some(_) => {}
+            None if brk != 0 && brk == new => {
+                self.note("brk changes from an unknown break (skipped)");
+            }
+            None => {}
+        }
+    }
+
+    fn mprotect(&mut self, pid: i32, start: u64, end: u64, prot: u64) {
+        let Some(p) = self.procs.get(&pid) else {
+            return;
+        };
+        let accessible = prot & (PROT_READ | PROT_WRITE | PROT_EXEC) != 0;
+        if accessible {
+            let reserved = p.other.parts(start, end, Kind::Reserved);
+            if reserved.is_empty() {
+                self.note("mprotect changes of access (skipped: model VMAs stay writable)");
+            }
+            for (s, e) in reserved {
+                self.note("mprotect of reserved memory, replayed as an anonymous mmap");
+                self.map_anon(pid, s, e);
+            }
+        } else {
+            let anon: Vec<(u64, u64)> =
+                p.mm.vmas
+                    .range(..end)
+                    .filter(|(_, v)| v.end > start)
+                    .map(|(_, v)| (v.start.max(start), v.end.min(end)))
+                    .collect();
+            if anon.is_empty() {
+                self.note("mprotect(PROT_NONE) outside modelled memory (skipped)");
+            }
+            for (s, e) in anon {
+                self.note("mprotect(PROT_NONE) of anonymous memory, replayed as munmap");
+                self.unmap(pid, s, e);
+                if let Some(p) = self.procs.get_mut(&pid) {
+                    p.other.insert(s, e, Kind::Reserved);
+                }
+            }
+        }
+    }
+
+    fn mremap(&mut self, pid: i32, addr: u64, old_len: u64, new_len: u64, flags: u64, ret: u64) {
+        let Some(p) = self.procs.get(&pid) else {
+            return;
+        };
+        let (old_len, new_len) = (page_up(old_len), page_up(new_len));
+        let kind = if self.modelled(pid, addr) {
+            None
+        } else {
+            match p.other.get(addr) {
+                Some(k) => Some(k),
+                None => {
+                    self.note("mremap of memory the trace never mapped (skipped)");
+                    return;
+                }
+            }
+        };
+        let map = |w: &mut World, s: u64, e: u64| match kind {
+            None => w.map_anon(pid, s, e),
+            Some(k) => w.map_other(pid, s, e, k),
+        };
+        if ret == addr {
+            if new_len > old_len {
+                self.note("mremap growths in place, replayed as mmap of the tail");
+                map(
+                    self,
+                    addr.saturating_add(old_len),
+                    addr.saturating_add(new_len),
+                );
+            } else if new_len < old_len {
+                self.note("mremap shrinks, replayed as munmap of the tail");
+                self.unmap(
+                    pid,
+                    addr.saturating_add(new_len),
+                    addr.saturating_add(old_len),
+                );
+            }
+        } else {
+            self.note("mremap moves, replayed as munmap + mmap (moved pages not in the model)");
+            if flags & MREMAP_DONTUNMAP == 0 {
+                self.unmap(pid, addr, addr.saturating_add(old_len));
+            }
+            map(self, ret, ret.saturating_add(new_len));
+        }
+    }
+
+    fn madvise(&mut self, pid: i32, start: u64, len: u64, behavior: i64) {
+        let advice = match behavior {
+            MADV_DONTNEED | MADV_DONTNEED_LOCKED => Advice::DontNeed,
+            MADV_HUGEPAGE => Advice::HugePage,
+            MADV_NOHUGEPAGE => Advice::NoHugePage,
+            MADV_FREE => {
+                self.note("MADV_FREE (skipped: pages kept, as without memory pressure)");
+                return;
+            }
+            _ => {
+                self.note("madvise advice the model lacks (skipped)");
+                return;
+            }
+        };
+        let Some(p) = self.procs.get_mut(&pid) else {
+            return;
+        };
+        let start = page_down(start);
+        let _ = p.mm.madvise(&mut self.pa, &mut self.cx, start, len, advice);
+    }
+
+    fn fork(&mut self, parent: i32, child: i32) {
+        if self.procs.contains_key(&child) {
+            // A task id reused while the model still has it: the old one
+            // has gone (its exit was lost).
+            if let Some(old) = self.procs.remove(&child) {
+                self.drop_proc(old);
+            }
+        }
+        let Some(p) = self.procs.get_mut(&parent) else {
+            return;
+        };
+        let (other, brk) = (p.other.clone(), p.brk);
+        let copy = match memory::fork(&mut self.pa, &mut self.cx, &mut p.mm) {
+            Ok(mm) => mm,
+            Err(_) => {
+                self.note("forks without memory in the model (child starts empty)");
+                match self.new_proc(child) {
+                    Some(c) => c.mm,
+                    None => return,
+                }
+            }
+        };
+        let c = Proc {
+            mm: copy,
+            other,
+            brk,
+            tids: BTreeSet::from([child]),
+        };
+        self.procs.insert(child, c);
+        self.pending.insert(child, parent);
+        self.out.peak_procs = self.out.peak_procs.max(self.procs.len() as u64);
+    }
+
+    fn finish(mut self) -> AspaceModel {
+        self.out.vmstat = self.pa.vmstat.clone();
+        self.out
+    }
+}
+
+/// The fault-path knobs of the recording's kernel, by their kernel names:
+/// `transparent_hugepage/enabled` and each
+/// `transparent_hugepage/hugepages-<size>kB/enabled` the model has that is
+/// not at the kernel's default (`inherit` for 2048kB, `never` otherwise).
+pub fn recorded_thp_knobs(h: &Header) -> Vec<(String, KnobValue)> {
+    let mut knobs = Vec::new();
+    if let Some(t) = &h.knobs.thp_enabled {
+        knobs.push((
+            "transparent_hugepage/enabled".to_string(),
+            KnobValue::Str(t.clone()),
+        ));
+    }
+    for (dir, v) in &h.knobs.thp_sizes_enabled {
+        let name = format!("transparent_hugepage/{dir}/enabled");
+        // Sizes of another page size cannot be set and are left out.
+        let Some(order) = mm::knobs::MTHP_KNOBS
+            .iter()
+            .position(|k| k.name == name)
+            .map(|i| i + 2)
+        else {
+            continue;
+        };
+        if MthpEnabled::parse(v) != Some(MTHP_DEFAULTS[order]) {
+            knobs.push((name, KnobValue::Str(v.clone())));
+        }
+    }
+    knobs
+}
+
+/// The result of a mode (b) replay: what the trace says, and per kernel
+/// what the model did.
+pub struct AspaceReplay {
+    pub header: Header,
+    pub trailer: Option<Trailer>,
+    pub recorded: AspaceRecorded,
+    /// In the order of the kernels given.
+    pub models: Vec<AspaceModel>,
+}
+
+/// Replays the address-space stream of the trace at `path` under each of
+/// `kernels`, on a machine of `layout`, charging the costs of `table`.
+pub fn replay_aspace(
+    path: &Path,
+    layout: &MemoryLayout,
+    table: &CostTable,
+    kernels: &[KernelConfig],
+) -> Result<AspaceReplay, ReplayError> {
+    let terr = |source| ReplayError::Trace {
+        path: path.to_path_buf(),
+        source,
+    };
+    let mut reader = TraceReader::open(path).map_err(terr)?;
+    let header = reader.header().clone();
+    let (recorded, models) = replay_events(
+        reader.by_ref().map(|e| e.map_err(terr)),
+        layout,
+        table,
+        kernels,
+    );
+    let recorded = recorded?;
+    if recorded.faults + recorded.kernel_faults == 0
+        && recorded.syscalls.is_empty()
+        && recorded.forks == 0
+    {
+        return Err(ReplayError::NoAspaceEvents {
+            path: path.to_path_buf(),
+        });
+    }
+    Ok(AspaceReplay {
+        header,
+        trailer: reader.trailer().cloned(),
+        recorded,
+        models,
+    })
+}
+
+/// The replay loop over any stream of events; stops at the first error.
+fn replay_events<I: Iterator<Item = Result<Event, ReplayError>>>(
+    events: I,
+    layout: &MemoryLayout,
+    table: &CostTable,
+    kernels: &[KernelConfig],
+) -> (Result<AspaceRecorded, ReplayError>, Vec<AspaceModel>) {
+    let mut worlds: Vec<World> = kernels
+        .iter()
+        .map(|k| World::new(layout, k, table))
+        .collect();
+    let mut rec = AspaceRecorded::default();
+    let mut t0: Option<u64> = None;
+    let mut last = 0u64;
+    let mut error = None;
+    for ev in events {
+        let ev = match ev {
+            Ok(ev) => ev,
+            Err(e) => {
+                error = Some(e);
+                break;
+            }
+        };
+        rec.nr_events += 1;
+        let name = match &ev.kind {
+            EventKind::PageFaultUser { error_code, .. } => {
+                rec.faults += 1;
+                if error_code & X86_PF_WRITE != 0 {
+                    rec.write_faults += 1;
+                }
+                None
+            }
+            EventKind::PageFaultKernel { address, .. } => {
+                if *address < TASK_SIZE {
+                    rec.kernel_faults += 1;
+                }
+                None
+            }
+            EventKind::Mmap { .. } => Some("mmap"),
+            EventKind::Munmap { .. } => Some("munmap"),
+            EventKind::Brk { .. } => Some("brk"),
+            EventKind::Mremap { .. } => Some("mremap"),
+            EventKind::Mprotect { .. } => Some("mprotect"),
+            EventKind::Madvise { .. } => Some("madvise"),
+            EventKind::Fork { .. } => {
+                rec.forks += 1;
+                None
+            }
+            EventKind::Exec { .. } => {
+                rec.execs += 1;
+                None
+            }
+            EventKind::Exit { .. } => {
+                rec.exits += 1;
+                None
+            }
+            EventKind::PageAlloc { .. }
+            | EventKind::PageFree { .. }
+            | EventKind::PageAllocZoneLocked { .. }
+            | EventKind::PagePcpuDrain { .. } => continue,
+        };
+        if let Some(n) = name {
+            *rec.syscalls.entry(n).or_default() += 1;
+        }
+        let start = *t0.get_or_insert(ev.ts_ns);
+        last = last.max(ev.ts_ns);
+        for (i, w) in worlds.iter_mut().enumerate() {
+            w.apply(&ev, start, &mut rec, i == 0);
+        }
+    }
+    rec.span_ns = last.saturating_sub(t0.unwrap_or(0));
+    let models = worlds.into_iter().map(World::finish).collect();
+    match error {
+        Some(e) => (Err(e), models),
+        None => (Ok(rec), models),
+    }
+}
+
+/// The fuzz target `aspace_replay` (and its regression test): `bytes` read
+/// as 24-byte records, each one event with its fields taken from the bytes
+/// (addresses mostly inside a 1 GiB window, so that events meet), replayed
+/// on a 64 MiB machine under three kernels (6.18; 6.18 with THP and 64 KiB
+/// mTHP always; 4.19 with its VMA cache and THP copy-on-write). Whatever
+/// the events, the replay must not panic.
+#[doc(hidden)]
+pub fn replay_fuzz_input(bytes: &[u8]) -> AspaceRecorded {
+    let word = |c: &[u8], i: usize| -> u64 {
+        let mut b = [0u8; 8];
+        b.copy_from_slice(&c[i..i + 8]);
+        u64::from_le_bytes(b)
+    };
+    let events = bytes.chunks_exact(24).enumerate().map(|(i, c)| {
+        let pid = 1 + (c[1] % 4) as i32;
+        let tid = if c[2] & 3 == 0 { pid + 100 } else { pid };
+        let (x, y) = (word(c, 8), word(c, 16));
+        // Mostly addresses in a 1 GiB window (pages, sometimes odd bytes),
+        // now and then any value.
+        let addr = |v: u64| {
+            if c[3] & 0x80 != 0 {
+                v
+            } else {
+                0x7f00_0000_0000 + (v & 0x3fff_ffff & if c[3] & 1 != 0 { !0 } else { !0xfff })
+            }
+        };
+        let len = |v: u64| {
+            if c[3] & 0x40 != 0 {
+                v
+            } else {
+                (v >> 32) & 0x7f_ffff
+            }
+        };
+        let ret = |ok: i64| if c[4] & 7 == 0 { -12 } else { ok };
+        let kind = match c[0] % 15 {
+            0 | 1 => EventKind::PageFaultUser {
+                address: addr(x),
+                ip: 0,
+                error_code: y & 0x1f,
+            },
+            2 => EventKind::PageFaultKernel {
+                address: addr(x),
+                ip: 0,
+                error_code: y & 0x1f,
+            },
+            3 | 4 => EventKind::Mmap {
+                addr: 0,
+                len: len(y),
+                prot: (c[5] & 7) as u64,
+                flags: [0x22, 0x22, 0x02, 0x21, 0x40022, 0x8022][c[6] as usize % 6],
+                fd: u64::MAX,
+                off: 0,
+                ret: ret(addr(x) as i64),
+            },
+            5 => EventKind::Munmap {
+                addr: addr(x),
+                len: len(y),
+                ret: ret(0),
+            },
+            6 => EventKind::Brk {
+                brk: addr(x),
+                ret: ret(addr(x) as i64),
+            },
+            7 => EventKind::Mremap {
+                addr: addr(x),
+                old_len: len(y),
+                new_len: len(y.rotate_left(17)),
+                flags: (c[5] & 7) as u64,
+                new_addr: 0,
+                ret: ret(if c[6] & 1 != 0 { addr(x) } else { addr(y) } as i64),
+            },
+            8 => EventKind::Mprotect {
+                start: addr(x),
+                len: len(y),
+                prot: (c[5] & 7) as u64,
+                ret: ret(0),
+            },
+            9 => EventKind::Madvise {
+                start: addr(x),
+                len_in: len(y),
+                behavior: [4, 8, 14, 15, 24, 3, 9][c[5] as usize % 7],
+                ret: ret(0),
+            },
+            10 | 11 => EventKind::Fork {
+                parent: pid,
+                child: 1 + (c[5] % 8) as i32 + if c[6] & 1 != 0 { 100 } else { 0 },
+            },
+            12 => EventKind::Exec {
+                pid,
+                filename: String::new(),
+            },
+            13 => EventKind::Exit {
+                pid: if c[5] & 1 != 0 { tid } else { pid },
+            },
+            _ => EventKind::PageFree { pfn: x, order: 0 },
+        };
+        Ok(Event {
+            ts_ns: i as u64 * 100,
+            cpu: (c[7] % 2) as u32,
+            pid,
+            tid,
+            kind,
+        })
+    });
+    let layout = MemoryLayout {
+        nodes: vec![mm::page_alloc::NodeLayout {
+            nr_cpus: 2,
+            nr_pages: 64 << 8,
+        }],
+        dma32_pages: 0,
+    };
+    let mut wide = mm::knobs::Preset::Linux6_18.config();
+    let _ = wide.set_knob(
+        "transparent_hugepage/enabled",
+        &KnobValue::Str("always".into()),
+    );
+    let _ = wide.set_knob(
+        "transparent_hugepage/hugepages-64kB/enabled",
+        &KnobValue::Str("always".into()),
+    );
+    let kernels = [
+        mm::knobs::Preset::Linux6_18.config(),
+        wide,
+        mm::knobs::Preset::Linux4_19.config(),
+    ];
+    let (rec, _) = replay_events(events, &layout, &CostTable::uniform(1), &kernels);
+    rec.unwrap_or_default()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ranges_trim_and_split() {
+        let mut r = Ranges::default();
+        r.insert(0x1000, 0x9000, Kind::File);
+        r.remove(0x3000, 0x5000);
+        assert_eq!(r.get(0x2fff), Some(Kind::File));
+        assert_eq!(r.get(0x3000), None);
+        assert_eq!(r.get(0x5000), Some(Kind::File));
+        r.insert(0x4000, 0x6000, Kind::Reserved);
+        assert_eq!(r.get(0x4000), Some(Kind::Reserved));
+        assert_eq!(r.get(0x6000), Some(Kind::File));
+        assert_eq!(r.parts(0, 0x10000, Kind::Reserved), vec![(0x4000, 0x6000)]);
+        assert_eq!(
+            r.parts(0x2000, 0x8000, Kind::File),
+            vec![(0x2000, 0x3000), (0x6000, 0x8000)]
+        );
+    }
+}
