@@ -73,6 +73,10 @@ const BUILTIN_EXPERIMENTS: &[(&str, &str)] = &[
         include_str!("../../../experiments/thp-migration.toml"),
     ),
     (
+        "thp-migration-tiering",
+        include_str!("../../../experiments/thp-migration-tiering.toml"),
+    ),
+    (
         "vmacache",
         include_str!("../../../experiments/vmacache.toml"),
     ),
