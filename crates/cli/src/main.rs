@@ -74,6 +74,10 @@ const BUILTIN_EXPERIMENTS: &[(&str, &str)] = &[
         include_str!("../../../experiments/thp-migration.toml"),
     ),
     (
+        "thp-migration-tiering",
+        include_str!("../../../experiments/thp-migration-tiering.toml"),
+    ),
+    (
         "vmacache",
         include_str!("../../../experiments/vmacache.toml"),
     ),
@@ -281,7 +285,9 @@ enum NativeCmd {
         #[arg(long, default_value_t = 3)]
         repeats: usize,
     },
-    /// Copies of 2 MiB chunks and of a 256 MiB buffer with 1..nproc pinned threads.
+    /// Copies of 2 MiB chunks and of a 256 MiB buffer with 1..nproc pinned threads and
+    /// five copy methods; names the host's best copy bandwidth, the best configuration
+    /// for huge-page copies and whether it reaches 90 % of the best.
     ParallelCopy,
     /// The live kernel's fault counts for the reference 1 GiB patterns (needs root
     /// and writable THP knobs; restores every knob it changes).

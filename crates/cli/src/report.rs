@@ -56,6 +56,14 @@ pub const METRICS: &[(&str, &str)] = &[
         "zone->lock acquisitions that found it held",
     ),
     (
+        "mmap_lock_wait_pct",
+        "time waiting for mm->mmap_lock (read or write), % of busy vCPU time",
+    ),
+    (
+        "ptl_wait_pct",
+        "time spinning on page-table locks, % of busy vCPU time",
+    ),
+    (
         "alloc_zone",
         "blocks taken from the buddy lists under zone->lock (mm_page_alloc_zone_locked)",
     ),
@@ -207,6 +215,8 @@ impl RunResult {
             "zone_lock_pct" => MetricValue::Pct(s.lock_pct(LockClass::Zone)),
             "zone_lock_wait_pct" => MetricValue::Pct(s.lock_wait_pct(LockClass::Zone)),
             "zone_lock_contended" => MetricValue::Int(s.locks[LockClass::Zone as usize].contended),
+            "mmap_lock_wait_pct" => MetricValue::Pct(s.lock_wait_pct(LockClass::MmapLock)),
+            "ptl_wait_pct" => MetricValue::Pct(s.lock_wait_pct(LockClass::Ptl)),
             "alloc_zone" => v(VmEvent::MM_PAGE_ALLOC_ZONE_LOCKED),
             "pcpu_drain" => v(VmEvent::MM_PAGE_PCPU_DRAIN),
             "free_high" => v(VmEvent::PCP_FREE_HIGH),

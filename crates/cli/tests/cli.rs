@@ -215,7 +215,7 @@ fn unknown_metric_workload_and_parameter_are_named() {
             "unknown workload \"page-chrun\"; valid workloads: \
              anon-cow-seq, anon-w-seq, ebizzy, hugetlb-cow, kbuild, kernel-compile, \
              malloc-dontneed, page-churn, page-fault1, small-vmas, speedometer, stream, \
-             thp-migration-bench"
+             thp-migration-bench, tiering-promote"
         ),
         "{e}"
     );
@@ -255,7 +255,13 @@ fn thp_migration_reproduces_with_the_seeds_table_beside() {
         out.contains("seed 2016 (4.9)") && out.contains("8.58"),
         "{out}"
     );
-    let o = mmlab(&["reproduce", "thp-migration", "--quiet", "--format", "json"]);
+    // `reproduce thp-migration` runs its companion too.
+    assert!(out.contains("thp-migration-tiering / 2M"), "{out}");
+    let file = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../../experiments/thp-migration.toml"
+    );
+    let o = mmlab(&["run", file, "--quiet", "--format", "json"]);
     let v: serde_json::Value = serde_json::from_str(&stdout(&o)).unwrap();
     let gbps = |k: &str, w: &str| {
         v["results"]
@@ -283,6 +289,46 @@ fn thp_migration_reproduces_with_the_seeds_table_beside() {
     assert_eq!(r["vmstat"]["pgmigrate_fail"], 0);
 }
 
+/// The tiering experiment: promotion under load. Every hot THP reported
+/// is promoted or forgotten (none fails); the seed's copy_page_mt takes
+/// the application's CPUs and slows it, the adaptive engine promotes
+/// faster than the single-threaded copy without taking them.
+#[test]
+fn thp_migration_tiering_shows_promotion_against_application_throughput() {
+    let o = mmlab(&[
+        "reproduce",
+        "thp-migration-tiering",
+        "--quiet",
+        "--format",
+        "json",
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let v: serde_json::Value = serde_json::from_str(&stdout(&o)).unwrap();
+    let r = |k: &str, w: &str| -> serde_json::Value {
+        v["results"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|r| r["kernel"] == k && r["workload"] == w)
+            .unwrap()
+            .clone()
+    };
+    let m = |k: &str, w: &str, name: &str| r(k, w)["metrics"][name].as_f64().unwrap();
+    let c = |k: &str, w: &str, name: &str| r(k, w)["vmstat"][name].as_u64().unwrap();
+    for k in ["6.18 single", "mt-4", "adaptive", "batched-4", "dma"] {
+        for w in ["2M", "4K"] {
+            assert_eq!(c(k, w, "pgmigrate_fail"), 0, "{k} {w}");
+            assert!(c(k, w, "pgmigrate_success") > 0, "{k} {w}");
+        }
+    }
+    assert_eq!(c("6.18 single", "2M", "migrate_copy_helper_ns"), 0);
+    assert_eq!(c("dma", "2M", "migrate_copy_helper_ns"), 0);
+    assert!(c("mt-4", "2M", "migrate_copy_helper_ns") > 0);
+    assert!(m("mt-4", "2M", "throughput") < m("6.18 single", "2M", "throughput"));
+    assert!(m("adaptive", "2M", "migrate_gbps") > m("6.18 single", "2M", "migrate_gbps"));
+    assert!(m("adaptive", "2M", "throughput") > m("mt-4", "2M", "throughput"));
+}
+
 #[test]
 fn a_numa_profile_must_fit_the_machine() {
     let t = small().replace("profile = \"host-epyc-zen3\"", "profile = \"e5-2640v3\"");
@@ -303,7 +349,8 @@ fn reproduce_names_unknown_experiments_and_list_shows_knobs() {
              anon-cow-seq, huge-copy-order, large-anon-folios, large-anon-folios-j80, \
              large-anon-folios-order-mix, large-anon-folios-page-fault, \
              large-anon-folios-speedometer, page-churn, page-fault1, pcp-autotune, \
-             pcp-autotune-lmbench, pcp-autotune-netperf, thp-migration, vmacache"
+             pcp-autotune-lmbench, pcp-autotune-netperf, thp-migration, \
+             thp-migration-tiering, vmacache"
         ),
         "{e}"
     );

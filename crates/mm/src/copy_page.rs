@@ -50,10 +50,14 @@
 //!
 //! # Deviations
 //!
-//! - The helper threads' work is not played on their vCPUs: the migrating
-//!   vCPU is charged the whole latency (dispatch, the slowest thread, the
-//!   waits), as the time `move_pages()` takes; the helpers' CPU time is not
-//!   accounted, and a busy helper CPU is assumed to run the work at once.
+//! - The migrating vCPU is charged the whole latency (dispatch, the
+//!   slowest thread, the waits) as busy time, as the time `move_pages()`
+//!   takes, where the kernel sleeps in `flush_work()`. Each helper CPU
+//!   gets its share of the copy as work of its own ([`CopyCost::helpers`],
+//!   recorded with [`crate::cost::Cx::helper_work`]; the engine plays it
+//!   there like a kworker, taking the CPU from whatever task runs on it at
+//!   its next operation), but the caller's latency assumes that a busy
+//!   helper CPU runs the work at once.
 //! - No cache effects: every copy runs at memory speed.
 
 use crate::cost::{Cost, CostTable};
@@ -175,7 +179,7 @@ pub struct CopyJob {
 }
 
 /// What a copy cost and how it was done.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+#[derive(Clone, Debug, PartialEq, Eq, Default)]
 pub struct CopyCost {
     /// Nanoseconds on the migrating CPU's clock.
     pub ns: u64,
@@ -183,6 +187,12 @@ pub struct CopyCost {
     pub threads: u32,
     /// True if a DMA engine copied.
     pub dma: bool,
+    /// The CPUs whose work items copied (empty when the migrating CPU
+    /// copied alone, or a DMA engine did).
+    pub helpers: Vec<u32>,
+    /// How long each helper was busy copying: the parallel copy phase
+    /// (the bytes are split evenly, so all finish about together).
+    pub helper_ns: u64,
 }
 
 /// The copy model over one machine: its topology (from the allocator),
@@ -258,16 +268,24 @@ impl CopyModel<'_> {
         CopyCost {
             ns: self.parallel_ns(&[cpu.0], job.bytes, job),
             threads: 1,
-            dma: false,
+            ..CopyCost::default()
         }
     }
 
-    /// Dispatch to `threads` work items, the copy, and the waits.
-    fn dispatched(&self, threads: &[u32], bytes: u64, job: &CopyJob) -> u64 {
+    /// Dispatch to `threads` work items, the copy, and the waits: the
+    /// caller's latency, with the helpers and their busy time.
+    fn dispatched(&self, threads: &[u32], bytes: u64, job: &CopyJob) -> CopyCost {
         let n = threads.len() as u64;
-        n * self.costs.get(Cost::WorkqueueQueue)
-            + 2 * self.costs.get(Cost::WorkqueueWakeup)
-            + self.parallel_ns(threads, bytes, job)
+        let copy = self.parallel_ns(threads, bytes, job);
+        CopyCost {
+            ns: n * self.costs.get(Cost::WorkqueueQueue)
+                + 2 * self.costs.get(Cost::WorkqueueWakeup)
+                + copy,
+            threads: threads.len() as u32,
+            dma: false,
+            helpers: threads.to_vec(),
+            helper_ns: copy,
+        }
     }
 
     /// Models the seed's `copy_page_mt()`: `N = min(limit, CPUs of the
@@ -281,11 +299,7 @@ impl CopyModel<'_> {
         }
         let first = self.pa.node_first_cpu(job.dst);
         let threads: Vec<u32> = (first..first + n).collect();
-        CopyCost {
-            ns: self.dispatched(&threads, job.bytes, job),
-            threads: n,
-            dma: false,
-        }
+        self.dispatched(&threads, job.bytes, job)
     }
 
     /// The destination node's idle CPUs other than `cpu`, distinct physical
@@ -319,13 +333,9 @@ impl CopyModel<'_> {
         let mut best = self.copy_single(cpu, job);
         let cands = self.idle_cpus_by_core(cpu, job.dst);
         for n in 2..=cands.len() {
-            let ns = self.dispatched(&cands[..n], job.bytes, job);
-            if ns < best.ns {
-                best = CopyCost {
-                    ns,
-                    threads: n as u32,
-                    dma: false,
-                };
+            let c = self.dispatched(&cands[..n], job.bytes, job);
+            if c.ns < best.ns {
+                best = c;
             }
         }
         best
@@ -345,16 +355,12 @@ impl CopyModel<'_> {
             return CopyCost {
                 ns,
                 threads: 1,
-                dma: false,
+                ..CopyCost::default()
             };
         }
         let first = self.pa.node_first_cpu(first_job.dst);
         let threads: Vec<u32> = (first..first + n).collect();
-        CopyCost {
-            ns: self.dispatched(&threads, bytes, first_job),
-            threads: n,
-            dma: false,
-        }
+        self.dispatched(&threads, bytes, first_job)
     }
 
     /// A DMA engine copying all of `jobs`: one descriptor per folio (or
@@ -371,7 +377,7 @@ impl CopyModel<'_> {
             return CopyCost {
                 ns,
                 threads: 1,
-                dma: false,
+                ..CopyCost::default()
             };
         }
         let bytes: u64 = jobs.iter().map(|j| j.bytes).sum();
@@ -385,6 +391,7 @@ impl CopyModel<'_> {
                 + self.costs.get(Cost::DmaCompletion),
             threads: 0,
             dma: true,
+            ..CopyCost::default()
         }
     }
 }

@@ -283,6 +283,7 @@ pub struct Cx {
     segs: Vec<Seg>,
     compute_ns: u64,
     record_mem: bool,
+    helper_work: Vec<(VcpuId, u64)>,
 }
 
 impl Cx {
@@ -295,6 +296,7 @@ impl Cx {
             segs: Vec::with_capacity(16),
             compute_ns: 0,
             record_mem: false,
+            helper_work: Vec::new(),
         }
     }
 
@@ -352,6 +354,7 @@ impl Cx {
         self.now = now;
         self.segs.clear();
         self.compute_ns = 0;
+        self.helper_work.clear();
     }
 
     /// The cost table in use.
@@ -414,6 +417,22 @@ impl Cx {
     /// knows).
     pub fn compute_ns(&self) -> u64 {
         self.compute_ns
+    }
+
+    /// Records that this kernel entry made `cpu` (another CPU) busy for
+    /// `ns`: the work items a multi-threaded copy queued there (a
+    /// workqueue's kworker runs them on that CPU, whatever it was running).
+    /// The engine plays them on that CPU ([`Cx::take_helper_work`]); the
+    /// entry's own segments only wait for them.
+    pub fn helper_work(&mut self, cpu: VcpuId, ns: u64) {
+        if ns > 0 && cpu != self.cpu {
+            self.helper_work.push((cpu, ns));
+        }
+    }
+
+    /// The other CPUs' work recorded since [`Cx::begin`], emptied.
+    pub fn take_helper_work(&mut self) -> Vec<(VcpuId, u64)> {
+        std::mem::take(&mut self.helper_work)
     }
 
     /// The segments produced since [`Cx::begin`].

@@ -57,10 +57,15 @@
 //! - A locked folio ([`PG_LOCKED`], set only by tests) stays locked: every
 //!   mode finds it busy (`-EAGAIN`) where a synchronous one would wait.
 //! - Migration runs inside one kernel entry: no access can meet a
-//!   migration entry.
+//!   migration entry. Its locks are recorded for the engine to play:
+//!   the caller's `mmap_lock` for reading around each page's isolation
+//!   (`add_folio_for_migration()`) and each chunk of `do_pages_stat()`,
+//!   the page-table lock of each table the unmap and the remap walk
+//!   (`page_vma_mapped_walk()`), and the allocator's own; the anon_vma
+//!   lock and the LRU lock are not modelled.
 
 use crate::copy_page::{CopyCost, CopyEngine, CopyJob, CopyModel, NumaHw};
-use crate::cost::{Cost, CostTable, Cx};
+use crate::cost::{Cost, CostTable, Cx, LockId};
 use crate::memory::anon_folio::folio_undo_large_anon;
 use crate::page::{PG_HEAD, PG_LOCKED, PG_PARTIALLY_MAPPED};
 use crate::page_alloc::{Gfp, PageAlloc, PG_TAIL};
@@ -82,6 +87,9 @@ pub const NR_MAX_MIGRATE_PAGES_RETRY: u32 = 10;
 pub const NR_MAX_MIGRATE_ASYNC_RETRY: u32 = 3;
 /// Passes per folio of the synchronous one-by-one retry.
 pub const NR_MAX_MIGRATE_SYNC_RETRY: u32 = NR_MAX_MIGRATE_PAGES_RETRY - NR_MAX_MIGRATE_ASYNC_RETRY;
+
+/// Pages whose nodes `do_pages_stat()` looks up under one `mmap_lock` hold.
+pub const DO_PAGES_STAT_CHUNK_NR: usize = 16;
 
 /// `move_pages()` flag: move pages mapped only by this process.
 pub const MPOL_MF_MOVE: i32 = 1 << 1;
@@ -303,6 +311,10 @@ pub struct MigrateCtx<'a> {
     pending_flush: BTreeSet<usize>,
     /// The last migration's statistics.
     pub stats: MigrateStats,
+    /// The `mmap_lock` of the caller's address space (`mms[0]`), taken for
+    /// reading around each page's lookup and isolation; `None`: not
+    /// modelled (tests that drive the context alone).
+    pub mmap_lock: Option<LockId>,
 }
 
 fn folio_order(pa: &PageAlloc, head: u32) -> u8 {
@@ -334,6 +346,7 @@ impl<'a> MigrateCtx<'a> {
             costs,
             pending_flush: BTreeSet::new(),
             stats: MigrateStats::default(),
+            mmap_lock: None,
         }
     }
 
@@ -379,6 +392,26 @@ impl<'a> MigrateCtx<'a> {
         maps
     }
 
+    /// `page_vma_mapped_walk()`'s page-table lock for mapping `m`: the
+    /// lock of the table holding its entry (`pte_lockptr()`, or
+    /// `pmd_lockptr()` for a PMD leaf), kept while the walk stays in the
+    /// same table of the same address space, as the walk does.
+    fn ptl_for(&mut self, held: &mut Option<(usize, LockId)>, m: &Mapping) {
+        let want = (m.mm, crate::memory::pte_lockptr(m.slot.table));
+        if *held == Some(want) {
+            return;
+        }
+        self.ptl_release(held);
+        self.cx.lock(want.1);
+        *held = Some(want);
+    }
+
+    fn ptl_release(&mut self, held: &mut Option<(usize, LockId)>) {
+        if let Some((_, l)) = held.take() {
+            self.cx.unlock(l);
+        }
+    }
+
     /// Models `try_to_migrate()`: replaces every mapping of the folio with a
     /// migration entry and drops the mappings' references; the TLB flush is
     /// deferred (`TTU_BATCH_FLUSH`).
@@ -386,7 +419,9 @@ impl<'a> MigrateCtx<'a> {
         let maps = self.rmap_walk(f.head, order, f.addr);
         let mut refs = 0;
         let mut entire = 0;
+        let mut held = None;
         for m in &maps {
+            self.ptl_for(&mut held, m);
             self.cx.charge(Cost::MigrateUnmap);
             let keep = m.entry & (PAGE_RW | PAGE_ACCESSED | PAGE_DIRTY | PAGE_PSE);
             let src = Pfn((f.head + m.idx) as u64);
@@ -397,6 +432,7 @@ impl<'a> MigrateCtx<'a> {
             entire += m.is_pmd() as u32;
             self.pending_flush.insert(m.mm);
         }
+        self.ptl_release(&mut held);
         let mem = &mut self.pa.mem;
         mem.set_refcount(f.head, mem.refcount(f.head) - refs);
         mem.set_entire_mapcount(f.head, mem.entire_mapcount(f.head) - entire);
@@ -409,7 +445,9 @@ impl<'a> MigrateCtx<'a> {
     fn remove_migration_ptes(&mut self, maps: &[Mapping], to: u32) {
         let mut refs = 0;
         let mut entire = 0;
+        let mut held = None;
         for m in maps {
+            self.ptl_for(&mut held, m);
             self.cx.charge(Cost::MigrateRemap);
             let e = self.mms[m.mm].pgt.get(m.slot);
             assert!(
@@ -424,6 +462,7 @@ impl<'a> MigrateCtx<'a> {
             refs += m.refs();
             entire += m.is_pmd() as u32;
         }
+        self.ptl_release(&mut held);
         let mem = &mut self.pa.mem;
         mem.set_refcount(to, mem.refcount(to) + refs);
         mem.set_entire_mapcount(to, mem.entire_mapcount(to) + entire);
@@ -526,6 +565,14 @@ impl<'a> MigrateCtx<'a> {
     fn charge_copy(&mut self, c: CopyCost) {
         self.cx.charge_ns(c.ns);
         self.pa.vmstat.count(VmEvent::MIGRATE_COPY_NS, c.ns);
+        for &h in &c.helpers {
+            if h != self.cx.cpu.0 {
+                self.cx.helper_work(crate::types::VcpuId(h), c.helper_ns);
+                self.pa
+                    .vmstat
+                    .count(VmEvent::MIGRATE_COPY_HELPER_NS, c.helper_ns);
+            }
+        }
         if c.dma {
             self.pa.vmstat.count(VmEvent::MIGRATE_COPY_DMA, 1);
         } else if c.threads > 1 {
@@ -1009,6 +1056,26 @@ impl<'a> MigrateCtx<'a> {
         list: &mut Vec<IsolatedFolio>,
         migrate_all: bool,
     ) -> i32 {
+        // mmap_read_lock() .. mmap_read_unlock() around each page.
+        let lock = if mm == 0 { self.mmap_lock } else { None };
+        if let Some(l) = lock {
+            self.cx.lock_read(l);
+        }
+        let r = self.add_folio_for_migration_locked(mm, addr, node, list, migrate_all);
+        if let Some(l) = lock {
+            self.cx.unlock_read(l);
+        }
+        r
+    }
+
+    fn add_folio_for_migration_locked(
+        &mut self,
+        mm: usize,
+        addr: u64,
+        node: NodeId,
+        list: &mut Vec<IsolatedFolio>,
+        migrate_all: bool,
+    ) -> i32 {
         let Some(_vma) = self.mms[mm].vma_lookup(self.cx, addr) else {
             return -errno::EFAULT;
         };
@@ -1205,9 +1272,25 @@ impl<'a> MigrateCtx<'a> {
         err
     }
 
-    /// Models `do_pages_stat_array()`: the node of each page, `-ENOENT` if
+    /// Models `do_pages_stat()`: the node of each page, `-ENOENT` if
     /// not mapped, `-EFAULT` without a VMA or for the zero page.
     fn do_pages_stat(&mut self, mm: usize, pages: &[u64], status: &mut [i32]) {
+        // mmap_read_lock() around each chunk of DO_PAGES_STAT_CHUNK_NR.
+        let lock = if mm == 0 { self.mmap_lock } else { None };
+        for (c, chunk) in pages.chunks(DO_PAGES_STAT_CHUNK_NR).enumerate() {
+            if let Some(l) = lock {
+                self.cx.lock_read(l);
+            }
+            let at = c * DO_PAGES_STAT_CHUNK_NR;
+            self.do_pages_stat_array(mm, chunk, &mut status[at..at + chunk.len()]);
+            if let Some(l) = lock {
+                self.cx.unlock_read(l);
+            }
+        }
+    }
+
+    /// Models `do_pages_stat_array()` for one chunk (under `mmap_lock`).
+    fn do_pages_stat_array(&mut self, mm: usize, pages: &[u64], status: &mut [i32]) {
         for (i, &addr) in pages.iter().enumerate() {
             status[i] = match self.mms[mm].vma_lookup(self.cx, addr) {
                 None => -errno::EFAULT,

@@ -732,6 +732,11 @@ pub struct PageAlloc {
     /// `node_distance(a, b)` as the firmware's SLIT gives it (10 = local),
     /// row-major; by default 10 on the diagonal and 20 elsewhere.
     distance: Vec<u32>,
+    /// Per CPU, the memory policy of the task running there
+    /// (`current->mempolicy`): `Some(node)` for `MPOL_PREFERRED`, `None`
+    /// for the default (local) policy. Set by the driver whenever a task's
+    /// operation starts on the CPU.
+    task_mempolicy: Vec<Option<NodeId>>,
 }
 
 impl PageAlloc {
@@ -796,7 +801,9 @@ impl PageAlloc {
             cpu_node,
             zonelists: Vec::new(),
             distance,
+            task_mempolicy: Vec::new(),
         };
+        pa.task_mempolicy = vec![None; pa.cpu_node.len()];
         pa.build_zonelists();
         pa.free_all_bootmem();
         pa.setup_per_zone_wmarks();
@@ -1098,12 +1105,25 @@ impl PageAlloc {
     }
 
     /// Models `alloc_pages()`: a block of `2^order` pages, from the local
-    /// node of `cx.cpu` first. The fast path uses the low watermark; the
-    /// slow path retries at the min watermark and, since the model has no
-    /// reclaim, fails after that.
+    /// node of `cx.cpu` first, or from the preferred node of the running
+    /// task's `MPOL_PREFERRED` policy (`alloc_pages_mpol()` with
+    /// `policy_node()`; see [`PageAlloc::set_task_mempolicy`]). The fast
+    /// path uses the low watermark; the slow path retries at the min
+    /// watermark and, since the model has no reclaim, fails after that.
+    ///
+    /// Deviation: the policy is the task's (`set_mempolicy()`); VMA
+    /// policies (`mbind()`), `MPOL_BIND`, `MPOL_INTERLEAVE` and the other
+    /// modes are not modelled.
     pub fn alloc_pages(&mut self, cx: &mut Cx, gfp: Gfp, order: u8) -> Result<Pfn, AllocError> {
-        let node = self.cpu_to_node(cx.cpu);
+        let node = self.task_mempolicy[cx.cpu.idx()].unwrap_or_else(|| self.cpu_to_node(cx.cpu));
         self.alloc_pages_node(cx, node, gfp, order)
+    }
+
+    /// Sets the memory policy of the task now running on `cpu`
+    /// (`current->mempolicy` as `set_mempolicy()` left it): `Some(node)` is
+    /// `MPOL_PREFERRED` for `node`, `None` the default local policy.
+    pub fn set_task_mempolicy(&mut self, cpu: crate::types::VcpuId, preferred: Option<NodeId>) {
+        self.task_mempolicy[cpu.idx()] = preferred;
     }
 
     /// Models `__alloc_pages(gfp, order, nid, NULL)` (`alloc_pages_node()`):

@@ -133,6 +133,9 @@ vm_events! {
     MIGRATE_COPY_MT = "migrate_copy_mt",
     /// Folio copies done by the DMA engine (`mmlab` name).
     MIGRATE_COPY_DMA = "migrate_copy_dma",
+    /// Nanoseconds that CPUs other than the migrating one spent running a
+    /// multi-threaded copy's work items (`mmlab` name).
+    MIGRATE_COPY_HELPER_NS = "migrate_copy_helper_ns",
 }
 
 /// One per-size THP statistic, as in

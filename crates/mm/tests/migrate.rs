@@ -507,3 +507,119 @@ fn zonelists_follow_node_distance() {
     }
     pa.check_invariants();
 }
+
+/// `move_pages()` takes the caller's `mmap_lock` for reading around each
+/// page it isolates, and the page-table lock of every table whose entries
+/// the unmap and the remap rewrite; every lock is released.
+#[test]
+fn move_pages_reads_mmap_lock_per_page_and_locks_the_tables_it_rewrites() {
+    use mm::cost::{LockClass, LockId, Seg};
+    let mut w = World::new(Preset::Linux6_18.config()).thp(false);
+    let mut mm = w.mm();
+    let a = w.populate(&mut mm, 4 * 4096);
+    let pages: Vec<u64> = (0..4).map(|i| a + i * 4096).collect();
+    let lock = LockId {
+        class: LockClass::MmapLock,
+        index: 7,
+    };
+    w.cx.begin(VcpuId(0), mm::SimTime(0));
+    let idle = vec![true; 4];
+    let mut ctx = MigrateCtx::new(
+        &mut w.pa,
+        &mut w.cx,
+        vec![&mut mm],
+        vec![vec![0]],
+        w.cfg.migrate,
+        &w.hw,
+        &idle,
+    );
+    ctx.mmap_lock = Some(lock);
+    let mut status = vec![0; 4];
+    assert_eq!(
+        ctx.move_pages(0, &pages, Some(&[1; 4]), &mut status, MPOL_MF_MOVE),
+        0
+    );
+    let segs = w.cx.segs().to_vec();
+    let count = |f: &dyn Fn(&Seg) -> bool| segs.iter().filter(|s| f(s)).count();
+    assert_eq!(count(&|s| *s == Seg::LockRead(lock)), 4);
+    assert_eq!(count(&|s| *s == Seg::UnlockRead(lock)), 4);
+    let ptl = |s: &Seg| matches!(s, Seg::Lock(l) if l.class == LockClass::Ptl);
+    // Four folios: each unmapped and remapped under its table's lock.
+    assert_eq!(count(&ptl), 8);
+    assert_eq!(
+        count(&|s| matches!(s, Seg::Unlock(l) if l.class == LockClass::Ptl)),
+        8
+    );
+    // The query takes the lock once per chunk of 16 pages.
+    w.cx.begin(VcpuId(0), mm::SimTime(0));
+    let mut ctx = MigrateCtx::new(
+        &mut w.pa,
+        &mut w.cx,
+        vec![&mut mm],
+        vec![vec![0]],
+        w.cfg.migrate,
+        &w.hw,
+        &idle,
+    );
+    ctx.mmap_lock = Some(lock);
+    let many: Vec<u64> = (0..20).map(|i| a + (i % 4) * 4096).collect();
+    let mut status = vec![0; 20];
+    assert_eq!(ctx.move_pages(0, &many, None, &mut status, 0), 0);
+    assert!(status.iter().all(|&s| s == 1));
+    assert_eq!(
+        w.cx.segs()
+            .iter()
+            .filter(|s| **s == Seg::LockRead(lock))
+            .count(),
+        2
+    );
+    w.teardown(vec![mm]);
+}
+
+/// The seed's `copy_page_mt()` runs on the destination node's first CPUs:
+/// their work is recorded for the engine to play there (and counted in
+/// `migrate_copy_helper_ns`); the single-threaded copy makes no other CPU
+/// busy.
+#[test]
+fn mt_copies_make_the_destination_nodes_cpus_busy() {
+    for (engine, helpers) in [(CopyEngine::Single, vec![]), (CopyEngine::Mt, vec![2, 3])] {
+        let mut cfg = Preset::Linux6_18.config();
+        cfg.migrate.copy_engine = engine;
+        let mut w = World::new(cfg).thp(true);
+        let mut mm = w.mm();
+        let a = w.populate(&mut mm, 2 * MIB);
+        w.cx.begin(VcpuId(0), mm::SimTime(0));
+        let (r, _) = w.move_pages(vec![&mut mm], &[a], 1, MPOL_MF_MOVE);
+        assert_eq!(r, 0);
+        let work = w.cx.take_helper_work();
+        assert_eq!(
+            work.iter().map(|(c, _)| c.0).collect::<Vec<_>>(),
+            helpers,
+            "{engine:?}"
+        );
+        let busy: u64 = work.iter().map(|w| w.1).sum();
+        assert_eq!(w.ev(VmEvent::MIGRATE_COPY_HELPER_NS), busy);
+        assert_eq!(busy > 0, engine == CopyEngine::Mt);
+        w.teardown(vec![mm]);
+    }
+}
+
+/// A task's `MPOL_PREFERRED` policy makes `alloc_pages()` start from the
+/// preferred node's zonelist; the default policy allocates locally.
+#[test]
+fn a_preferred_mempolicy_allocates_on_its_node() {
+    let mut w = World::new(Preset::Linux6_18.config());
+    let local =
+        w.pa.alloc_pages(&mut w.cx, Gfp::HIGHUSER_MOVABLE, 0)
+            .unwrap();
+    assert_eq!(w.pa.pfn_to_nid(local.0 as u32), NodeId(0));
+    w.pa.set_task_mempolicy(VcpuId(0), Some(NodeId(1)));
+    let far =
+        w.pa.alloc_pages(&mut w.cx, Gfp::HIGHUSER_MOVABLE, 9)
+            .unwrap();
+    assert_eq!(w.pa.pfn_to_nid(far.0 as u32), NodeId(1));
+    w.pa.set_task_mempolicy(VcpuId(0), None);
+    w.pa.free_pages(&mut w.cx, local, 0);
+    w.pa.free_pages(&mut w.cx, far, 9);
+    w.teardown(vec![]);
+}

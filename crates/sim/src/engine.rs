@@ -123,6 +123,8 @@ struct Task {
     touch_end: u64,
     /// A `Touch` is the task's current operation.
     in_touch: bool,
+    /// `set_mempolicy(MPOL_PREFERRED)`'s node; `None`: the default policy.
+    mempolicy: Option<mm::NodeId>,
 }
 
 #[derive(Default)]
@@ -138,6 +140,10 @@ struct Vcpu {
     lock_wait_since: u64,
     /// The per-CPU vmstat work is due and runs before the next operation.
     kwork_pending: bool,
+    /// Nanoseconds of work items other CPUs' migrations queued here (a
+    /// multi-threaded copy's share), run by a kworker before the next
+    /// operation.
+    helper_ns: u64,
     /// The segments being played are a task's (not the vmstat work, and not
     /// nothing at all on an idle vCPU).
     playing_task: bool,
@@ -258,6 +264,9 @@ pub struct PcpSample {
 
 /// Marks an event as the firing of a vCPU's vmstat timer.
 const TIMER: u32 = 1 << 31;
+/// Marks an event as the end of a task's `Sleep` (the low bits are the
+/// task, not a vCPU).
+const WAKE: u32 = 1 << 30;
 /// `sysctl_stat_interval`: the vmstat work runs once a second (HZ).
 pub const VMSTAT_INTERVAL_NS: u64 = 1_000_000_000;
 
@@ -468,6 +477,7 @@ impl Engine {
             touch_start: None,
             touch_end: 0,
             in_touch: false,
+            mempolicy: None,
         });
         self.vcpus[spec.cpu.idx()].runq.push_back(id);
     }
@@ -546,6 +556,13 @@ impl Engine {
         while let Some(Reverse((t, _, v))) = self.queue.pop() {
             if v & TIMER != 0 {
                 self.vmstat_timer(v & !TIMER, t);
+            } else if v & WAKE != 0 {
+                let tid = (v & !WAKE) as usize;
+                // A task whose process died while it slept is done already.
+                if self.tasks[tid].state == TaskState::Blocked {
+                    self.tasks[tid].result = Some(OpResult::Done);
+                    self.wake(tid, t);
+                }
             } else {
                 self.step(v, t);
             }
@@ -885,6 +902,16 @@ impl Engine {
             self.vcpus[vi].segs.extend_from_slice(self.cx.segs());
             return true;
         }
+        if self.vcpus[vi].helper_ns > 0 {
+            // A kworker runs the copy work items queued here before the
+            // task goes on (no preemption in the model: at its next
+            // operation).
+            let ns = std::mem::take(&mut self.vcpus[vi].helper_ns);
+            self.vcpus[vi].segs.clear();
+            self.vcpus[vi].pos = 0;
+            self.vcpus[vi].segs.push(Seg::Compute(ns));
+            return true;
+        }
         loop {
             let tid = match self.vcpus[vi].current {
                 Some(tid) => tid,
@@ -899,6 +926,8 @@ impl Engine {
             self.vcpus[vi].segs.clear();
             self.vcpus[vi].pos = 0;
             self.vcpus[vi].playing_task = true;
+            self.pa
+                .set_task_mempolicy(VcpuId(v), self.tasks[tid].mempolicy);
             let pid = self.tasks[tid].pid;
             if self.procs[pid].dying {
                 // A sibling called exit_group(): this thread ends here.
@@ -1139,6 +1168,36 @@ impl Engine {
                     self.stats.move_pages_ns += self.cx.compute_ns();
                     self.vcpus[vi].segs.extend_from_slice(self.cx.segs());
                     self.tasks[tid].result = Some(OpResult::MovedPages { ret, status });
+                    for (cpu, ns) in self.cx.take_helper_work() {
+                        let ci = cpu.idx();
+                        self.vcpus[ci].helper_ns += ns;
+                        if !self.vcpus[ci].active && self.vcpus[ci].current.is_none() {
+                            let at = t.max(self.vcpus[ci].time);
+                            self.schedule(cpu.0, at);
+                        }
+                    }
+                }
+                Op::SetMempolicy { preferred } => {
+                    let r = match preferred {
+                        Some(n) if n as usize >= self.pa.nr_nodes() => Err(Errno::Inval),
+                        p => {
+                            let p = p.map(mm::NodeId);
+                            self.tasks[tid].mempolicy = p;
+                            self.pa.set_task_mempolicy(VcpuId(v), p);
+                            Ok(())
+                        }
+                    };
+                    self.vcpus[vi]
+                        .segs
+                        .push(Seg::Compute(self.costs.get(Cost::SyscallEntry)));
+                    self.tasks[tid].result = Some(OpResult::Sys(r));
+                }
+                Op::Sleep { ns } => {
+                    self.seq += 1;
+                    let at = t + ns;
+                    self.queue.push(Reverse((at, self.seq, tid as u32 | WAKE)));
+                    self.block(tid, v);
+                    continue;
                 }
                 Op::Wait => {
                     if self.procs[pid].live_children > 0 {
@@ -1203,6 +1262,7 @@ impl Engine {
             &self.numa_hw,
             &idle,
         );
+        ctx.mmap_lock = Some(mmap_lock(pid));
         let mut status = vec![i32::MIN; pages.len()];
         let ret = ctx.move_pages(0, pages, nodes, &mut status, flags);
         (ret, status)
@@ -1358,6 +1418,8 @@ impl Engine {
             None => VcpuId((self.tasks[tid].cpu.0 + 1 + nth % nr_cpus) % nr_cpus),
         };
         let ctid = self.tasks.len();
+        // The child inherits the task's memory policy (mpol_dup()).
+        let mempolicy = self.tasks[tid].mempolicy;
         self.live_tasks += 1;
         self.tasks.push(Task {
             program,
@@ -1373,6 +1435,7 @@ impl Engine {
             touch_start: None,
             touch_end: 0,
             in_touch: false,
+            mempolicy,
         });
         // The child runs once the parent's fork() has done its work.
         let at = t + self.cx.compute_ns();

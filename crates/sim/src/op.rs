@@ -196,6 +196,20 @@ pub enum Op {
         /// `MPOL_MF_MOVE`, `MPOL_MF_MOVE_ALL`, the seed's `MPOL_MF_MOVE_MT`.
         flags: i32,
     },
+    /// `set_mempolicy(MPOL_PREFERRED, {node})` for this task (`None`:
+    /// `MPOL_DEFAULT`): its later allocations start from `node`'s zonelist
+    /// ([`mm::page_alloc::PageAlloc::set_task_mempolicy`]). Answers
+    /// [`OpResult::Sys`]: `EINVAL` for a node the machine does not have.
+    SetMempolicy {
+        /// The preferred node, or `None` for the default policy.
+        preferred: Option<u16>,
+    },
+    /// `nanosleep()`: the task blocks for `ns` and its vCPU is free for
+    /// others (or idle) meanwhile. Answers [`OpResult::Done`].
+    Sleep {
+        /// How long.
+        ns: u64,
+    },
 }
 
 /// The program of a forked child, wrapped so that [`Op`] can be printed.

@@ -352,3 +352,41 @@ fn mprotect_and_mremap_ops() {
     assert!(base.get() != 0);
     check_all_back(&mut eng, boot);
 }
+
+/// `nanosleep()` frees the vCPU: a task sleeping on CPU 0 lets the other
+/// task there run, and wakes after its time; `set_mempolicy()` refuses a
+/// node the machine does not have and accepts the default policy.
+#[test]
+fn sleep_blocks_the_task_and_set_mempolicy_checks_its_node() {
+    let (mut eng, boot) = engine(1, mm_config(Preset::Linux6_18, "never"));
+    eng.spawn(TaskSpec::new(
+        Box::new(script(|step, last| match step {
+            1 => Some(Op::SetMempolicy { preferred: Some(1) }),
+            2 => {
+                assert!(matches!(last, OpResult::Sys(Err(mm::vma::Errno::Inval))));
+                Some(Op::SetMempolicy { preferred: None })
+            }
+            3 => {
+                assert_eq!(last, OpResult::Sys(Ok(())));
+                Some(Op::Sleep { ns: 1_000_000 })
+            }
+            4 => {
+                assert_eq!(last, OpResult::Done);
+                None
+            }
+            _ => unreachable!(),
+        })),
+        VcpuId(0),
+    ));
+    eng.spawn(TaskSpec::new(
+        Box::new(script(|step, _| {
+            (step == 1).then_some(Op::Compute { ns: 1000 })
+        })),
+        VcpuId(0),
+    ));
+    let s = eng.run();
+    // The sleeper ends after 1 ms; the other task's 1 us ran meanwhile.
+    assert!(s.runtime_ns >= 1_000_000 && s.runtime_ns < 1_100_000);
+    assert_eq!(s.user_ns, 1000);
+    check_all_back(&mut eng, boot);
+}

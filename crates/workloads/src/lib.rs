@@ -18,6 +18,7 @@ pub mod small_vmas;
 pub mod speedometer;
 pub mod stream;
 pub mod thp_migration_bench;
+pub mod tiering_promote;
 
 pub use params::{ParamError, ParamValue, Params};
 
@@ -49,6 +50,7 @@ pub const WORKLOADS: &[WorkloadDef] = &[
     speedometer::DEF,
     stream::DEF,
     thp_migration_bench::DEF,
+    tiering_promote::DEF,
 ];
 
 /// The benchmark runs workload `name` makes with `params`, for a
