@@ -76,6 +76,12 @@ pub struct WorkloadFile {
     pub kind: String,
     #[serde(default)]
     pub params: BTreeMap<String, toml::Value>,
+    /// The kernels this workload runs on (by name); all of them if absent.
+    #[serde(default)]
+    pub kernels: Option<Vec<String>>,
+    /// The baseline of this workload's table, instead of `report.baseline`.
+    #[serde(default)]
+    pub baseline: Option<String>,
 }
 
 /// How values are shown.
@@ -191,6 +197,42 @@ pub struct Workload {
     pub name: String,
     pub kind: String,
     pub params: workloads::Params,
+    /// The names of the kernels it runs on, in the experiment's kernel
+    /// order; `None`: all of them.
+    pub kernels: Option<Vec<String>>,
+    /// Its table's baseline kernel, if not `report.baseline`.
+    pub baseline: Option<String>,
+}
+
+impl Workload {
+    /// True if this workload runs on kernel `name`.
+    pub fn runs_on(&self, name: &str) -> bool {
+        self.kernels
+            .as_ref()
+            .is_none_or(|ks| ks.iter().any(|k| k == name))
+    }
+}
+
+impl Experiment {
+    /// The (kernel, workload) pairs to run: each workload on its kernels,
+    /// workloads in file order, kernels in the experiment's order.
+    pub fn pairs(&self) -> Vec<(&Kernel, &Workload)> {
+        self.workloads
+            .iter()
+            .flat_map(|w| {
+                self.kernels
+                    .iter()
+                    .filter(|k| w.runs_on(&k.name))
+                    .map(move |k| (k, w))
+            })
+            .collect()
+    }
+
+    /// The baseline kernel of workload `w`'s table: its own, else
+    /// `report.baseline`.
+    pub fn baseline_of<'a>(&'a self, w: &'a Workload) -> Option<&'a String> {
+        w.baseline.as_ref().or(self.report.baseline.as_ref())
+    }
 }
 
 /// A validated experiment, ready to run.
@@ -528,11 +570,47 @@ impl Experiment {
             // Build once now so that bad parameters fail before anything runs.
             workloads::build(&w.kind, &params, &machine)
                 .map_err(|e| anyhow!("{origin}: workload \"{}\": {e}", w.name))?;
-            wls.push(Workload {
+            if wls.iter().any(|x: &Workload| x.name == w.name) {
+                bail!("{origin}: two workloads are named \"{}\"", w.name);
+            }
+            let names: Vec<&str> = kernels.iter().map(|k| k.name.as_str()).collect();
+            if let Some(ks) = &w.kernels {
+                if ks.is_empty() {
+                    bail!("{origin}: workload \"{}\": kernels = []: expected at least one kernel name (or no kernels key: all kernels)", w.name);
+                }
+                for k in ks {
+                    if !names.contains(&k.as_str()) {
+                        bail!(
+                            "{origin}: workload \"{}\": kernels: \"{k}\" names no kernel of this experiment; expected one of {}",
+                            w.name,
+                            names.join(", ")
+                        );
+                    }
+                }
+            }
+            let wl = Workload {
                 name: w.name.clone(),
                 kind: w.kind.clone(),
                 params,
-            });
+                kernels: w.kernels.clone(),
+                baseline: w.baseline.clone(),
+            };
+            if let Some(b) = &w.baseline {
+                if !wl.runs_on(b) {
+                    bail!(
+                        "{origin}: workload \"{}\": baseline = \"{b}\" is not one of the kernels it runs on",
+                        w.name
+                    );
+                }
+            } else if let Some(b) = &f.report.baseline {
+                if names.contains(&b.as_str()) && !wl.runs_on(b) {
+                    bail!(
+                        "{origin}: workload \"{}\" does not run on report.baseline \"{b}\"; give it its own baseline (one of its kernels)",
+                        w.name
+                    );
+                }
+            }
+            wls.push(wl);
         }
         if let Some(b) = &f.report.baseline {
             if !kernels.iter().any(|k| &k.name == b) {

@@ -117,6 +117,8 @@ pub fn replay_experiment(
         name: format!("replay {}", trace.display()),
         kind: "replay".to_string(),
         params: workloads::Params::default(),
+        kernels: None,
+        baseline: None,
     };
     let report = ReportFile {
         metrics: REPLAY_METRICS.iter().map(|s| s.to_string()).collect(),

@@ -457,19 +457,16 @@ fn cell(v: MetricValue, base: Option<MetricValue>, mode: Mode) -> String {
 /// The tables of an experiment, one per workload, in `format`.
 pub fn tables(exp: &Experiment, seed: u64, results: &[RunResult], format: Format) -> String {
     let metrics = &exp.report.metrics;
-    let mode = if exp.report.baseline.is_some() {
-        exp.report.mode
-    } else {
-        Mode::Absolute
-    };
     let mut out = String::new();
     for w in &exp.workloads {
+        let baseline = exp.baseline_of(w);
+        let mode = if baseline.is_some() {
+            exp.report.mode
+        } else {
+            Mode::Absolute
+        };
         let rows: Vec<&RunResult> = results.iter().filter(|r| r.workload == w.name).collect();
-        let base = exp
-            .report
-            .baseline
-            .as_ref()
-            .and_then(|b| rows.iter().find(|r| &r.kernel == b).copied());
+        let base = baseline.and_then(|b| rows.iter().find(|r| &r.kernel == b).copied());
         let header: Vec<String> = std::iter::once("kernel".to_string())
             .chain(metrics.iter().cloned())
             .collect();
@@ -499,7 +496,7 @@ pub fn tables(exp: &Experiment, seed: u64, results: &[RunResult], format: Format
             },
             exp.profile.name,
             seed,
-            match (mode, &exp.report.baseline) {
+            match (mode, baseline) {
                 (Mode::Relative, Some(b)) =>
                     format!("; counts relative to {b} = 100.0, percentages absolute"),
                 (Mode::Change, Some(b)) =>

@@ -60,11 +60,7 @@ pub fn run_one(exp: &Experiment, k: &Kernel, w: &Workload, seed: u64) -> Result<
 /// Runs every (kernel, workload) pair; results come back in the
 /// experiment's order whatever the order they finish in.
 pub fn run_experiment(exp: &Experiment, opts: RunOpts) -> Result<Vec<RunResult>> {
-    let pairs: Vec<(&Kernel, &Workload)> = exp
-        .workloads
-        .iter()
-        .flat_map(|w| exp.kernels.iter().map(move |k| (k, w)))
-        .collect();
+    let pairs: Vec<(&Kernel, &Workload)> = exp.pairs();
     let n = pairs.len();
     let jobs = opts.jobs.max(1).min(n);
     let start = Instant::now();

@@ -444,3 +444,68 @@ fn cache_model_needs_a_profile_cache_section_and_an_llc_size() {
     let o = run_text("cache-ok.toml", &ok);
     assert!(o.status.success(), "{}", stderr(&o));
 }
+
+/// `kernels` on a workload runs it on those kernels only (its table has
+/// their rows), `baseline` on a workload is its table's baseline, and bad
+/// names in either are errors that say what was expected.
+#[test]
+fn a_workload_runs_on_its_kernels_against_its_own_baseline() {
+    let two = small().replace(
+        "[report]",
+        "[[kernel]]\nname = \"other\"\npreset = \"linux-6.18\"\n\n\
+         [[workload]]\nname = \"churn-618\"\ntype = \"page-churn\"\n\
+         kernels = [\"other\", \"big-high\"]\nbaseline = \"other\"\n\
+         params = { iterations = 5, burst = 100, think_ns = 1000 }\n\n[report]",
+    );
+    let two = two.replace(
+        "type = \"page-churn\"\nparams = { iterations = 20",
+        "type = \"page-churn\"\nkernels = [\"base\", \"big-high\"]\nparams = { iterations = 20",
+    );
+    let o = run_text("kernels.toml", &two);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let out = stdout(&o);
+    let tables: Vec<&str> = out.split("small-churn / ").skip(1).collect();
+    assert_eq!(tables.len(), 2, "{out}");
+    let rows = |t: &str| -> Vec<String> {
+        t.lines()
+            .skip_while(|l| !l.starts_with("---"))
+            .skip(1)
+            .take_while(|l| !l.is_empty())
+            .map(|l| l.split_whitespace().next().unwrap_or("").to_string())
+            .collect()
+    };
+    assert_eq!(rows(tables[0]), ["base", "big-high"], "{out}");
+    assert!(tables[0].contains("relative to base = 100.0"), "{out}");
+    // The experiment's kernel order, whatever the list's.
+    assert_eq!(rows(tables[1]), ["big-high", "other"], "{out}");
+    assert!(tables[1].contains("relative to other = 100.0"), "{out}");
+    let e = stderr(&run_text(
+        "kernels-bad.toml",
+        &two.replace("[\"other\", \"big-high\"]", "[\"othre\"]"),
+    ));
+    assert!(
+        e.contains(
+            "workload \"churn-618\": kernels: \"othre\" names no kernel of this experiment; \
+             expected one of base, big-high, other"
+        ),
+        "{e}"
+    );
+    let e = stderr(&run_text(
+        "kernels-base.toml",
+        &two.replace("baseline = \"other\"\n", ""),
+    ));
+    assert!(
+        e.contains("workload \"churn-618\" does not run on report.baseline \"base\""),
+        "{e}"
+    );
+    let e = stderr(&run_text(
+        "kernels-own-base.toml",
+        &two.replace("baseline = \"other\"", "baseline = \"base\""),
+    ));
+    assert!(
+        e.contains(
+            "workload \"churn-618\": baseline = \"base\" is not one of the kernels it runs on"
+        ),
+        "{e}"
+    );
+}

@@ -24,8 +24,10 @@
 //! recency order, 0 for the most recently used up to `ways - 1`. A hit on a
 //! line of age `a` ages every younger line by one and makes the line 0; a
 //! miss replaces the line of age `ways - 1`. That is exact LRU, kept in one
-//! byte per way and updated by branch-free byte operations over the set, so
-//! a 45 MiB, 20-way LLC's state is 2.9 MiB of tags and 1.2 MiB of ages.
+//! byte per way, packed eight to a 64-bit word and updated a word at a time
+//! (see `SetAssoc`'s layout), so a 45 MiB, 20-way LLC's state is 2.9 MiB of
+//! tags and 1.7 MiB of ages and one-byte tag fingerprints (plus 5.9 MiB of
+//! sharer masks when the L2s are inclusive).
 //! Empty ways hold [`INVALID_TAG`] and are always older than every valid
 //! way, so they fill first. The state is plain integers: no floating point,
 //! nothing random, so a run is reproducible byte for byte.
@@ -372,15 +374,40 @@ impl Pos {
     }
 }
 
-/// Age arrays are padded to a multiple of this many bytes, so that the
-/// update of a set's ages is a few fixed-size vector operations.
-const AGE_CHUNK: usize = 16;
+/// Ways per 64-bit word of a set's packed bytes (ages, tag fingerprints).
+const WAYS_PER_WORD: usize = 8;
 
-/// Tag arrays are padded to a multiple of this many tags, for the same reason.
-const TAG_CHUNK: usize = 8;
+/// The low bit of every byte of a word.
+const LO: u64 = 0x0101_0101_0101_0101;
 
-/// The age of a padding way: never below a real age, never the oldest.
-const PAD_AGE: u8 = u8::MAX;
+/// The high bit of every byte of a word.
+const HI: u64 = 0x8080_8080_8080_8080;
+
+/// The age of a padding byte (the last word's bytes past `ways`): above
+/// every real age (at most `MAX_WAYS - 1`), so never the oldest and never
+/// aged, and below 0x80, which the byte-wise arithmetic needs.
+const PAD_AGE: u8 = 0x7f;
+
+/// `b` in every byte of a word.
+#[inline(always)]
+fn splat(b: u8) -> u64 {
+    b as u64 * LO
+}
+
+/// The high bit of each byte of `x` that is zero, and maybe of bytes above
+/// one that is (a borrow); the lowest set bit is always exact, and a word
+/// with no zero byte gives 0.
+#[inline(always)]
+fn zero_bytes(x: u64) -> u64 {
+    x.wrapping_sub(LO) & !x & HI
+}
+
+/// The high bit of each byte of `a` below `age`, for bytes and `age`
+/// all below 0x80 (no byte borrows from its neighbour).
+#[inline(always)]
+fn bytes_below(a: u64, age: u8) -> u64 {
+    !((a | HI) - splat(age)) & HI
+}
 
 /// One set-associative cache with true-LRU sets kept as age ranks.
 ///
@@ -389,8 +416,22 @@ const PAD_AGE: u8 = u8::MAX;
 /// a permutation of `0..ways`, and every empty way is older than every valid
 /// one, so a miss fills an empty way while there is one and otherwise evicts
 /// the least recently used line: exact LRU. A hit on a line of age `a` makes
-/// every younger line one older and the line 0, which is a branch-free byte
-/// operation over the set.
+/// every younger line one older and the line 0.
+///
+/// # Layout
+///
+/// A set's ages are bytes packed eight to a `u64` word, and so is a one-byte
+/// fingerprint of each way's tag (its low byte); the two arrays of a set sit
+/// side by side in one block of `meta` (fingerprints, then ages: 48 bytes
+/// for a 20-way set), so that a lookup and the update that follows touch one
+/// or two host cache lines. The ages are updated a word at a time with
+/// byte-wise arithmetic (SWAR): ageing the lines younger than `a` is a
+/// subtract, a mask and an add per word, and the oldest way is found by a
+/// zero-byte test. A lookup compares the fingerprints a word at a time and
+/// checks the full tag (in `tags`) only of the ways whose fingerprint
+/// matches, usually none or one. This is the same LRU as an array of ages
+/// searched way by way, several times faster; the differential test against
+/// a naive model checks every access's outcome and every set's order.
 #[derive(Clone, Debug)]
 struct SetAssoc {
     nr_sets: u32,
@@ -398,15 +439,14 @@ struct SetAssoc {
     /// set and tag of a line are a mask and a shift rather than divisions.
     sets_shift: Option<u32>,
     ways: usize,
-    /// `ways` rounded up to a multiple of `TAG_CHUNK`.
-    tag_stride: usize,
-    /// `nr_sets * tag_stride` tags; empty and padding ways hold
-    /// `INVALID_TAG`, which no lookup searches for.
+    /// Words per set of fingerprints, and of ages: `ways / 8` rounded up.
+    words: usize,
+    /// `nr_sets * ways` tags; empty ways hold `INVALID_TAG`, which no
+    /// lookup searches for.
     tags: Vec<u32>,
-    /// `ways` rounded up to a multiple of `AGE_CHUNK`.
-    age_stride: usize,
-    /// `nr_sets * age_stride` ages; padding ways hold `PAD_AGE`.
-    ages: Vec<u8>,
+    /// `nr_sets * 2 * words` words: each set's fingerprints then its ages
+    /// (padding bytes `PAD_AGE`).
+    meta: Vec<u64>,
     /// Parallel to `tags`: the CPUs (bit = CPU index within the socket)
     /// whose L2 may hold the line. Empty when sharers are not tracked.
     sharers: Vec<u64>,
@@ -415,23 +455,20 @@ struct SetAssoc {
 impl SetAssoc {
     fn new(nr_sets: u32, ways: u32, track_sharers: bool) -> SetAssoc {
         let ways = ways as usize;
-        let age_stride = ways.div_ceil(AGE_CHUNK) * AGE_CHUNK;
-        let mut ages = vec![PAD_AGE; nr_sets as usize * age_stride];
-        for set in ages.chunks_exact_mut(age_stride) {
-            for (w, age) in set[..ways].iter_mut().enumerate() {
-                *age = w as u8;
-            }
+        let words = ways.div_ceil(WAYS_PER_WORD);
+        let mut block = vec![0u64; 2 * words];
+        for w in 0..words * WAYS_PER_WORD {
+            let age = if w < ways { w as u8 } else { PAD_AGE };
+            block[words + w / WAYS_PER_WORD] |= (age as u64) << (8 * (w % WAYS_PER_WORD));
         }
         let n = nr_sets as usize * ways;
-        let tag_stride = ways.div_ceil(TAG_CHUNK) * TAG_CHUNK;
         SetAssoc {
             nr_sets,
             sets_shift: nr_sets.is_power_of_two().then(|| nr_sets.trailing_zeros()),
             ways,
-            tag_stride,
-            tags: vec![INVALID_TAG; nr_sets as usize * tag_stride],
-            age_stride,
-            ages,
+            words,
+            tags: vec![INVALID_TAG; n],
+            meta: block.repeat(nr_sets as usize),
             sharers: if track_sharers {
                 vec![0; n]
             } else {
@@ -460,61 +497,73 @@ impl SetAssoc {
         p.tag as u64 * self.nr_sets as u64 + p.set as u64
     }
 
-    /// The way holding `tag` in `set`, if any. The compare runs over fixed
-    /// chunks of `TAG_CHUNK` tags into a bit mask, branch-free (vector
-    /// compares), since a miss must look at every way anyway.
+    /// The age of `way` in `set`.
+    fn age(&self, set: u32, way: usize) -> u8 {
+        let w = self.meta[set as usize * 2 * self.words + self.words + way / WAYS_PER_WORD];
+        (w >> (8 * (way % WAYS_PER_WORD))) as u8
+    }
+
+    /// The way holding `tag` in `set`, if any: the fingerprints a word at a
+    /// time, then the full tag of each way whose fingerprint matches
+    /// (usually none on a miss, the one on a hit). Padding bytes never
+    /// match a real way.
     #[inline(always)]
     fn find(&self, set: u32, tag: u32) -> Option<usize> {
         debug_assert_ne!(tag, INVALID_TAG);
-        let base = set as usize * self.tag_stride;
-        let tags = &self.tags[base..base + self.tag_stride];
-        let mut at: u64 = 0;
-        for (c, chunk) in tags.chunks_exact(TAG_CHUNK).enumerate() {
-            let mut m: u8 = 0;
-            for (i, &t) in chunk.iter().enumerate() {
-                m |= ((t == tag) as u8) << i;
+        let base = set as usize * 2 * self.words;
+        let fps = &self.meta[base..base + self.words];
+        let tags = &self.tags[set as usize * self.ways..][..self.ways];
+        let f = splat(tag as u8);
+        for (k, &word) in fps.iter().enumerate() {
+            let mut z = zero_bytes(word ^ f);
+            while z != 0 {
+                let way = k * WAYS_PER_WORD + z.trailing_zeros() as usize / 8;
+                if way < self.ways && tags[way] == tag {
+                    return Some(way);
+                }
+                z &= z - 1;
             }
-            at |= (m as u64) << (c * TAG_CHUNK);
         }
-        (at != 0).then(|| at.trailing_zeros() as usize)
+        None
     }
 
     /// Makes `way` of `set` the most recently used: every line younger than
     /// it ages by one.
     #[inline(always)]
     fn make_mru(&mut self, set: u32, way: usize) {
-        let base = set as usize * self.age_stride;
-        let ages = &mut self.ages[base..base + self.age_stride];
-        let age = ages[way];
-        for chunk in ages.chunks_exact_mut(AGE_CHUNK) {
-            for a in chunk {
-                *a += (*a < age) as u8;
-            }
+        let age = self.age(set, way);
+        let base = set as usize * 2 * self.words + self.words;
+        let ages = &mut self.meta[base..base + self.words];
+        for a in ages.iter_mut() {
+            *a += bytes_below(*a, age) >> 7;
         }
-        ages[way] = 0;
+        ages[way / WAYS_PER_WORD] &= !(0xff << (8 * (way % WAYS_PER_WORD)));
     }
 
-    /// The least recently used way of `set` (an empty one while any is).
-    /// The compare runs over fixed 16-byte chunks into a bit mask, which
-    /// compiles to a vector compare and a move-mask per chunk.
+    /// Evicts the least recently used way of `set` (an empty one while any
+    /// is) and makes it the most recently used, in one pass over the ages:
+    /// the oldest way is the one of age `ways - 1`; every other way ages by
+    /// one and it becomes 0. Returns the way.
     #[inline(always)]
-    fn lru_way(&self, set: u32) -> usize {
-        let base = set as usize * self.age_stride;
+    fn evict_lru(&mut self, set: u32) -> usize {
         let oldest = (self.ways - 1) as u8;
-        let ages = &self.ages[base..base + self.age_stride];
-        let mut at: u64 = 0;
-        for (c, chunk) in ages.chunks_exact(AGE_CHUNK).enumerate() {
-            let mut m: u16 = 0;
-            for (i, &a) in chunk.iter().enumerate() {
-                m |= ((a == oldest) as u16) << i;
+        let base = set as usize * 2 * self.words + self.words;
+        let ages = &mut self.meta[base..base + self.words];
+        let mut victim = usize::MAX;
+        for (k, a) in ages.iter_mut().enumerate() {
+            // Exactly one way has age `oldest`: the lowest flagged byte of
+            // the first word that has one.
+            let z = zero_bytes(*a ^ splat(oldest));
+            let inc = bytes_below(*a, oldest) >> 7;
+            if z != 0 && victim == usize::MAX {
+                let byte = z.trailing_zeros() as usize / 8;
+                victim = k * WAYS_PER_WORD + byte;
+                *a &= !(0xff << (8 * byte));
             }
-            at |= (m as u64) << (c * AGE_CHUNK);
+            *a += inc;
         }
-        assert!(
-            at != 0,
-            "set {set} has no way of age {oldest}: ages {ages:?}"
-        );
-        at.trailing_zeros() as usize
+        assert!(victim != usize::MAX, "set {set} had no way of age {oldest}");
+        victim
     }
 
     /// Looks the line up; on a hit makes it the most recently used and adds
@@ -536,12 +585,11 @@ impl SetAssoc {
     /// the way was empty) and sharer mask.
     #[inline(always)]
     fn fill(&mut self, p: Pos, sharer: u64) -> (u32, u64) {
-        let way = self.lru_way(p.set);
-        self.make_mru(p.set, way);
-        let victim = std::mem::replace(
-            &mut self.tags[p.set as usize * self.tag_stride + way],
-            p.tag,
-        );
+        let way = self.evict_lru(p.set);
+        let fp = &mut self.meta[p.set as usize * 2 * self.words + way / WAYS_PER_WORD];
+        let shift = 8 * (way % WAYS_PER_WORD);
+        *fp = (*fp & !(0xff << shift)) | ((p.tag as u8 as u64) << shift);
+        let victim = std::mem::replace(&mut self.tags[p.set as usize * self.ways + way], p.tag);
         let mut victim_sharers = 0;
         if !self.sharers.is_empty() {
             let i = p.set as usize * self.ways + way;
@@ -551,24 +599,52 @@ impl SetAssoc {
     }
 
     /// Drops the line if present: its way becomes empty and the oldest.
+    #[inline(always)]
     fn remove(&mut self, p: Pos) -> bool {
         let Some(way) = self.find(p.set, p.tag) else {
             return false;
         };
-        self.tags[p.set as usize * self.tag_stride + way] = INVALID_TAG;
+        self.remove_way(p, way);
+        true
+    }
+
+    /// Empties `way` of `set`, which holds `p`: it becomes the oldest.
+    #[cold]
+    fn remove_way(&mut self, p: Pos, way: usize) {
+        self.tags[p.set as usize * self.ways + way] = INVALID_TAG;
         if !self.sharers.is_empty() {
             self.sharers[p.set as usize * self.ways + way] = 0;
         }
-        let base = p.set as usize * self.age_stride;
-        let ages = &mut self.ages[base..base + self.ways];
-        let age = ages[way];
-        for a in ages.iter_mut() {
+        let age = self.age(p.set, way);
+        let mut ages = self.ages_of(p.set);
+        for a in &mut ages[..self.ways] {
             if *a > age {
                 *a -= 1;
             }
         }
         ages[way] = (self.ways - 1) as u8;
-        true
+        self.set_ages(p.set, &ages);
+    }
+
+    /// The ages of `set`, one byte per way, padding included.
+    fn ages_of(&self, set: u32) -> [u8; MAX_WAYS as usize] {
+        let mut out = [0u8; MAX_WAYS as usize];
+        let base = set as usize * 2 * self.words + self.words;
+        for (k, w) in self.meta[base..base + self.words].iter().enumerate() {
+            out[k * WAYS_PER_WORD..][..WAYS_PER_WORD].copy_from_slice(&w.to_le_bytes());
+        }
+        out
+    }
+
+    /// Writes back ages read by [`SetAssoc::ages_of`].
+    fn set_ages(&mut self, set: u32, ages: &[u8; MAX_WAYS as usize]) {
+        let base = set as usize * 2 * self.words + self.words;
+        for (k, w) in self.meta[base..base + self.words].iter_mut().enumerate() {
+            let bytes: [u8; WAYS_PER_WORD] = ages[k * WAYS_PER_WORD..][..WAYS_PER_WORD]
+                .try_into()
+                .expect("a word of ages");
+            *w = u64::from_le_bytes(bytes);
+        }
     }
 
     fn flush(&mut self) {
@@ -577,8 +653,8 @@ impl SetAssoc {
 
     /// The lines of a set, most recently used first.
     fn set_lines(&self, set: u32) -> Vec<u64> {
-        let tags = &self.tags[set as usize * self.tag_stride..][..self.ways];
-        let ages = &self.ages[set as usize * self.age_stride..][..self.ways];
+        let tags = &self.tags[set as usize * self.ways..][..self.ways];
+        let ages = self.ages_of(set);
         let mut ways: Vec<usize> = (0..self.ways).filter(|&w| tags[w] != INVALID_TAG).collect();
         ways.sort_unstable_by_key(|&w| ages[w]);
         ways.into_iter()
@@ -598,19 +674,23 @@ impl SetAssoc {
 
     fn check_invariants(&self, what: &str) {
         for set in 0..self.nr_sets {
-            let tags = &self.tags[set as usize * self.tag_stride..][..self.ways];
-            let ages = &self.ages[set as usize * self.age_stride..][..self.age_stride];
+            let tags = &self.tags[set as usize * self.ways..][..self.ways];
+            let all_ages = self.ages_of(set);
             assert!(
-                ages[self.ways..].iter().all(|&a| a == PAD_AGE),
+                all_ages[self.ways..self.words * WAYS_PER_WORD]
+                    .iter()
+                    .all(|&a| a == PAD_AGE),
                 "{what}: set {set} padding ages were written"
             );
-            let base = set as usize * self.tag_stride;
-            assert!(
-                self.tags[base + self.ways..base + self.tag_stride]
-                    .iter()
-                    .all(|&t| t == INVALID_TAG),
-                "{what}: set {set} padding tags were written"
-            );
+            let ages = &all_ages[..self.ways];
+            let fps = &self.meta[set as usize * 2 * self.words..][..self.words];
+            for (w, &t) in tags.iter().enumerate() {
+                let fp = (fps[w / WAYS_PER_WORD] >> (8 * (w % WAYS_PER_WORD))) as u8;
+                assert!(
+                    t == INVALID_TAG || fp == t as u8,
+                    "{what}: set {set} way {w}: fingerprint {fp:#x} of tag {t:#x}"
+                );
+            }
             let mut seen = [false; MAX_WAYS as usize];
             for &a in &ages[..self.ways] {
                 assert!(
@@ -794,8 +874,10 @@ impl CacheModel {
     }
 
     /// Removes `line`, just evicted from `socket`'s inclusive LLC, from the
-    /// L2s of the CPUs in `sharers`.
-    #[cold]
+    /// L2s of the CPUs in `sharers`. Under a stream nearly every LLC victim
+    /// has a sharer bit set (the mask is conservative), so this is a hot path:
+    /// usually one L2 lookup that misses.
+    #[inline(always)]
     fn back_invalidate(&mut self, socket: usize, line: u64, mut sharers: u64) {
         let first_cpu = socket * self.cfg.cpus_per_socket as usize;
         while sharers != 0 {
@@ -1158,6 +1240,15 @@ mod tests {
                 llc_ways: 20,
                 l2: Some((64 * 3 * 2, 3)),
                 cpus_per_socket: 4,
+                ..base.clone()
+            },
+            // Ages and fingerprints over several words, the last one full
+            // (64 ways) or with one way (33).
+            CacheConfig {
+                llc_size_bytes: 64 * 64 * 4,
+                llc_ways: 64,
+                l2: Some((64 * 33 * 2, 33)),
+                cpus_per_socket: 3,
                 ..base
             },
         ]

@@ -298,3 +298,102 @@ fn misses_queue_for_the_sockets_memory_channels() {
         "alone {alone} both {both} unlimited {free}"
     );
 }
+
+/// vm-scalability's anon-cow-seq-hugetlb in miniature: a pool of 2 MiB
+/// pages, a parent that maps and writes one `MAP_HUGETLB` page, and one
+/// forked child that writes it too (a `hugetlb_wp()` copy).
+struct HugetlbWriter {
+    step: u32,
+    addr: u64,
+}
+
+impl Program for HugetlbWriter {
+    fn next(&mut self, last: OpResult, _rng: &mut Rng) -> Option<Op> {
+        self.step += 1;
+        match self.step {
+            1 => Some(Op::SetHugepages {
+                nr_hugepages: Some(2),
+                nr_overcommit_hugepages: None,
+            }),
+            2 => Some(Op::MmapHugetlb {
+                len: THP,
+                hint: None,
+                fixed: false,
+                noreserve: false,
+            }),
+            3 => {
+                let OpResult::Mapped(Ok(a)) = last else {
+                    panic!("hugetlb mmap failed: {last:?}")
+                };
+                self.addr = a;
+                Some(write_all(a, THP))
+            }
+            4 => Some(Op::fork(Child {
+                addr: self.addr,
+                len: THP,
+                step: 0,
+            })),
+            5 => Some(Op::Wait),
+            _ => None,
+        }
+    }
+}
+
+fn config_618(clear: &str, copy: &str) -> MmConfig {
+    let mut cfg = Preset::Linux6_18.config();
+    cfg.set_knob("mmlab.huge_clear_order", &KnobValue::Str(clear.into()))
+        .unwrap();
+    cfg.set_knob("mmlab.huge_copy_order", &KnobValue::Str(copy.into()))
+        .unwrap();
+    cfg.mm
+}
+
+/// On Linux 6.18 (where an anonymous THP copy-on-write splits the PMD), a
+/// hugetlb copy-on-write still copies all 2 MiB through
+/// `copy_user_large_folio()` in the order of `mmlab.huge_copy_order`, and the
+/// cache model sees that order: the child writes the page from its start
+/// (the target sub-page 0), a THP is twice the LLC, so it finds cached only
+/// the sub-pages copied last.
+#[test]
+fn hugetlb_cow_copies_in_the_configured_order_through_the_cache() {
+    let user_misses = |r: &RunStats| r.cache.llc_misses - r.cache_kernel.llc_misses;
+    let run_order = |copy: &str| {
+        let r = run_with(
+            2,
+            config_618("sequential", copy),
+            Some(COSTS),
+            vec![Box::new(HugetlbWriter { step: 0, addr: 0 })],
+        );
+        // The kernel reads only the copy's source: one 2 MiB page.
+        assert_eq!(
+            r.cache_kernel.reads, THP_LINES,
+            "{copy}: {:?}",
+            r.cache_kernel
+        );
+        // The parent's and the child's writes, every line once.
+        assert_eq!(
+            r.cache.accesses() - r.cache_kernel.accesses(),
+            2 * THP_LINES
+        );
+        assert_eq!(r.touch_bytes, 2 * THP);
+        r
+    };
+    let seq = run_order("sequential");
+    let tl = run_order("target-last");
+    let nb = run_order("neighbourhood");
+    // The parent's page was cleared sequentially: its first writes find
+    // nothing; neither do the child's after a sequential copy.
+    assert_eq!(user_misses(&seq), 2 * THP_LINES);
+    // Neighbourhood copies sub-pages 3..511 ascending, then 2, 1, 0: the
+    // child finds those three sub-pages (192 lines) cached, nothing more.
+    assert_eq!(user_misses(&nb), 2 * THP_LINES - 3 * 64);
+    // Target-last copies 511 down to 0: the last MiB of the copy's traffic
+    // is the first 512 KiB of source and destination, so the child's first
+    // 8,192 lines hit, about.
+    let tl_child = user_misses(&tl) - THP_LINES;
+    assert!(
+        (THP_LINES - 8192 - 256..=THP_LINES - 8192 + 256).contains(&tl_child),
+        "target-last child misses {tl_child}"
+    );
+    assert!(tl.user_ns < nb.user_ns && nb.user_ns < seq.user_ns);
+}

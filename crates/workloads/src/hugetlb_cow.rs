@@ -35,6 +35,11 @@
 //!   leaves the pool to the kernel's `vm.nr_hugepages` /
 //!   `vm.nr_overcommit_hugepages` knobs.
 //!
+//! - `fork_gap_ns` (default 0): time the parent spends before each fork
+//!   after the first, as in `anon-cow-seq` (what forking a larger region
+//!   costs, which spreads the children over it); it runs as the parent's
+//!   `Compute` and counts in `user_ns`.
+//!
 //! Deviation: `--prefault` is `MAP_POPULATE`, whose faults the kernel takes
 //! through `get_user_pages()` (counted in `pgfault` but not in the task's
 //! `ru_minflt`); the model populates with user writes, one fault per 2 MiB
@@ -67,6 +72,11 @@ pub(crate) const DEF: WorkloadDef = WorkloadDef {
             "overcommit: write nr_overcommit_hugepages as vm-scalability's setup_hugetlb; \
              none: use the kernel's hugetlb knobs",
         ),
+        (
+            "fork_gap_ns",
+            "0",
+            "time the parent spends before each fork after the first (as in anon-cow-seq)",
+        ),
     ],
     build,
 };
@@ -82,11 +92,14 @@ fn build(p: &Params, m: &Machine) -> Result<Vec<TaskSpec>, ParamError> {
         }
         _ => None,
     };
+    let fork_gap_ns = p.int("fork_gap_ns", 0, 0..=1_000_000_000_000)? as u64;
     Ok(vec![TaskSpec::new(
         Box::new(HugetlbCowParent {
             size,
             children,
             overcommit,
+            fork_gap_ns,
+            gap_done: false,
             forked: 0,
             addr: 0,
             phase: Phase::Setup,
@@ -110,6 +123,10 @@ struct HugetlbCowParent {
     size: u64,
     children: u32,
     overcommit: Option<u64>,
+    /// Nanoseconds spent before each fork after the first.
+    fork_gap_ns: u64,
+    /// The gap before the next fork has been spent.
+    gap_done: bool,
     forked: u32,
     addr: u64,
     phase: Phase,
@@ -157,6 +174,13 @@ impl Program for HugetlbCowParent {
                         self.phase = Phase::Wait;
                         continue;
                     }
+                    if self.forked > 0 && self.fork_gap_ns > 0 && !self.gap_done {
+                        self.gap_done = true;
+                        return Some(Op::Compute {
+                            ns: self.fork_gap_ns,
+                        });
+                    }
+                    self.gap_done = false;
                     self.forked += 1;
                     return Some(Op::fork(crate::anon_cow_seq::CowChild::new(
                         self.addr, self.size,

@@ -116,3 +116,22 @@ fn bad_setup_is_named() {
         .to_string();
     assert!(e.contains("setup") && e.contains("overcommit, none"), "{e}");
 }
+
+/// `fork_gap_ns` is the parent's user time before each fork after the
+/// first, as in anon-cow-seq; nothing else changes.
+#[test]
+fn fork_gap_is_user_time_before_each_later_fork() {
+    let base = [
+        ("size", ParamValue::Str("4MiB".into())),
+        ("children", ParamValue::Int(3)),
+    ];
+    let (a, ea) = run(&params(&base), &[], "target-last");
+    let mut gap = base.to_vec();
+    gap.push(("fork_gap_ns", ParamValue::Int(100_000)));
+    let (b, eb) = run(&params(&gap), &[], "target-last");
+    assert_eq!(b.user_ns, a.user_ns + 2 * 100_000);
+    assert_eq!(
+        ea.vmstat().get(VmEvent::PGFAULT),
+        eb.vmstat().get(VmEvent::PGFAULT)
+    );
+}
