@@ -2,6 +2,7 @@
 //! tests: they print rates and assert nothing.
 
 use mm::VcpuId;
+use mmlab::fault_model::thread_cpu_ns;
 use sim::cache::{AccessKind, CacheConfig, CacheModel, CacheStats};
 use std::hint::black_box;
 use std::time::Instant;
@@ -113,18 +114,6 @@ fn bench(name: &str, min_lines: u64, mut f: impl FnMut() -> u64) {
     );
 }
 
-/// Nanoseconds this thread has run on a CPU (`/proc/thread-self/schedstat`),
-/// so that a rate measured on a busy shared host can be read per CPU-second
-/// as well as per wall-clock second.
-fn thread_cpu_ns() -> Option<u64> {
-    std::fs::read_to_string("/proc/thread-self/schedstat")
-        .ok()?
-        .split_whitespace()
-        .next()?
-        .parse()
-        .ok()
-}
-
 /// COW-like copies of 2 MiB pages through a 45 MiB LLC: 36 CPUs of one
 /// socket each copy from a shared source region to its own destinations,
 /// so nearly every access misses (the streaming case).
@@ -172,7 +161,9 @@ fn small_llc() -> CacheConfig {
 /// pages). The model's rate is faults of `handle_mm_fault()` (crate `mm`,
 /// without the engine: no event queue, no virtual time) per host second;
 /// the live rate is the kernel's faults per second of the child's touch
-/// phase (`getrusage()` and the wall clock around it). The live half needs
+/// phase (`getrusage()` and the wall clock around it). Both are also given
+/// per second of CPU time (the model's thread, the live child process), which
+/// the other tenants of a shared host disturb less than the wall clock. The live half needs
 /// root and writable THP knobs (restored afterwards); without them the line
 /// says why it was not measured.
 pub fn faults(mib: u64, live: bool) -> anyhow::Result<()> {
@@ -198,41 +189,55 @@ pub fn faults(mib: u64, live: bool) -> anyhow::Result<()> {
         "pattern".to_string(),
         "model faults".into(),
         "model faults/s".into(),
+        "model faults/CPU-s".into(),
         "live faults".into(),
         "live faults/s".into(),
+        "live faults/CPU-s".into(),
         "model/live".into(),
+        "model/live (CPU)".into(),
     ]];
+    let rate = |n: u64, ns: u64| n as f64 / (ns.max(1) as f64 / 1e9);
+    let ratio = |a: f64, b: f64| format!("{:.1}x", a / b);
     for p in &patterns {
         let m = run_model(p, mm::knobs::Preset::Linux6_18).map_err(anyhow::Error::msg)?;
-        let m_rate = m.touch as f64 / (m.touch_host_ns.max(1) as f64 / 1e9);
+        let m_rate = rate(m.touch, m.touch_host_ns);
+        let m_cpu_rate = m.touch_cpu_ns.map(|ns| rate(m.touch, ns));
         let sizes: Vec<u32> = p.knobs.sizes.iter().map(|&(s, _)| s).collect();
         let live = match LiveKernel::probe().require_thp_knobs(&sizes) {
             _ if !live => Err("--no-live".to_string()),
             Err(why) => Err(why.to_string()),
             Ok(()) => native::faults::run(p).map_err(|e| e.to_string()),
         };
-        let (l_faults, l_rate, ratio) = match &live {
-            Ok(r) => {
-                let rate = r.touch.nr_minflt as f64 / (r.touch.elapsed_ns.max(1) as f64 / 1e9);
-                (
-                    r.touch.nr_minflt.to_string(),
-                    format!("{:.0}", rate),
-                    format!("{:.1}x", m_rate / rate),
-                )
-            }
-            Err(_) => ("-".into(), "not measured".into(), "-".into()),
-        };
-        rows.push(vec![
+        let mut row = vec![
             p.name.clone(),
             m.touch.to_string(),
             format!("{m_rate:.0}"),
-            l_faults,
-            l_rate,
-            ratio,
-        ]);
-        if let Err(why) = live {
-            println!("live kernel: {}: could not be measured: {why}", p.name);
+            m_cpu_rate.map_or("-".into(), |r| format!("{r:.0}")),
+        ];
+        match &live {
+            Ok(r) => {
+                let l_rate = rate(r.touch.nr_minflt, r.touch.elapsed_ns);
+                let l_cpu_rate = rate(r.touch.nr_minflt, r.touch.cpu_ns);
+                row.extend([
+                    r.touch.nr_minflt.to_string(),
+                    format!("{l_rate:.0}"),
+                    format!("{l_cpu_rate:.0}"),
+                    ratio(m_rate, l_rate),
+                    m_cpu_rate.map_or("-".into(), |m| ratio(m, l_cpu_rate)),
+                ]);
+            }
+            Err(why) => {
+                row.extend([
+                    "-".into(),
+                    "not measured".into(),
+                    "-".into(),
+                    "-".into(),
+                    "-".into(),
+                ]);
+                println!("live kernel: {}: could not be measured: {why}", p.name);
+            }
         }
+        rows.push(row);
     }
     print!("{}", native::table::format(&rows));
     Ok(())
