@@ -32,7 +32,7 @@ use mm::page_alloc::{MemoryLayout, NodeLayout, PageAlloc};
 use mm::pgtable::PMD_SIZE;
 use mm::vma::{Advice, MmStruct};
 use mm::vmstat::VmStat;
-use mm::VcpuId;
+use mm::{SimTime, VcpuId};
 use native::faults::{Access, FaultPattern, Step};
 use native::knobs::{ThpEnabled, ThpKnobs};
 use std::time::Instant;
@@ -116,6 +116,10 @@ struct World {
 impl World {
     fn touch_page(&mut self, mm: &mut MmStruct, a: u64, write: bool) -> Result<(), String> {
         if !access_ok(mm, a, write) {
+            // Each fault is one kernel entry, as the engine runs it: the
+            // segments of the previous one are dropped rather than piled up
+            // (nothing here plays them on virtual time).
+            self.cx.begin(VcpuId(0), SimTime(0));
             handle_mm_fault(&mut self.pa, &mut self.cx, &mut self.g, mm, a, write)
                 .map_err(|e| format!("fault at {a:#x}: {e:?}"))?;
         }
