@@ -230,7 +230,7 @@ pub fn thp_vma_suitable_orders(vma: &Vma, addr: u64, orders: Orders) -> Orders {
 fn pte_range_none(mm: &crate::vma::MmStruct, pte: Slot, addr: u64, order: u8) -> bool {
     let nr = 1usize << order;
     let first = crate::pgtable::Level::Pte.index(addr & !((PAGE_SIZE << order) - 1));
-    let t = mm.pgt.table(pte.table);
+    let t = mm.pgt.entries(pte);
     t[first..first + nr].iter().all(|&e| e == 0)
 }
 
@@ -347,7 +347,7 @@ pub fn map_anon_folio(
     let ptl = super::pte_lockptr(pte.table);
     cx.lock(ptl);
     cx.charge(Cost::PteSet);
-    let t = mm.pgt.table_mut(pte.table);
+    let t = mm.pgt.entries_mut(pte);
     for (i, e) in t[first..first + nr as usize].iter_mut().enumerate() {
         *e = mk_entry(
             pfn.offset(i as u64),
