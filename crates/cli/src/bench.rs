@@ -2,7 +2,7 @@
 //! tests: they print rates and assert nothing.
 
 use mm::VcpuId;
-use mmlab::fault_model::thread_cpu_ns;
+use native::sys::thread_cpu_ns;
 use sim::cache::{AccessKind, CacheConfig, CacheModel, CacheStats};
 use std::hint::black_box;
 use std::time::Instant;
@@ -101,13 +101,11 @@ fn bench(name: &str, min_lines: u64, mut f: impl FnMut() -> u64) {
         lines += f();
     }
     let secs = start.elapsed().as_secs_f64();
-    let cpu = match (cpu_start, thread_cpu_ns()) {
-        (Some(a), Some(b)) if b > a => format!(
-            ", {:.1} M/s of CPU time",
-            lines as f64 / ((b - a) as f64 / 1e9) / 1e6
-        ),
-        _ => String::new(),
-    };
+    let cpu_ns = thread_cpu_ns() - cpu_start;
+    let cpu = format!(
+        ", {:.1} M/s of CPU time",
+        lines as f64 / (cpu_ns.max(1) as f64 / 1e9) / 1e6
+    );
     println!(
         "{name:<52} {:>7.1} M line accesses/s  ({lines} lines in {secs:.3} s{cpu})",
         lines as f64 / secs / 1e6
@@ -201,7 +199,7 @@ pub fn faults(mib: u64, live: bool) -> anyhow::Result<()> {
     for p in &patterns {
         let m = run_model(p, mm::knobs::Preset::Linux6_18).map_err(anyhow::Error::msg)?;
         let m_rate = rate(m.touch, m.touch_host_ns);
-        let m_cpu_rate = m.touch_cpu_ns.map(|ns| rate(m.touch, ns));
+        let m_cpu_rate = rate(m.touch, m.touch_cpu_ns);
         let sizes: Vec<u32> = p.knobs.sizes.iter().map(|&(s, _)| s).collect();
         let live = match LiveKernel::probe().require_thp_knobs(&sizes) {
             _ if !live => Err("--no-live".to_string()),
@@ -212,7 +210,7 @@ pub fn faults(mib: u64, live: bool) -> anyhow::Result<()> {
             p.name.clone(),
             m.touch.to_string(),
             format!("{m_rate:.0}"),
-            m_cpu_rate.map_or("-".into(), |r| format!("{r:.0}")),
+            format!("{m_cpu_rate:.0}"),
         ];
         match &live {
             Ok(r) => {
@@ -223,7 +221,7 @@ pub fn faults(mib: u64, live: bool) -> anyhow::Result<()> {
                     format!("{l_rate:.0}"),
                     format!("{l_cpu_rate:.0}"),
                     ratio(m_rate, l_rate),
-                    m_cpu_rate.map_or("-".into(), |m| ratio(m, l_cpu_rate)),
+                    ratio(m_cpu_rate, l_cpu_rate),
                 ]);
             }
             Err(why) => {

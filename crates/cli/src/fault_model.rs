@@ -49,11 +49,10 @@ pub struct ModelFaultReport {
     pub steps: Vec<u64>,
     /// Host nanoseconds the model spent in the touch phase.
     pub touch_host_ns: u64,
-    /// Host CPU nanoseconds this thread ran during the touch phase (`None`
-    /// where `/proc/thread-self/schedstat` cannot be read): on a shared
-    /// host, the rate per CPU-second does not count time spent waiting for
-    /// a core.
-    pub touch_cpu_ns: Option<u64>,
+    /// Host CPU nanoseconds this thread ran during the touch phase
+    /// (`CLOCK_THREAD_CPUTIME_ID`): on a shared host, the rate per
+    /// CPU-second does not count time spent waiting for a core.
+    pub touch_cpu_ns: u64,
     /// The counters after the run.
     pub vmstat: VmStat,
 }
@@ -187,14 +186,11 @@ pub fn run_model(pattern: &FaultPattern, preset: Preset) -> Result<ModelFaultRep
     w.map_fixed(&mut mm, start, len, advice);
     let order = pattern.touch_order();
     let write = pattern.access == Access::Write;
-    let cpu0 = thread_cpu_ns();
+    let cpu0 = native::sys::thread_cpu_ns();
     let t0 = Instant::now();
     let touch = w.touch_all(&mut mm, start, &order, write)?;
     let touch_host_ns = t0.elapsed().as_nanos() as u64;
-    let touch_cpu_ns = match (cpu0, thread_cpu_ns()) {
-        (Some(a), Some(b)) if b > a => Some(b - a),
-        _ => None,
-    };
+    let touch_cpu_ns = native::sys::thread_cpu_ns() - cpu0;
     let mut steps = Vec::new();
     for step in &pattern.steps {
         match *step {
@@ -225,16 +221,4 @@ pub fn run_model(pattern: &FaultPattern, preset: Preset) -> Result<ModelFaultRep
         touch_cpu_ns,
         vmstat: w.pa.vmstat.clone(),
     })
-}
-
-/// Nanoseconds this thread has run on a CPU (the first field of
-/// `/proc/thread-self/schedstat`), so that a rate measured on a busy shared
-/// host can be read per CPU-second as well as per wall-clock second.
-pub fn thread_cpu_ns() -> Option<u64> {
-    std::fs::read_to_string("/proc/thread-self/schedstat")
-        .ok()?
-        .split_whitespace()
-        .next()?
-        .parse()
-        .ok()
 }

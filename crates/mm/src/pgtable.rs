@@ -220,7 +220,8 @@ pub struct PageTables {
     pub pgd: u32,
     /// The PGD's slab index.
     pgd_id: u32,
-    slab: Vec<Table>,
+    /// Boxed, so that growing the slab moves pointers, not 6 KiB tables.
+    slab: Vec<Box<Table>>,
     meta: Vec<TableMeta>,
     /// Slab indices of freed tables, to reuse.
     free_ids: Vec<u32>,
@@ -269,12 +270,12 @@ impl PageTables {
         let meta = TableMeta { pfn: p, level };
         let id = match self.free_ids.pop() {
             Some(id) => {
-                self.slab[id as usize] = Table::EMPTY;
+                *self.slab[id as usize] = Table::EMPTY;
                 self.meta[id as usize] = meta;
                 id
             }
             None => {
-                self.slab.push(Table::EMPTY);
+                self.slab.push(Box::new(Table::EMPTY));
                 self.meta.push(meta);
                 (self.slab.len() - 1) as u32
             }

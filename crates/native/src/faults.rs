@@ -492,16 +492,6 @@ fn rusage_self() -> (u64, u64) {
     crate::sys::self_faults()
 }
 
-/// CPU time of this process in nanoseconds (`CLOCK_PROCESS_CPUTIME_ID`).
-/// Async-signal-safe.
-fn process_cpu_ns() -> u64 {
-    // SAFETY: timespec is plain data.
-    let mut ts: libc::timespec = unsafe { std::mem::zeroed() };
-    // SAFETY: ts is a valid out-pointer; clock_gettime is async-signal-safe.
-    unsafe { libc::clock_gettime(libc::CLOCK_PROCESS_CPUTIME_ID, &mut ts) };
-    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
-}
-
 /// Runs `phase` and sends its faults, wall time and CPU time.
 /// Async-signal-safe.
 ///
@@ -512,11 +502,11 @@ fn process_cpu_ns() -> u64 {
 fn measured_phase(fd: libc::c_int, phase: impl FnOnce()) {
     std::hint::black_box(rusage_self());
     let t0 = Instant::now();
-    let c0 = process_cpu_ns();
+    let c0 = crate::sys::process_cpu_ns();
     let f0 = rusage_self();
     phase();
     let f1 = rusage_self();
-    let c1 = process_cpu_ns();
+    let c1 = crate::sys::process_cpu_ns();
     let ns = t0.elapsed().as_nanos() as u64;
     send(fd, [REC_PHASE, f1.0 - f0.0, f1.1 - f0.1, ns, c1 - c0]);
 }
