@@ -171,22 +171,44 @@ const NO_TABLE: u32 = u32::MAX;
 #[derive(Clone, Debug)]
 struct Table {
     /// The 512 entries, in the hardware's layout.
-    entries: [u64; PTRS_PER_TABLE],
-    /// For a PGD, PUD or PMD table: the slab index of the table each entry
-    /// points to, [`NO_TABLE`] where the entry is not a present table
-    /// pointer (empty, a PMD leaf, a migration entry). Kept by
-    /// [`PageTables::set`]; unused ([`NO_TABLE`]) in PTE tables. The kernel
-    /// needs no such side array (the pfn in the entry is the table's
-    /// address); the model has no memory to address, and this lets a walk
-    /// step down a level by indexing instead of searching by pfn.
-    child: [u32; PTRS_PER_TABLE],
+    entries: Box<[u64; PTRS_PER_TABLE]>,
+    /// For a PGD, PUD or PMD table, 512 long: the slab index of the table
+    /// each entry points to, [`NO_TABLE`] where the entry is not a present
+    /// table pointer (empty, a PMD leaf, a migration entry). Kept by
+    /// [`PageTables::set`]. Empty for a PTE table (most tables), whose
+    /// entries point to no table. The kernel needs no such side array (the
+    /// pfn in the entry is the table's address); the model has no memory to
+    /// address, and this lets a walk step down a level by indexing instead
+    /// of searching by pfn.
+    child: Box<[u32]>,
 }
 
 impl Table {
-    const EMPTY: Table = Table {
-        entries: [0; PTRS_PER_TABLE],
-        child: [NO_TABLE; PTRS_PER_TABLE],
-    };
+    /// An empty table holding `level` entries.
+    fn new(level: Level) -> Table {
+        Table {
+            entries: Box::new([0; PTRS_PER_TABLE]),
+            child: Table::new_child(level),
+        }
+    }
+
+    fn new_child(level: Level) -> Box<[u32]> {
+        if level == Level::Pte {
+            Box::default()
+        } else {
+            vec![NO_TABLE; PTRS_PER_TABLE].into_boxed_slice()
+        }
+    }
+
+    /// Empties a freed table for reuse at `level`.
+    fn reset(&mut self, level: Level) {
+        self.entries.fill(0);
+        if (level == Level::Pte) == self.child.is_empty() {
+            self.child.fill(NO_TABLE);
+        } else {
+            self.child = Table::new_child(level);
+        }
+    }
 }
 
 /// What the slab knows about a table besides its entries.
@@ -220,8 +242,7 @@ pub struct PageTables {
     pub pgd: u32,
     /// The PGD's slab index.
     pgd_id: u32,
-    /// Boxed, so that growing the slab moves pointers, not 6 KiB tables.
-    slab: Vec<Box<Table>>,
+    slab: Vec<Table>,
     meta: Vec<TableMeta>,
     /// Slab indices of freed tables, to reuse.
     free_ids: Vec<u32>,
@@ -270,12 +291,12 @@ impl PageTables {
         let meta = TableMeta { pfn: p, level };
         let id = match self.free_ids.pop() {
             Some(id) => {
-                *self.slab[id as usize] = Table::EMPTY;
+                self.slab[id as usize].reset(level);
                 self.meta[id as usize] = meta;
                 id
             }
             None => {
-                self.slab.push(Box::new(Table::EMPTY));
+                self.slab.push(Table::new(level));
                 self.meta.push(meta);
                 (self.slab.len() - 1) as u32
             }
@@ -637,9 +658,18 @@ impl PageTables {
             let m = self.meta[id as usize];
             assert_eq!(m.pfn, pfn, "table {pfn:#x}: slab {id} holds {:#x}", m.pfn);
             let t = &self.slab[id as usize];
+            let want_len = if m.level == Level::Pte {
+                0
+            } else {
+                PTRS_PER_TABLE
+            };
+            assert_eq!(t.child.len(), want_len, "table {pfn:#x}: child index size");
             for i in 0..PTRS_PER_TABLE {
                 let e = t.entries[i];
-                let want = if m.level != Level::Pte && present(e) && e & PAGE_PSE == 0 {
+                if m.level == Level::Pte {
+                    continue;
+                }
+                let want = if present(e) && e & PAGE_PSE == 0 {
                     self.id_of(entry_pfn(e).0 as u32)
                 } else {
                     NO_TABLE
