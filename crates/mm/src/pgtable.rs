@@ -22,6 +22,7 @@
 use crate::cost::Cx;
 use crate::page_alloc::{AllocError, Gfp, PageAlloc};
 use crate::types::{Pfn, PAGE_SHIFT, PMD_SHIFT};
+use std::cell::Cell;
 use std::collections::BTreeMap;
 
 /// Entries per table.
@@ -252,7 +253,18 @@ pub struct PageTables {
     /// by the PMD slot: a THP fault allocates the table a later split needs,
     /// so that splitting never fails for want of memory.
     deposited: BTreeMap<Slot, u32>,
+    /// The model's own memo of the last walk through the PGD and PUD:
+    /// `(addr >> PUD_SHIFT, id of the PMD table for that 1 GiB)`, or
+    /// [`NO_HINT`] as the key. A walk of an address in the same 1 GiB starts
+    /// at that PMD table (consecutive faults mostly fall in one). Forgotten
+    /// whenever a PGD or PUD entry is set and whenever a table is freed, so
+    /// that it always names the table a full walk would reach. Not the
+    /// kernel's (it walks from the PGD every time); it changes no result.
+    pmd_hint: Cell<(u64, u32)>,
 }
+
+/// The key of an empty [`PageTables::pmd_hint`] (no address has it).
+const NO_HINT: u64 = u64::MAX;
 
 impl PageTables {
     /// Models `pgd_alloc()`: allocates and clears the top-level table.
@@ -265,6 +277,7 @@ impl PageTables {
             free_ids: Vec::new(),
             by_pfn: BTreeMap::new(),
             deposited: BTreeMap::new(),
+            pmd_hint: Cell::new((NO_HINT, NO_TABLE)),
         };
         pt.pgd_id = pt.alloc_table(pa, cx, Level::Pgd)?;
         pt.pgd = pt.meta[pt.pgd_id as usize].pfn;
@@ -314,6 +327,7 @@ impl PageTables {
             .expect("freeing a table that is not ours");
         self.meta[id as usize].pfn = 0;
         self.free_ids.push(id);
+        self.pmd_hint.set((NO_HINT, NO_TABLE));
         pa.free_pages(cx, Pfn(table as u64), 0);
     }
 
@@ -370,7 +384,11 @@ impl PageTables {
     pub fn set(&mut self, slot: Slot, e: u64) {
         let id = slot.id as usize;
         debug_assert_eq!(self.meta[id].pfn, slot.table, "stale slot {slot:?}");
-        if self.meta[id].level != Level::Pte {
+        let level = self.meta[id].level;
+        if level != Level::Pte {
+            if level != Level::Pmd {
+                self.pmd_hint.set((NO_HINT, NO_TABLE));
+            }
             let child = if present(e) && e & PAGE_PSE == 0 {
                 self.id_of(entry_pfn(e).0 as u32)
             } else {
@@ -390,11 +408,47 @@ impl PageTables {
         c
     }
 
+    /// Where a walk of `addr` down to `level` starts: the PMD table of the
+    /// [`PageTables::pmd_hint`] if it covers `addr` and the walk goes that
+    /// far, else the PGD.
+    #[inline]
+    fn walk_start(&self, addr: u64, level: Level) -> (u32, Level) {
+        let (key, id) = self.pmd_hint.get();
+        if key == addr >> PUD_SHIFT && matches!(level, Level::Pmd | Level::Pte) {
+            debug_assert_eq!(self.pmd_table_uncached(addr), Some(id), "stale PMD hint");
+            (id, Level::Pmd)
+        } else {
+            (self.pgd_id, Level::Pgd)
+        }
+    }
+
+    /// The PMD table of `addr` by a walk through the PGD and PUD that
+    /// ignores [`PageTables::pmd_hint`] (for checks).
+    fn pmd_table_uncached(&self, addr: u64) -> Option<u32> {
+        let mut id = self.pgd_id;
+        for l in [Level::Pgd, Level::Pud] {
+            let index = l.index(addr);
+            let e = self.slab[id as usize].entries[index];
+            if !present(e) || e & PAGE_PSE != 0 {
+                return None;
+            }
+            id = self.child_of(id, index);
+        }
+        Some(id)
+    }
+
+    /// Notes that a walk of `addr` stepped from level `l` to the table `id`.
+    #[inline]
+    fn walked(&self, addr: u64, l: Level, id: u32) {
+        if l == Level::Pud {
+            self.pmd_hint.set((addr >> PUD_SHIFT, id));
+        }
+    }
+
     /// The slot of `addr` at `level`, without allocating: `None` if a table
     /// above it is missing or a PMD leaf stands in the way of a PTE.
     pub fn lookup(&self, addr: u64, level: Level) -> Option<Slot> {
-        let mut id = self.pgd_id;
-        let mut l = Level::Pgd;
+        let (mut id, mut l) = self.walk_start(addr, level);
         loop {
             let index = l.index(addr);
             if l == level {
@@ -405,6 +459,7 @@ impl PageTables {
                 return None;
             }
             id = self.child_of(id, index);
+            self.walked(addr, l, id);
             l = l.next().expect("level below PTE");
         }
     }
@@ -415,8 +470,7 @@ impl PageTables {
     /// a user access.)
     #[inline]
     pub fn leaf(&self, addr: u64) -> Option<(Slot, Level, u64)> {
-        let mut id = self.pgd_id;
-        let mut l = Level::Pgd;
+        let (mut id, mut l) = self.walk_start(addr, Level::Pte);
         loop {
             let index = l.index(addr);
             let t = &self.slab[id as usize];
@@ -432,6 +486,7 @@ impl PageTables {
             }
             id = t.child[index];
             debug_assert!(id != NO_TABLE, "table pointer without a table");
+            self.walked(addr, l, id);
             l = l.next().expect("level below PTE");
         }
     }
@@ -471,8 +526,7 @@ impl PageTables {
         addr: u64,
         level: Level,
     ) -> Result<Slot, AllocError> {
-        let mut id = self.pgd_id;
-        let mut l = Level::Pgd;
+        let (mut id, mut l) = self.walk_start(addr, level);
         loop {
             let index = l.index(addr);
             if l == level {
@@ -490,6 +544,7 @@ impl PageTables {
                 self.set(slot, mk_entry(Pfn(t as u64), PAGE_PRESENT | PAGE_RW));
                 c
             };
+            self.walked(addr, l, id);
             l = next;
         }
     }
@@ -681,6 +736,16 @@ impl PageTables {
                 );
             }
         }
+        let (key, hint) = self.pmd_hint.get();
+        if key != NO_HINT {
+            let full = self.pmd_table_uncached(key << PUD_SHIFT);
+            assert_eq!(
+                full,
+                Some(hint),
+                "PMD-table hint for {:#x} is stale",
+                key << PUD_SHIFT
+            );
+        }
         for &id in &self.free_ids {
             assert_eq!(
                 self.meta[id as usize].pfn, 0,
@@ -700,5 +765,130 @@ impl PageTables {
         let t = self.withdraw(from);
         let old = self.deposited.insert(to, t);
         assert!(old.is_none(), "two tables deposited at {to:?}");
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::cost::CostTable;
+    use crate::page_alloc::{MemoryLayout, NodeLayout, VmSysctl};
+    use crate::types::VcpuId;
+
+    const GIB: u64 = 1 << PUD_SHIFT;
+
+    fn setup() -> (PageAlloc, Cx, PageTables) {
+        let layout = MemoryLayout {
+            nodes: vec![NodeLayout {
+                nr_cpus: 1,
+                nr_pages: 1 << 14,
+            }],
+            dma32_pages: 0,
+        };
+        let mut pa = PageAlloc::new(&layout, VmSysctl::default(), Default::default());
+        let mut cx = Cx::new(VcpuId(0), CostTable::uniform(1));
+        let pt = PageTables::new(&mut pa, &mut cx).unwrap();
+        (pa, cx, pt)
+    }
+
+    fn pte(pfn: u64) -> u64 {
+        mk_entry(Pfn(pfn), PAGE_PRESENT | PAGE_RW)
+    }
+
+    #[test]
+    fn freed_tables_are_reused_and_walks_follow_the_new_ones() {
+        let (mut pa, mut cx, mut pt) = setup();
+        let free = |pa: &PageAlloc| pa.nr_free_pages() + pa.nr_pcp_pages();
+        let free0 = free(&pa);
+        // One PTE under each of two 1 GiB regions: PGD + 2 PUD-level paths.
+        let a = 3 * GIB + 0x20_1000;
+        let b = 4 * GIB + 0x40_0000;
+        for (addr, pfn) in [(a, 0x111), (b, 0x222)] {
+            let s = pt.walk_alloc(&mut pa, &mut cx, addr, Level::Pte).unwrap();
+            pt.set(s, pte(pfn));
+            pt.check_invariants();
+        }
+        // PGD, one PUD (both in the same 512 GiB), two PMD and two PTE tables.
+        assert_eq!(pt.nr_tables(), 6);
+        assert_eq!(
+            pt.leaf(a).map(|(_, l, e)| (l, e)),
+            Some((Level::Pte, pte(0x111)))
+        );
+        assert_eq!(
+            pt.leaf(b).map(|(_, l, e)| (l, e)),
+            Some((Level::Pte, pte(0x222)))
+        );
+        // Empty the first region and free its tables: the PMD table that the
+        // last walk of `a` went through is gone.
+        let s = pt.lookup(a, Level::Pte).unwrap();
+        pt.set(s, 0);
+        pt.free_pgd_range(&mut pa, &mut cx, 3 * GIB, 4 * GIB);
+        pt.check_invariants();
+        assert_eq!(pt.nr_tables(), 4);
+        assert_eq!(pt.lookup(a, Level::Pmd), None);
+        assert_eq!(pt.leaf(a), None);
+        // A new walk there takes slab slots from the free list, and both
+        // regions still resolve to their own entries.
+        let s = pt.walk_alloc(&mut pa, &mut cx, a, Level::Pte).unwrap();
+        pt.set(s, pte(0x333));
+        pt.check_invariants();
+        assert_eq!(pt.slab.len(), 6, "freed slots reused, no new ones");
+        assert_eq!(pt.leaf(a).map(|(_, _, e)| e), Some(pte(0x333)));
+        assert_eq!(pt.leaf(b).map(|(_, _, e)| e), Some(pte(0x222)));
+        // Everything back.
+        for addr in [a, b] {
+            let s = pt.lookup(addr, Level::Pte).unwrap();
+            pt.set(s, 0);
+        }
+        pt.free_pgd_range(&mut pa, &mut cx, 0, u64::MAX);
+        pt.check_invariants();
+        pt.free_pgd(&mut pa, &mut cx);
+        assert_eq!(free(&pa), free0 + 1, "every table and the PGD freed");
+    }
+
+    #[test]
+    fn moving_a_pud_entry_moves_the_walk() {
+        // mremap()'s move of a whole PMD table: the PUD entry is set at the
+        // new place and cleared at the old one; walks that went through the
+        // old place must not find the table there any more.
+        let (mut pa, mut cx, mut pt) = setup();
+        let old = 5 * GIB + 0x1000;
+        let new = 7 * GIB + 0x1000;
+        let s = pt.walk_alloc(&mut pa, &mut cx, old, Level::Pte).unwrap();
+        pt.set(s, pte(0x444));
+        let from = pt.lookup(old, Level::Pud).unwrap();
+        let to = pt.walk_alloc(&mut pa, &mut cx, new, Level::Pud).unwrap();
+        assert!(pt.leaf(old).is_some(), "a walk of the old place first");
+        let e = pt.get(from);
+        pt.set(to, e);
+        pt.set(from, 0);
+        pt.check_invariants();
+        assert_eq!(pt.leaf(old), None);
+        assert_eq!(pt.lookup(old, Level::Pmd), None);
+        assert_eq!(pt.leaf(new).map(|(_, _, e)| e), Some(pte(0x444)));
+        let slot = pt.lookup(new, Level::Pte).unwrap();
+        assert_eq!(slot, s, "the same PTE table, reached from the new place");
+    }
+
+    #[test]
+    fn a_pmd_leaf_has_no_child_and_a_split_gets_one() {
+        let (mut pa, mut cx, mut pt) = setup();
+        let addr = GIB + PMD_SIZE;
+        let pmd = pt.walk_alloc(&mut pa, &mut cx, addr, Level::Pmd).unwrap();
+        pt.deposit(&mut pa, &mut cx, pmd).unwrap();
+        pt.set(pmd, mk_entry(Pfn(0x200), PAGE_PRESENT | PAGE_RW | PAGE_PSE));
+        pt.check_invariants();
+        assert_eq!(pt.pte_table(pmd), None);
+        assert_eq!(pt.leaf(addr + 0x5000).map(|(_, l, _)| l), Some(Level::Pmd));
+        // Split: the deposited table replaces the leaf.
+        let t = pt.withdraw(pmd);
+        let first = pt.slot(t, 0);
+        for i in 0..PTRS_PER_TABLE {
+            pt.set(first.with_index(i), pte(0x200 + i as u64));
+        }
+        pt.set(pmd, mk_entry(Pfn(t as u64), PAGE_PRESENT | PAGE_RW));
+        pt.check_invariants();
+        assert_eq!(pt.pte_table(pmd), Some(first));
+        assert_eq!(pt.leaf(addr + 0x5000).map(|(_, _, e)| e), Some(pte(0x205)));
     }
 }
