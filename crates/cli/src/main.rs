@@ -210,7 +210,7 @@ enum Cmd {
         #[arg(long)]
         no_live: bool,
         /// Runs of each fault pattern on each side (the best is reported).
-        #[arg(long, default_value_t = 3)]
+        #[arg(long, default_value_t = 3, value_parser = clap::value_parser!(u32).range(1..))]
         fault_runs: u32,
     },
 }
