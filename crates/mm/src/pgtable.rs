@@ -447,6 +447,7 @@ impl PageTables {
 
     /// The slot of `addr` at `level`, without allocating: `None` if a table
     /// above it is missing or a PMD leaf stands in the way of a PTE.
+    #[inline]
     pub fn lookup(&self, addr: u64, level: Level) -> Option<Slot> {
         let (mut id, mut l) = self.walk_start(addr, level);
         loop {
@@ -495,7 +496,25 @@ impl PageTables {
     /// table if the entry is empty (`pte_alloc()` once the PMD is known).
     ///
     /// Panics if `pmd` is a leaf: the caller splits it first.
+    #[inline]
     pub fn pte_alloc(
+        &mut self,
+        pa: &mut PageAlloc,
+        cx: &mut Cx,
+        pmd: Slot,
+        addr: u64,
+    ) -> Result<Slot, AllocError> {
+        // The common case inline: the PTE table is there.
+        match self.slab[pmd.id as usize].child.get(pmd.index) {
+            Some(&c) if c != NO_TABLE => Ok(self.slot_at(c, Level::Pte.index(addr))),
+            _ => self.pte_alloc_slow(pa, cx, pmd, addr),
+        }
+    }
+
+    /// [`PageTables::pte_alloc`] when the PMD entry is not a table pointer.
+    #[cold]
+    #[inline(never)]
+    fn pte_alloc_slow(
         &mut self,
         pa: &mut PageAlloc,
         cx: &mut Cx,
@@ -519,7 +538,26 @@ impl PageTables {
     /// (`p4d_alloc()`, `pud_alloc()`, `pmd_alloc()`, `pte_alloc()`).
     ///
     /// Panics if a PMD leaf stands in the way: the caller splits it first.
+    #[inline]
     pub fn walk_alloc(
+        &mut self,
+        pa: &mut PageAlloc,
+        cx: &mut Cx,
+        addr: u64,
+        level: Level,
+    ) -> Result<Slot, AllocError> {
+        // The common case inline: every table on the way is there. (A leaf
+        // in the way also makes the lookup fail; the full walk panics then.)
+        match self.lookup(addr, level) {
+            Some(slot) => Ok(slot),
+            None => self.walk_alloc_slow(pa, cx, addr, level),
+        }
+    }
+
+    /// [`PageTables::walk_alloc`] when a table on the way is missing.
+    #[cold]
+    #[inline(never)]
+    fn walk_alloc_slow(
         &mut self,
         pa: &mut PageAlloc,
         cx: &mut Cx,
