@@ -225,6 +225,9 @@ enum Cmd {
         /// Time only the model's fault path, not the live kernel's.
         #[arg(long)]
         no_live: bool,
+        /// Runs of each fault pattern on each side (the best is reported).
+        #[arg(long, default_value_t = 3, value_parser = clap::value_parser!(u32).range(1..))]
+        fault_runs: u32,
     },
 }
 
@@ -369,6 +372,7 @@ fn real_main() -> Result<()> {
             cache_lines,
             fault_mib,
             no_live,
+            fault_runs,
         } => {
             if what.is_none_or(|w| w == BenchWhat::Pcp) {
                 bench::pcp(ops);
@@ -377,7 +381,7 @@ fn real_main() -> Result<()> {
                 bench::cache(cache_lines);
             }
             if what.is_none_or(|w| w == BenchWhat::Faults) {
-                bench::faults(fault_mib, !no_live)?;
+                bench::faults(fault_mib, !no_live, fault_runs)?;
             }
         }
         Cmd::Native { what } => native_cmd(what)?,

@@ -341,6 +341,17 @@ fn a_numa_profile_must_fit_the_machine() {
 }
 
 #[test]
+fn fault_bench_needs_at_least_one_run() {
+    let o = mmlab(&["bench", "faults", "--no-live", "--fault-runs", "0"]);
+    assert!(!o.status.success());
+    let e = stderr(&o);
+    assert!(
+        e.contains("invalid value '0' for '--fault-runs <FAULT_RUNS>'") && e.contains("1.."),
+        "{e}"
+    );
+}
+
+#[test]
 fn reproduce_names_unknown_experiments_and_list_shows_knobs() {
     let e = stderr(&mmlab(&["reproduce", "nope"]));
     assert!(

@@ -644,13 +644,14 @@ pub fn split_huge_pmd(pa: &mut PageAlloc, cx: &mut Cx, mm: &mut MmStruct, pmd: S
             | PAGE_ANON_EXCLUSIVE);
     let special = e & PAGE_SPECIAL != 0;
     let pfn = entry_pfn(e);
+    let pte = mm.pgt.slot(table, 0);
     for i in 0..PTRS_PER_TABLE {
         let p = if special {
             ZERO_PFN
         } else {
             pfn.offset(i as u64)
         };
-        mm.pgt.set(Slot { table, index: i }, mk_entry(p, flags));
+        mm.pgt.set(pte.with_index(i), mk_entry(p, flags));
     }
     cx.charge_n(Cost::PteSet, PTRS_PER_TABLE as u64);
     if !special {
@@ -767,8 +768,8 @@ pub fn zap_page_range(pa: &mut PageAlloc, cx: &mut Cx, mm: &mut MmStruct, start:
                 }
                 split_huge_pmd(pa, cx, mm, pmd);
             }
-            if present(mm.pgt.get(pmd)) {
-                let table = entry_pfn(mm.pgt.get(pmd)).0 as u32;
+            if let Some(pte) = mm.pgt.pte_table(pmd) {
+                let table = pte.table;
                 // Large folios that lost a mapping here and survived: checked
                 // for partial mapping once this table's range is done (a
                 // naturally aligned folio never spans two PTE tables).
@@ -777,10 +778,7 @@ pub fn zap_page_range(pa: &mut PageAlloc, cx: &mut Cx, mm: &mut MmStruct, start:
                 cx.lock(ptl);
                 let mut a = addr;
                 while a < next {
-                    let slot = Slot {
-                        table,
-                        index: Level::Pte.index(a),
-                    };
+                    let slot = pte.with_index(Level::Pte.index(a));
                     let e = mm.pgt.get(slot);
                     if present(e) {
                         cx.charge(Cost::PteZap);
@@ -887,31 +885,28 @@ fn copy_pmd_range(
         cx.unlock(lc);
         return Ok(());
     }
-    let ptable = entry_pfn(e).0 as u32;
+    let ptable = parent
+        .pgt
+        .pte_table(ppmd)
+        .expect("a present, non-leaf PMD points to a PTE table");
     // copy_pte_range(): the child's table is allocated before either lock
     // is taken; the parent's lock nests inside the child's.
-    let Some(first) = (addr..next).step_by(PAGE_SIZE as usize).find(|&a| {
-        present(parent.pgt.get(Slot {
-            table: ptable,
-            index: Level::Pte.index(a),
-        }))
-    }) else {
+    let Some(first) = (addr..next)
+        .step_by(PAGE_SIZE as usize)
+        .find(|&a| present(parent.pgt.get(ptable.with_index(Level::Pte.index(a)))))
+    else {
         return Ok(());
     };
     let ct = child
         .pgt
         .walk_alloc(pa, cx, first, Level::Pte)
-        .map_err(oom)?
-        .table;
-    let (lp, lc) = (pte_lockptr(ptable), pte_lockptr(ct));
+        .map_err(oom)?;
+    let (lp, lc) = (pte_lockptr(ptable.table), pte_lockptr(ct.table));
     cx.lock(lc);
     cx.lock(lp);
     let mut a = first;
     while a < next {
-        let ps = Slot {
-            table: ptable,
-            index: Level::Pte.index(a),
-        };
+        let ps = ptable.with_index(Level::Pte.index(a));
         let pe = parent.pgt.get(ps);
         if present(pe) {
             let wp = pe & !(PAGE_RW | PAGE_ANON_EXCLUSIVE);
@@ -921,13 +916,7 @@ fn copy_pmd_range(
             }
             cx.charge(Cost::PteCopy);
             parent.pgt.set(ps, wp);
-            child.pgt.set(
-                Slot {
-                    table: ct,
-                    index: ps.index,
-                },
-                wp,
-            );
+            child.pgt.set(ct.with_index(ps.index), wp);
         }
         a += PAGE_SIZE;
     }
@@ -977,6 +966,7 @@ pub fn check_mm_invariants(pa: &PageAlloc, mms: &[&MmStruct]) {
     let mut seen: BTreeMap<u32, (u32, u32, u32)> = BTreeMap::new();
     for (i, mm) in mms.iter().enumerate() {
         mm.check_vmas();
+        mm.pgt.check_invariants();
         for t in mm.pgt.table_pfns() {
             allocated_table(t, "page");
         }

@@ -40,8 +40,7 @@ use crate::cost::{Cost, Cx};
 use crate::memory::split_huge_pmd;
 use crate::page_alloc::PageAlloc;
 use crate::pgtable::{
-    present, Level, Slot, PAGE_ANON_EXCLUSIVE, PAGE_PROTNONE, PAGE_PSE, PAGE_RW, PAGE_SPECIAL,
-    PMD_SIZE,
+    present, Level, PAGE_ANON_EXCLUSIVE, PAGE_PROTNONE, PAGE_PSE, PAGE_RW, PAGE_SPECIAL, PMD_SIZE,
 };
 use crate::types::PAGE_SIZE;
 use crate::vma::{Errno, MmStruct, VmFlags};
@@ -246,17 +245,12 @@ pub fn change_protection(
             }
             split_huge_pmd(pa, cx, mm, pmd);
         }
-        let e = mm.pgt.get(pmd);
-        if present(e) {
-            let table = crate::pgtable::entry_pfn(e).0 as u32;
-            let ptl = crate::memory::pte_lockptr(table);
+        if let Some(pte) = mm.pgt.pte_table(pmd) {
+            let ptl = crate::memory::pte_lockptr(pte.table);
             cx.lock(ptl);
             let mut a = addr;
             while a < next {
-                let slot = Slot {
-                    table,
-                    index: Level::Pte.index(a),
-                };
+                let slot = pte.with_index(Level::Pte.index(a));
                 let pe = mm.pgt.get(slot);
                 if present(pe) {
                     let ne = pte_modify(pe, newflags);

@@ -371,8 +371,11 @@ pub fn move_page_tables(
         let Ok(new_pte) = mm.pgt.walk_alloc(pa, cx, new, Level::Pte) else {
             return progress(old);
         };
-        let old_table = crate::pgtable::entry_pfn(mm.pgt.get(old_pmd)).0 as u32;
-        move_ptes(cx, mm, old_table, new_pte.table, old, new, extent);
+        let old_table = mm
+            .pgt
+            .pte_table(old_pmd)
+            .expect("a present, non-leaf PMD points to a PTE table");
+        move_ptes(cx, mm, old_table, new_pte, old, new, extent);
         (old, new) = (old + extent, new + extent);
     }
     len
@@ -401,34 +404,29 @@ fn move_entry(cx: &mut Cx, mm: &mut MmStruct, from: Slot, to: Slot) -> bool {
 }
 
 /// Models `move_ptes()`: moves the PTEs of `extent` bytes from `old` in
-/// table `old_table` to `new` in table `new_table`, under both PTLs.
+/// the table of the slot `old_table` to `new` in the table of `new_table`,
+/// under both PTLs.
 fn move_ptes(
     cx: &mut Cx,
     mm: &mut MmStruct,
-    old_table: u32,
-    new_table: u32,
+    old_table: Slot,
+    new_table: Slot,
     old: u64,
     new: u64,
     extent: u64,
 ) {
-    let (lo, ln) = (pte_lockptr(old_table), pte_lockptr(new_table));
+    let (lo, ln) = (pte_lockptr(old_table.table), pte_lockptr(new_table.table));
     cx.lock(lo);
     if ln != lo {
         cx.lock(ln);
     }
     for i in 0..extent / PAGE_SIZE {
-        let from = Slot {
-            table: old_table,
-            index: Level::Pte.index(old + i * PAGE_SIZE),
-        };
+        let from = old_table.with_index(Level::Pte.index(old + i * PAGE_SIZE));
         let e = mm.pgt.get(from);
         if e == 0 {
             continue;
         }
-        let to = Slot {
-            table: new_table,
-            index: Level::Pte.index(new + i * PAGE_SIZE),
-        };
+        let to = new_table.with_index(Level::Pte.index(new + i * PAGE_SIZE));
         debug_assert_eq!(mm.pgt.get(to), 0, "moving onto a used PTE");
         cx.charge(Cost::PteCopy);
         mm.pgt.set(from, 0);

@@ -1067,7 +1067,8 @@ impl PageAlloc {
     }
 
     /// Models `get_page_from_freelist()`: walks the zonelist for the first
-    /// zone above `mark` and allocates there.
+    /// zone above `mark` and allocates there. Returns the pfn and the zone's
+    /// index (as a `u32`, so that the pair comes back in a register).
     fn get_page_from_freelist(
         &mut self,
         cx: &mut Cx,
@@ -1075,7 +1076,7 @@ impl PageAlloc {
         order: u8,
         mark: Wmark,
         node: NodeId,
-    ) -> Option<(u32, usize)> {
+    ) -> Option<(u32, u32)> {
         let highest = gfp.zone();
         let mt = gfp.migratetype();
         for i in 0..self.zonelists[node.0 as usize].len() {
@@ -1098,7 +1099,7 @@ impl PageAlloc {
                 continue;
             }
             if let Some(pfn) = self.rmqueue(cx, zi, order, mt) {
-                return Some((pfn, zi));
+                return Some((pfn, zi as u32));
             }
         }
         None
@@ -1146,7 +1147,7 @@ impl PageAlloc {
             return Err(AllocError::NoMem);
         };
         self.prep_new_page(pfn, order, gfp.migratetype());
-        let ev = match self.zones[zi].zone_type {
+        let ev = match self.zones[zi as usize].zone_type {
             ZoneType::Dma32 => VmEvent::PGALLOC_DMA32,
             ZoneType::Normal => VmEvent::PGALLOC_NORMAL,
         };

@@ -5,9 +5,10 @@
 //! Each table is one 4 KiB page taken from the page allocator with
 //! `Gfp::KERNEL` at order 0, exactly as `pte_alloc_one()`/`pmd_alloc_one()`
 //! do, so page tables count against free memory and return through the PCP
-//! when freed. Its 512 entries live beside the allocator in a `BTreeMap` from
-//! the table's pfn to a boxed `[u64; 512]` (the simulated machine has no
-//! memory contents of its own).
+//! when freed. Its 512 entries live beside the allocator in a slab of
+//! `[u64; 512]` arrays owned by the process's [`PageTables`] (the simulated
+//! machine has no memory contents of its own); see [`PageTables`] for how a
+//! walk finds them.
 //!
 //! An entry is a `u64` in the hardware's layout, reduced to the bits the model
 //! uses: present, write, young (accessed), dirty, PSE (a PMD leaf) and the
@@ -21,6 +22,7 @@
 use crate::cost::Cx;
 use crate::page_alloc::{AllocError, Gfp, PageAlloc};
 use crate::types::{Pfn, PAGE_SHIFT, PMD_SHIFT};
+use std::cell::Cell;
 use std::collections::BTreeMap;
 
 /// Entries per table.
@@ -138,98 +140,327 @@ impl Level {
     }
 }
 
-/// Where one entry lives: the table's pfn and the index in it.
+/// Where one entry lives: the table's pfn and the index in it (and, for the
+/// model's own use, the table's place in its [`PageTables`]' slab, so that
+/// [`PageTables::get`] and [`PageTables::set`] index an array instead of
+/// searching). Slots are made by the [`PageTables`] that holds the table and
+/// are valid while that table is: a slot does not outlive `free_table()`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
 pub struct Slot {
-    /// The table holding the entry.
+    /// The table holding the entry (its pfn).
     pub table: u32,
     /// Index of the entry.
     pub index: usize,
+    /// The table's slab index in its [`PageTables`]. Ordering by it never
+    /// decides anything: within one `PageTables` it is a function of `table`.
+    id: u32,
+}
+
+impl Slot {
+    /// The entry at `index` of the same table.
+    #[inline]
+    pub fn with_index(self, index: usize) -> Slot {
+        debug_assert!(index < PTRS_PER_TABLE, "index {index} past a table");
+        Slot { index, ..self }
+    }
+}
+
+/// A [`Table::child`] value for an entry that points to no table.
+const NO_TABLE: u32 = u32::MAX;
+
+/// One page-table page of the model.
+#[derive(Clone, Debug)]
+struct Table {
+    /// The 512 entries, in the hardware's layout.
+    entries: Box<[u64; PTRS_PER_TABLE]>,
+    /// For a PGD, PUD or PMD table, 512 long: the slab index of the table
+    /// each entry points to, [`NO_TABLE`] where the entry is not a present
+    /// table pointer (empty, a PMD leaf, a migration entry). Kept by
+    /// [`PageTables::set`]. Empty for a PTE table (most tables), whose
+    /// entries point to no table. The kernel needs no such side array (the
+    /// pfn in the entry is the table's address); the model has no memory to
+    /// address, and this lets a walk step down a level by indexing instead
+    /// of searching by pfn.
+    child: Box<[u32]>,
+}
+
+impl Table {
+    /// An empty table holding `level` entries.
+    fn new(level: Level) -> Table {
+        Table {
+            entries: Box::new([0; PTRS_PER_TABLE]),
+            child: Table::new_child(level),
+        }
+    }
+
+    fn new_child(level: Level) -> Box<[u32]> {
+        if level == Level::Pte {
+            Box::default()
+        } else {
+            vec![NO_TABLE; PTRS_PER_TABLE].into_boxed_slice()
+        }
+    }
+
+    /// Empties a freed table for reuse at `level`.
+    fn reset(&mut self, level: Level) {
+        self.entries.fill(0);
+        if (level == Level::Pte) == self.child.is_empty() {
+            self.child.fill(NO_TABLE);
+        } else {
+            self.child = Table::new_child(level);
+        }
+    }
+}
+
+/// What the slab knows about a table besides its entries.
+#[derive(Clone, Copy, Debug)]
+struct TableMeta {
+    /// The table's pfn (0 while the slab slot is free).
+    pfn: u32,
+    /// The level of the entries the table holds.
+    level: Level,
 }
 
 /// One process's page tables.
 ///
-/// Invariant: every table reachable from `pgd` is in `tables`, and every
-/// table in `tables` is reachable from `pgd` exactly once; each is an
-/// allocated order-0 block of the page allocator.
+/// # Representation
+///
+/// The tables live in a slab, `slab[id]`, with a free list of ids that a
+/// later table reuses (last freed, first reused), and a `BTreeMap` from each
+/// table's pfn to its id for the few callers that name a table by its pfn.
+/// A walk goes down by the ids in the parent's [`Table::child`], so that
+/// neither a walk nor an entry's read or write searches a map.
+///
+/// Invariants: every table reachable from `pgd` is in `by_pfn`, and every
+/// table in `by_pfn` is reachable from `pgd` exactly once or deposited with
+/// a PMD leaf; each is an allocated order-0 block of the page allocator;
+/// `by_pfn[meta[id].pfn] == id` for every table in use; in a PGD, PUD or
+/// PMD table, `child[i]` is the id of the table that `entries[i]` points to,
+/// or [`NO_TABLE`] if `entries[i]` is not a present table pointer.
 #[derive(Clone, Debug)]
 pub struct PageTables {
     /// The PGD's pfn.
     pub pgd: u32,
-    tables: BTreeMap<u32, Box<[u64; PTRS_PER_TABLE]>>,
+    /// The PGD's slab index.
+    pgd_id: u32,
+    slab: Vec<Table>,
+    meta: Vec<TableMeta>,
+    /// Slab indices of freed tables, to reuse.
+    free_ids: Vec<u32>,
+    /// Table pfn to slab index, for every table in use.
+    by_pfn: BTreeMap<u32, u32>,
     /// PTE tables deposited with PMD leaves (`pgtable_trans_huge_deposit()`),
     /// by the PMD slot: a THP fault allocates the table a later split needs,
     /// so that splitting never fails for want of memory.
     deposited: BTreeMap<Slot, u32>,
+    /// The model's own memo of the last walk through the PGD and PUD:
+    /// `(addr >> PUD_SHIFT, id of the PMD table for that 1 GiB)`, or
+    /// [`NO_HINT`] as the key. A walk of an address in the same 1 GiB starts
+    /// at that PMD table (consecutive faults mostly fall in one). Forgotten
+    /// whenever a PGD or PUD entry is set and whenever a table is freed, so
+    /// that it always names the table a full walk would reach. Not the
+    /// kernel's (it walks from the PGD every time); it changes no result.
+    pmd_hint: Cell<(u64, u32)>,
 }
+
+/// The key of an empty [`PageTables::pmd_hint`] (no address has it).
+const NO_HINT: u64 = u64::MAX;
 
 impl PageTables {
     /// Models `pgd_alloc()`: allocates and clears the top-level table.
     pub fn new(pa: &mut PageAlloc, cx: &mut Cx) -> Result<PageTables, AllocError> {
         let mut pt = PageTables {
             pgd: 0,
-            tables: BTreeMap::new(),
+            pgd_id: 0,
+            slab: Vec::new(),
+            meta: Vec::new(),
+            free_ids: Vec::new(),
+            by_pfn: BTreeMap::new(),
             deposited: BTreeMap::new(),
+            pmd_hint: Cell::new((NO_HINT, NO_TABLE)),
         };
-        pt.pgd = pt.alloc_table(pa, cx)?;
+        pt.pgd_id = pt.alloc_table(pa, cx, Level::Pgd)?;
+        pt.pgd = pt.meta[pt.pgd_id as usize].pfn;
         Ok(pt)
     }
 
     /// Number of tables, the PGD included (`mm_pgtables_bytes()` / 4 KiB).
     pub fn nr_tables(&self) -> u64 {
-        self.tables.len() as u64
+        self.by_pfn.len() as u64
     }
 
-    /// Allocates one zeroed table (`__pte_alloc()` and friends: `GFP_PGTABLE_USER`
-    /// includes `__GFP_ZERO`, so the clear is charged).
-    fn alloc_table(&mut self, pa: &mut PageAlloc, cx: &mut Cx) -> Result<u32, AllocError> {
+    /// Allocates one zeroed table holding `level` entries and returns its
+    /// slab index (`__pte_alloc()` and friends: `GFP_PGTABLE_USER` includes
+    /// `__GFP_ZERO`, so the clear is charged).
+    fn alloc_table(
+        &mut self,
+        pa: &mut PageAlloc,
+        cx: &mut Cx,
+        level: Level,
+    ) -> Result<u32, AllocError> {
         let pfn = pa.alloc_pages(cx, Gfp::KERNEL, 0)?;
         cx.clear_page(pfn);
         let p = crate::page::pfn_idx(pfn);
-        self.tables.insert(p, Box::new([0; PTRS_PER_TABLE]));
-        Ok(p)
+        let meta = TableMeta { pfn: p, level };
+        let id = match self.free_ids.pop() {
+            Some(id) => {
+                self.slab[id as usize].reset(level);
+                self.meta[id as usize] = meta;
+                id
+            }
+            None => {
+                self.slab.push(Table::new(level));
+                self.meta.push(meta);
+                (self.slab.len() - 1) as u32
+            }
+        };
+        let old = self.by_pfn.insert(p, id);
+        assert!(old.is_none(), "table pfn {p:#x} allocated twice");
+        Ok(id)
     }
 
     /// Frees a table that no entry references any more (`pte_free()` etc.).
     fn free_table(&mut self, pa: &mut PageAlloc, cx: &mut Cx, table: u32) {
-        self.tables
+        let id = self
+            .by_pfn
             .remove(&table)
             .expect("freeing a table that is not ours");
+        self.meta[id as usize].pfn = 0;
+        self.free_ids.push(id);
+        self.pmd_hint.set((NO_HINT, NO_TABLE));
         pa.free_pages(cx, Pfn(table as u64), 0);
+    }
+
+    /// The slab index of the table `table` (a pfn).
+    fn id_of(&self, table: u32) -> u32 {
+        *self
+            .by_pfn
+            .get(&table)
+            .unwrap_or_else(|| panic!("pfn {table:#x} is not one of this mm's page tables"))
+    }
+
+    /// The slot at `index` of the table with slab index `id`.
+    #[inline]
+    fn slot_at(&self, id: u32, index: usize) -> Slot {
+        Slot {
+            table: self.meta[id as usize].pfn,
+            index,
+            id,
+        }
+    }
+
+    /// The slot at `index` of the table whose pfn is `table` (a table of
+    /// this `PageTables`, e.g. one taken back by [`PageTables::withdraw`]).
+    /// Searches by pfn: walk with [`PageTables::lookup`] where possible.
+    pub fn slot(&self, table: u32, index: usize) -> Slot {
+        Slot {
+            table,
+            index,
+            id: self.id_of(table),
+        }
+    }
+
+    /// The PTE table that the (non-leaf) PMD entry at `pmd` points to, as the
+    /// slot of its entry 0; `None` if the entry is not a present table
+    /// pointer (empty, or a PMD leaf).
+    #[inline]
+    pub fn pte_table(&self, pmd: Slot) -> Option<Slot> {
+        let c = self.slab[pmd.id as usize].child[pmd.index];
+        (c != NO_TABLE).then(|| self.slot_at(c, 0))
     }
 
     /// The entry at `slot`.
     #[inline]
     pub fn get(&self, slot: Slot) -> u64 {
-        self.tables[&slot.table][slot.index]
+        debug_assert_eq!(
+            self.meta[slot.id as usize].pfn, slot.table,
+            "stale slot {slot:?}"
+        );
+        self.slab[slot.id as usize].entries[slot.index]
     }
 
     /// Sets the entry at `slot` (`set_pte_at()`, `set_pmd_at()`).
     #[inline]
     pub fn set(&mut self, slot: Slot, e: u64) {
-        self.tables
-            .get_mut(&slot.table)
-            .expect("slot in a known table")[slot.index] = e;
+        let id = slot.id as usize;
+        debug_assert_eq!(self.meta[id].pfn, slot.table, "stale slot {slot:?}");
+        let level = self.meta[id].level;
+        if level != Level::Pte {
+            if level != Level::Pmd {
+                self.pmd_hint.set((NO_HINT, NO_TABLE));
+            }
+            let child = if present(e) && e & PAGE_PSE == 0 {
+                self.id_of(entry_pfn(e).0 as u32)
+            } else {
+                NO_TABLE
+            };
+            self.slab[id].child[slot.index] = child;
+        }
+        self.slab[id].entries[slot.index] = e;
+    }
+
+    /// The child table of a present, non-leaf entry of the directory table
+    /// `id` at `index`.
+    #[inline]
+    fn child_of(&self, id: u32, index: usize) -> u32 {
+        let c = self.slab[id as usize].child[index];
+        debug_assert!(c != NO_TABLE, "table pointer without a table");
+        c
+    }
+
+    /// Where a walk of `addr` down to `level` starts: the PMD table of the
+    /// [`PageTables::pmd_hint`] if it covers `addr` and the walk goes that
+    /// far, else the PGD.
+    #[inline]
+    fn walk_start(&self, addr: u64, level: Level) -> (u32, Level) {
+        let (key, id) = self.pmd_hint.get();
+        if key == addr >> PUD_SHIFT && matches!(level, Level::Pmd | Level::Pte) {
+            debug_assert_eq!(self.pmd_table_uncached(addr), Some(id), "stale PMD hint");
+            (id, Level::Pmd)
+        } else {
+            (self.pgd_id, Level::Pgd)
+        }
+    }
+
+    /// The PMD table of `addr` by a walk through the PGD and PUD that
+    /// ignores [`PageTables::pmd_hint`] (for checks).
+    fn pmd_table_uncached(&self, addr: u64) -> Option<u32> {
+        let mut id = self.pgd_id;
+        for l in [Level::Pgd, Level::Pud] {
+            let index = l.index(addr);
+            let e = self.slab[id as usize].entries[index];
+            if !present(e) || e & PAGE_PSE != 0 {
+                return None;
+            }
+            id = self.child_of(id, index);
+        }
+        Some(id)
+    }
+
+    /// Notes that a walk of `addr` stepped from level `l` to the table `id`.
+    #[inline]
+    fn walked(&self, addr: u64, l: Level, id: u32) {
+        if l == Level::Pud {
+            self.pmd_hint.set((addr >> PUD_SHIFT, id));
+        }
     }
 
     /// The slot of `addr` at `level`, without allocating: `None` if a table
     /// above it is missing or a PMD leaf stands in the way of a PTE.
+    #[inline]
     pub fn lookup(&self, addr: u64, level: Level) -> Option<Slot> {
-        let mut table = self.pgd;
-        let mut l = Level::Pgd;
+        let (mut id, mut l) = self.walk_start(addr, level);
         loop {
-            let slot = Slot {
-                table,
-                index: l.index(addr),
-            };
+            let index = l.index(addr);
             if l == level {
-                return Some(slot);
+                return Some(self.slot_at(id, index));
             }
-            let e = self.get(slot);
+            let e = self.slab[id as usize].entries[index];
             if !present(e) || e & PAGE_PSE != 0 {
                 return None;
             }
-            table = entry_pfn(e).0 as u32;
+            id = self.child_of(id, index);
+            self.walked(addr, l, id);
             l = l.next().expect("level below PTE");
         }
     }
@@ -240,22 +471,23 @@ impl PageTables {
     /// a user access.)
     #[inline]
     pub fn leaf(&self, addr: u64) -> Option<(Slot, Level, u64)> {
-        let mut table = self.pgd;
-        let mut l = Level::Pgd;
+        let (mut id, mut l) = self.walk_start(addr, Level::Pte);
         loop {
             let index = l.index(addr);
-            let e = self.tables[&table][index];
-            let slot = Slot { table, index };
+            let t = &self.slab[id as usize];
+            let e = t.entries[index];
             if l == Level::Pte {
-                return Some((slot, l, e));
+                return Some((self.slot_at(id, index), l, e));
             }
             if !present(e) {
                 return None;
             }
             if e & PAGE_PSE != 0 {
-                return Some((slot, l, e));
+                return Some((self.slot_at(id, index), l, e));
             }
-            table = entry_pfn(e).0 as u32;
+            id = t.child[index];
+            debug_assert!(id != NO_TABLE, "table pointer without a table");
+            self.walked(addr, l, id);
             l = l.next().expect("level below PTE");
         }
     }
@@ -264,7 +496,25 @@ impl PageTables {
     /// table if the entry is empty (`pte_alloc()` once the PMD is known).
     ///
     /// Panics if `pmd` is a leaf: the caller splits it first.
+    #[inline]
     pub fn pte_alloc(
+        &mut self,
+        pa: &mut PageAlloc,
+        cx: &mut Cx,
+        pmd: Slot,
+        addr: u64,
+    ) -> Result<Slot, AllocError> {
+        // The common case inline: the PTE table is there.
+        match self.slab[pmd.id as usize].child.get(pmd.index) {
+            Some(&c) if c != NO_TABLE => Ok(self.slot_at(c, Level::Pte.index(addr))),
+            _ => self.pte_alloc_slow(pa, cx, pmd, addr),
+        }
+    }
+
+    /// [`PageTables::pte_alloc`] when the PMD entry is not a table pointer.
+    #[cold]
+    #[inline(never)]
+    fn pte_alloc_slow(
         &mut self,
         pa: &mut PageAlloc,
         cx: &mut Cx,
@@ -273,23 +523,22 @@ impl PageTables {
     ) -> Result<Slot, AllocError> {
         let e = self.get(pmd);
         assert!(e & PAGE_PSE == 0, "pte_alloc under a PMD leaf at {addr:#x}");
-        let table = if present(e) {
-            entry_pfn(e).0 as u32
+        let id = if present(e) {
+            self.child_of(pmd.id, pmd.index)
         } else {
-            let t = self.alloc_table(pa, cx)?;
+            let id = self.alloc_table(pa, cx, Level::Pte)?;
+            let t = self.meta[id as usize].pfn;
             self.set(pmd, mk_entry(Pfn(t as u64), PAGE_PRESENT | PAGE_RW));
-            t
+            id
         };
-        Ok(Slot {
-            table,
-            index: Level::Pte.index(addr),
-        })
+        Ok(self.slot_at(id, Level::Pte.index(addr)))
     }
 
     /// The slot of `addr` at `level`, allocating missing tables above it
     /// (`p4d_alloc()`, `pud_alloc()`, `pmd_alloc()`, `pte_alloc()`).
     ///
     /// Panics if a PMD leaf stands in the way: the caller splits it first.
+    #[inline]
     pub fn walk_alloc(
         &mut self,
         pa: &mut PageAlloc,
@@ -297,26 +546,44 @@ impl PageTables {
         addr: u64,
         level: Level,
     ) -> Result<Slot, AllocError> {
-        let mut table = self.pgd;
-        let mut l = Level::Pgd;
+        // The common case inline: every table on the way is there. (A leaf
+        // in the way also makes the lookup fail; the full walk panics then.)
+        match self.lookup(addr, level) {
+            Some(slot) => Ok(slot),
+            None => self.walk_alloc_slow(pa, cx, addr, level),
+        }
+    }
+
+    /// [`PageTables::walk_alloc`] when a table on the way is missing.
+    #[cold]
+    #[inline(never)]
+    fn walk_alloc_slow(
+        &mut self,
+        pa: &mut PageAlloc,
+        cx: &mut Cx,
+        addr: u64,
+        level: Level,
+    ) -> Result<Slot, AllocError> {
+        let (mut id, mut l) = self.walk_start(addr, level);
         loop {
-            let slot = Slot {
-                table,
-                index: l.index(addr),
-            };
+            let index = l.index(addr);
             if l == level {
-                return Ok(slot);
+                return Ok(self.slot_at(id, index));
             }
-            let e = self.get(slot);
+            let e = self.slab[id as usize].entries[index];
             assert!(e & PAGE_PSE == 0, "walk through a PMD leaf at {addr:#x}");
-            table = if present(e) {
-                entry_pfn(e).0 as u32
+            let next = l.next().expect("level below PTE");
+            id = if present(e) {
+                self.child_of(id, index)
             } else {
-                let t = self.alloc_table(pa, cx)?;
+                let c = self.alloc_table(pa, cx, next)?;
+                let t = self.meta[c as usize].pfn;
+                let slot = self.slot_at(id, index);
                 self.set(slot, mk_entry(Pfn(t as u64), PAGE_PRESENT | PAGE_RW));
-                t
+                c
             };
-            l = l.next().expect("level below PTE");
+            self.walked(addr, l, id);
+            l = next;
         }
     }
 
@@ -327,7 +594,8 @@ impl PageTables {
         cx: &mut Cx,
         slot: Slot,
     ) -> Result<(), AllocError> {
-        let t = self.alloc_table(pa, cx)?;
+        let id = self.alloc_table(pa, cx, Level::Pte)?;
+        let t = self.meta[id as usize].pfn;
         let old = self.deposited.insert(slot, t);
         assert!(old.is_none(), "two tables deposited at {slot:?}");
         Ok(())
@@ -346,14 +614,34 @@ impl PageTables {
         self.free_table(pa, cx, t);
     }
 
-    /// The entries of table `table`, to set several at once (`set_ptes()`).
-    pub fn table_mut(&mut self, table: u32) -> &mut [u64; PTRS_PER_TABLE] {
-        self.tables.get_mut(&table).expect("a known table")
+    /// The entries of the PTE table holding `slot`, to set several at once
+    /// (`set_ptes()`). Only for PTE tables: a directory table's entries go
+    /// through [`PageTables::set`], which keeps its child index.
+    #[inline]
+    pub fn entries_mut(&mut self, slot: Slot) -> &mut [u64; PTRS_PER_TABLE] {
+        let id = slot.id as usize;
+        debug_assert_eq!(self.meta[id].pfn, slot.table, "stale slot {slot:?}");
+        assert!(
+            self.meta[id].level == Level::Pte,
+            "entries_mut on a {:?} table",
+            self.meta[id].level
+        );
+        &mut self.slab[id].entries
     }
 
-    /// The entries of table `table` (read-only).
+    /// The entries of the table holding `slot` (read-only).
+    #[inline]
+    pub fn entries(&self, slot: Slot) -> &[u64; PTRS_PER_TABLE] {
+        debug_assert_eq!(
+            self.meta[slot.id as usize].pfn, slot.table,
+            "stale slot {slot:?}"
+        );
+        &self.slab[slot.id as usize].entries
+    }
+
+    /// The entries of table `table`, by its pfn (read-only; searches by pfn).
     pub fn table(&self, table: u32) -> &[u64; PTRS_PER_TABLE] {
-        &self.tables[&table]
+        &self.slab[self.id_of(table) as usize].entries
     }
 
     /// Models `free_pgtables()`/`free_pgd_range()`: frees every table below
@@ -362,28 +650,29 @@ impl PageTables {
     /// `[floor, ceiling)` stay, because a neighbouring VMA may use them.
     /// With `floor = 0, ceiling = u64::MAX` it frees every empty table.
     pub fn free_pgd_range(&mut self, pa: &mut PageAlloc, cx: &mut Cx, floor: u64, ceiling: u64) {
-        let pgd = self.pgd;
+        let pgd = self.pgd_id;
         self.free_range_in(pa, cx, pgd, Level::Pgd, 0, floor, ceiling);
     }
 
-    /// Frees empty child tables of `table` (of `level`, mapping from `base`)
-    /// inside `[floor, ceiling)`; returns true if `table` is now empty.
+    /// Frees empty child tables of the table `id` (of `level`, mapping from
+    /// `base`) inside `[floor, ceiling)`; returns true if the table is now
+    /// empty.
     fn free_range_in(
         &mut self,
         pa: &mut PageAlloc,
         cx: &mut Cx,
-        table: u32,
+        id: u32,
         level: Level,
         base: u64,
         floor: u64,
         ceiling: u64,
     ) -> bool {
         let Some(child_level) = level.next() else {
-            return self.tables[&table].iter().all(|&e| !present(e));
+            return self.slab[id as usize].entries.iter().all(|&e| !present(e));
         };
         let span = 1u64 << level.shift();
         for i in 0..PTRS_PER_TABLE {
-            let e = self.tables[&table][i];
+            let e = self.slab[id as usize].entries[i];
             if !present(e) || e & PAGE_PSE != 0 {
                 continue;
             }
@@ -392,31 +681,33 @@ impl PageTables {
             if end <= floor || start >= ceiling {
                 continue;
             }
-            let child = entry_pfn(e).0 as u32;
+            let child = self.child_of(id, i);
             let empty = self.free_range_in(pa, cx, child, child_level, start, floor, ceiling);
             if empty && start >= floor && end <= ceiling {
-                self.set(Slot { table, index: i }, 0);
-                self.free_table(pa, cx, child);
+                let child_pfn = self.meta[child as usize].pfn;
+                let slot = self.slot_at(id, i);
+                self.set(slot, 0);
+                self.free_table(pa, cx, child_pfn);
             }
         }
-        self.tables[&table].iter().all(|&e| !present(e))
+        self.slab[id as usize].entries.iter().all(|&e| !present(e))
     }
 
     /// Frees the PGD itself (`pgd_free()`); every lower table must be gone.
     pub fn free_pgd(mut self, pa: &mut PageAlloc, cx: &mut Cx) {
         assert_eq!(
-            self.tables.len(),
+            self.by_pfn.len(),
             1,
             "pgd_free with {} lower tables left",
-            self.tables.len() - 1
+            self.by_pfn.len() - 1
         );
         let pgd = self.pgd;
         self.free_table(pa, cx, pgd);
     }
 
-    /// Every table's pfn (for checks).
+    /// Every table's pfn, in pfn order (for checks).
     pub fn table_pfns(&self) -> impl Iterator<Item = u32> + '_ {
-        self.tables.keys().copied()
+        self.by_pfn.keys().copied()
     }
 
     /// The tables deposited with PMD leaves: `(PMD slot, table pfn)`.
@@ -427,29 +718,83 @@ impl PageTables {
     /// Calls `f(addr, level, slot, entry)` for every present leaf entry (PTE,
     /// or a PMD leaf), in address order. For checks and differential tests.
     pub fn for_each_leaf(&self, mut f: impl FnMut(u64, Level, Slot, u64)) {
-        self.leaves_in(self.pgd, Level::Pgd, 0, &mut f);
+        self.leaves_in(self.pgd_id, Level::Pgd, 0, &mut f);
     }
 
     fn leaves_in(
         &self,
-        table: u32,
+        id: u32,
         level: Level,
         base: u64,
         f: &mut impl FnMut(u64, Level, Slot, u64),
     ) {
         let span = 1u64 << level.shift();
-        for (i, &e) in self.tables[&table].iter().enumerate() {
+        for (i, &e) in self.slab[id as usize].entries.iter().enumerate() {
             if !present(e) {
                 continue;
             }
             let addr = base + i as u64 * span;
-            let slot = Slot { table, index: i };
+            let slot = self.slot_at(id, i);
             match level.next() {
                 None => f(addr, level, slot, e),
                 Some(_) if level == Level::Pmd && e & PAGE_PSE != 0 => f(addr, level, slot, e),
-                Some(child) => self.leaves_in(entry_pfn(e).0 as u32, child, addr, f),
+                Some(child) => self.leaves_in(self.child_of(id, i), child, addr, f),
             }
         }
+    }
+
+    /// Checks the representation's invariants (see [`PageTables`]): the
+    /// pfn map and the slab agree, and every directory entry's child index
+    /// names the table its pfn names. Panics with what is wrong.
+    pub fn check_invariants(&self) {
+        for (&pfn, &id) in &self.by_pfn {
+            let m = self.meta[id as usize];
+            assert_eq!(m.pfn, pfn, "table {pfn:#x}: slab {id} holds {:#x}", m.pfn);
+            let t = &self.slab[id as usize];
+            let want_len = if m.level == Level::Pte {
+                0
+            } else {
+                PTRS_PER_TABLE
+            };
+            assert_eq!(t.child.len(), want_len, "table {pfn:#x}: child index size");
+            for i in 0..PTRS_PER_TABLE {
+                let e = t.entries[i];
+                if m.level == Level::Pte {
+                    continue;
+                }
+                let want = if present(e) && e & PAGE_PSE == 0 {
+                    self.id_of(entry_pfn(e).0 as u32)
+                } else {
+                    NO_TABLE
+                };
+                assert_eq!(
+                    t.child[i], want,
+                    "table {pfn:#x} ({:?}) entry {i} ({e:#x}): child index {} but {want}",
+                    m.level, t.child[i]
+                );
+            }
+        }
+        let (key, hint) = self.pmd_hint.get();
+        if key != NO_HINT {
+            let full = self.pmd_table_uncached(key << PUD_SHIFT);
+            assert_eq!(
+                full,
+                Some(hint),
+                "PMD-table hint for {:#x} is stale",
+                key << PUD_SHIFT
+            );
+        }
+        for &id in &self.free_ids {
+            assert_eq!(
+                self.meta[id as usize].pfn, 0,
+                "free slab {id} names a table"
+            );
+        }
+        assert_eq!(
+            self.by_pfn.len() + self.free_ids.len(),
+            self.slab.len(),
+            "slab slots neither used nor free"
+        );
     }
 
     /// Moves the PTE table deposited at `from` to the PMD slot `to`
@@ -458,5 +803,130 @@ impl PageTables {
         let t = self.withdraw(from);
         let old = self.deposited.insert(to, t);
         assert!(old.is_none(), "two tables deposited at {to:?}");
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::cost::CostTable;
+    use crate::page_alloc::{MemoryLayout, NodeLayout, VmSysctl};
+    use crate::types::VcpuId;
+
+    const GIB: u64 = 1 << PUD_SHIFT;
+
+    fn setup() -> (PageAlloc, Cx, PageTables) {
+        let layout = MemoryLayout {
+            nodes: vec![NodeLayout {
+                nr_cpus: 1,
+                nr_pages: 1 << 14,
+            }],
+            dma32_pages: 0,
+        };
+        let mut pa = PageAlloc::new(&layout, VmSysctl::default(), Default::default());
+        let mut cx = Cx::new(VcpuId(0), CostTable::uniform(1));
+        let pt = PageTables::new(&mut pa, &mut cx).unwrap();
+        (pa, cx, pt)
+    }
+
+    fn pte(pfn: u64) -> u64 {
+        mk_entry(Pfn(pfn), PAGE_PRESENT | PAGE_RW)
+    }
+
+    #[test]
+    fn freed_tables_are_reused_and_walks_follow_the_new_ones() {
+        let (mut pa, mut cx, mut pt) = setup();
+        let free = |pa: &PageAlloc| pa.nr_free_pages() + pa.nr_pcp_pages();
+        let free0 = free(&pa);
+        // One PTE under each of two 1 GiB regions: PGD + 2 PUD-level paths.
+        let a = 3 * GIB + 0x20_1000;
+        let b = 4 * GIB + 0x40_0000;
+        for (addr, pfn) in [(a, 0x111), (b, 0x222)] {
+            let s = pt.walk_alloc(&mut pa, &mut cx, addr, Level::Pte).unwrap();
+            pt.set(s, pte(pfn));
+            pt.check_invariants();
+        }
+        // PGD, one PUD (both in the same 512 GiB), two PMD and two PTE tables.
+        assert_eq!(pt.nr_tables(), 6);
+        assert_eq!(
+            pt.leaf(a).map(|(_, l, e)| (l, e)),
+            Some((Level::Pte, pte(0x111)))
+        );
+        assert_eq!(
+            pt.leaf(b).map(|(_, l, e)| (l, e)),
+            Some((Level::Pte, pte(0x222)))
+        );
+        // Empty the first region and free its tables: the PMD table that the
+        // last walk of `a` went through is gone.
+        let s = pt.lookup(a, Level::Pte).unwrap();
+        pt.set(s, 0);
+        pt.free_pgd_range(&mut pa, &mut cx, 3 * GIB, 4 * GIB);
+        pt.check_invariants();
+        assert_eq!(pt.nr_tables(), 4);
+        assert_eq!(pt.lookup(a, Level::Pmd), None);
+        assert_eq!(pt.leaf(a), None);
+        // A new walk there takes slab slots from the free list, and both
+        // regions still resolve to their own entries.
+        let s = pt.walk_alloc(&mut pa, &mut cx, a, Level::Pte).unwrap();
+        pt.set(s, pte(0x333));
+        pt.check_invariants();
+        assert_eq!(pt.slab.len(), 6, "freed slots reused, no new ones");
+        assert_eq!(pt.leaf(a).map(|(_, _, e)| e), Some(pte(0x333)));
+        assert_eq!(pt.leaf(b).map(|(_, _, e)| e), Some(pte(0x222)));
+        // Everything back.
+        for addr in [a, b] {
+            let s = pt.lookup(addr, Level::Pte).unwrap();
+            pt.set(s, 0);
+        }
+        pt.free_pgd_range(&mut pa, &mut cx, 0, u64::MAX);
+        pt.check_invariants();
+        pt.free_pgd(&mut pa, &mut cx);
+        assert_eq!(free(&pa), free0 + 1, "every table and the PGD freed");
+    }
+
+    #[test]
+    fn moving_a_pud_entry_moves_the_walk() {
+        // mremap()'s move of a whole PMD table: the PUD entry is set at the
+        // new place and cleared at the old one; walks that went through the
+        // old place must not find the table there any more.
+        let (mut pa, mut cx, mut pt) = setup();
+        let old = 5 * GIB + 0x1000;
+        let new = 7 * GIB + 0x1000;
+        let s = pt.walk_alloc(&mut pa, &mut cx, old, Level::Pte).unwrap();
+        pt.set(s, pte(0x444));
+        let from = pt.lookup(old, Level::Pud).unwrap();
+        let to = pt.walk_alloc(&mut pa, &mut cx, new, Level::Pud).unwrap();
+        assert!(pt.leaf(old).is_some(), "a walk of the old place first");
+        let e = pt.get(from);
+        pt.set(to, e);
+        pt.set(from, 0);
+        pt.check_invariants();
+        assert_eq!(pt.leaf(old), None);
+        assert_eq!(pt.lookup(old, Level::Pmd), None);
+        assert_eq!(pt.leaf(new).map(|(_, _, e)| e), Some(pte(0x444)));
+        let slot = pt.lookup(new, Level::Pte).unwrap();
+        assert_eq!(slot, s, "the same PTE table, reached from the new place");
+    }
+
+    #[test]
+    fn a_pmd_leaf_has_no_child_and_a_split_gets_one() {
+        let (mut pa, mut cx, mut pt) = setup();
+        let addr = GIB + PMD_SIZE;
+        let pmd = pt.walk_alloc(&mut pa, &mut cx, addr, Level::Pmd).unwrap();
+        pt.deposit(&mut pa, &mut cx, pmd).unwrap();
+        pt.set(pmd, mk_entry(Pfn(0x200), PAGE_PRESENT | PAGE_RW | PAGE_PSE));
+        pt.check_invariants();
+        assert_eq!(pt.pte_table(pmd), None);
+        assert_eq!(pt.leaf(addr + 0x5000).map(|(_, l, _)| l), Some(Level::Pmd));
+        // Split: the deposited table replaces the leaf.
+        let t = pt.withdraw(pmd);
+        let first = pt.slot(t, 0);
+        for i in 0..PTRS_PER_TABLE {
+            pt.set(first.with_index(i), pte(0x200 + i as u64));
+        }
+        pt.set(pmd, mk_entry(Pfn(t as u64), PAGE_PRESENT | PAGE_RW));
+        pt.check_invariants();
+        assert_eq!(pt.pte_table(pmd), Some(first));
+        assert_eq!(pt.leaf(addr + 0x5000).map(|(_, _, e)| e), Some(pte(0x205)));
     }
 }

@@ -232,6 +232,10 @@ pub struct PhaseFaults {
     pub nr_majflt: u64,
     /// Wall time of the phase.
     pub elapsed_ns: u64,
+    /// CPU time the process ran during the phase, user and system
+    /// (`CLOCK_PROCESS_CPUTIME_ID`): on a shared host, the phase's time
+    /// without the time it waited for a core.
+    pub cpu_ns: u64,
 }
 
 /// The result of running a [`FaultPattern`] on the live kernel.
@@ -259,6 +263,7 @@ impl FaultReport {
             "minflt".into(),
             "majflt".into(),
             "ms".into(),
+            "CPU ms".into(),
         ]];
         let mut push = |name: String, p: &PhaseFaults| {
             rows.push(vec![
@@ -266,6 +271,7 @@ impl FaultReport {
                 p.nr_minflt.to_string(),
                 p.nr_majflt.to_string(),
                 format!("{:.1}", p.elapsed_ns as f64 / 1e6),
+                format!("{:.1}", p.cpu_ns as f64 / 1e6),
             ])
         };
         push("touch".into(), &self.touch);
@@ -319,6 +325,9 @@ pub fn run_locked(pattern: &FaultPattern, lock: &LiveLock) -> Result<FaultReport
 /// Record kinds the child writes to the pipe, each as four `u64`s.
 const REC_PHASE: u64 = 1;
 const REC_ERROR: u64 = 2;
+/// Words per record: kind, then minflt, majflt, wall ns, CPU ns for a phase
+/// (stage, errno for an error).
+const REC_WORDS: usize = 5;
 
 /// Stages of the child, by the index sent in an error record.
 const STAGES: [&str; 8] = [
@@ -390,6 +399,7 @@ fn fork_and_measure(pattern: &FaultPattern, order: &[u32]) -> Result<FaultReport
                 nr_minflt: r[1],
                 nr_majflt: r[2],
                 elapsed_ns: r[3],
+                cpu_ns: r[4],
             }),
             REC_ERROR => {
                 return Err(NativeError::ChildFailed {
@@ -422,7 +432,7 @@ fn close_fd(fd: libc::c_int) {
 }
 
 /// Reads 32-byte records until EOF.
-fn read_records(fd: libc::c_int) -> Result<Vec<[u64; 4]>, NativeError> {
+fn read_records(fd: libc::c_int) -> Result<Vec<[u64; REC_WORDS]>, NativeError> {
     let mut bytes = Vec::new();
     let mut buf = [0u8; 4096];
     loop {
@@ -440,9 +450,9 @@ fn read_records(fd: libc::c_int) -> Result<Vec<[u64; 4]>, NativeError> {
         bytes.extend_from_slice(&buf[..n as usize]);
     }
     Ok(bytes
-        .chunks_exact(32)
+        .chunks_exact(8 * REC_WORDS)
         .map(|c| {
-            let mut r = [0u64; 4];
+            let mut r = [0u64; REC_WORDS];
             for (i, w) in c.chunks_exact(8).enumerate() {
                 r[i] = u64::from_ne_bytes(w.try_into().expect("8-byte chunk"));
             }
@@ -471,8 +481,8 @@ fn errno() -> i32 {
 }
 
 /// Writes one record to the pipe. Async-signal-safe.
-fn send(fd: libc::c_int, rec: [u64; 4]) {
-    // SAFETY: rec is 32 readable bytes; a short or failed write leaves the parent
+fn send(fd: libc::c_int, rec: [u64; REC_WORDS]) {
+    // SAFETY: rec is 40 readable bytes; a short or failed write leaves the parent
     // with a missing record, which it reports as ChildDied.
     unsafe { libc::write(fd, rec.as_ptr().cast(), std::mem::size_of_val(&rec)) };
 }
@@ -482,7 +492,8 @@ fn rusage_self() -> (u64, u64) {
     crate::sys::self_faults()
 }
 
-/// Runs `phase` and sends its faults and wall time. Async-signal-safe.
+/// Runs `phase` and sends its faults, wall time and CPU time.
+/// Async-signal-safe.
 ///
 /// After `fork` the stack pages are shared copy-on-write, so the kernel's
 /// `copy_to_user` of the first `getrusage` result takes a COW fault of its own,
@@ -491,11 +502,13 @@ fn rusage_self() -> (u64, u64) {
 fn measured_phase(fd: libc::c_int, phase: impl FnOnce()) {
     std::hint::black_box(rusage_self());
     let t0 = Instant::now();
+    let c0 = crate::sys::process_cpu_ns();
     let f0 = rusage_self();
     phase();
     let f1 = rusage_self();
+    let c1 = crate::sys::process_cpu_ns();
     let ns = t0.elapsed().as_nanos() as u64;
-    send(fd, [REC_PHASE, f1.0 - f0.0, f1.1 - f0.1, ns]);
+    send(fd, [REC_PHASE, f1.0 - f0.0, f1.1 - f0.1, ns, c1 - c0]);
 }
 
 /// Writes 64 KiB of stack below the caller's frame.
@@ -540,7 +553,7 @@ fn child_main(plan: &ChildPlan, order: &[u32], steps: &[Step]) -> i32 {
     match child_body(plan, order, steps) {
         Ok(()) => 0,
         Err(ChildErr(stage, e)) => {
-            send(plan.out_fd, [REC_ERROR, stage, e as u64, 0]);
+            send(plan.out_fd, [REC_ERROR, stage, e as u64, 0, 0]);
             1
         }
     }

@@ -260,6 +260,29 @@ pub fn flush_cache(bytes: &[u8]) {
     }
 }
 
+/// The time of the CPU-time clock `clock` in nanoseconds. Async-signal-safe.
+fn cpu_clock_ns(clock: libc::clockid_t) -> u64 {
+    // SAFETY: timespec is plain data.
+    let mut ts: libc::timespec = unsafe { std::mem::zeroed() };
+    // SAFETY: ts is a valid out-pointer; clock_gettime is async-signal-safe
+    // and cannot fail for the CPU-time clocks of the caller.
+    unsafe { libc::clock_gettime(clock, &mut ts) };
+    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
+}
+
+/// CPU time this thread has run, user and system, in nanoseconds
+/// (`CLOCK_THREAD_CPUTIME_ID`): a rate measured on a busy shared host can be
+/// read per CPU-second as well as per wall-clock second.
+pub fn thread_cpu_ns() -> u64 {
+    cpu_clock_ns(libc::CLOCK_THREAD_CPUTIME_ID)
+}
+
+/// CPU time this process has run, user and system, in nanoseconds
+/// (`CLOCK_PROCESS_CPUTIME_ID`). Async-signal-safe.
+pub fn process_cpu_ns() -> u64 {
+    cpu_clock_ns(libc::CLOCK_PROCESS_CPUTIME_ID)
+}
+
 /// This process's minor and major fault counts so far (`getrusage(RUSAGE_SELF)`).
 pub fn self_faults() -> (u64, u64) {
     // SAFETY: rusage is plain data; getrusage fills it.

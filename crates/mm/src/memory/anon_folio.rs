@@ -190,8 +190,14 @@ pub fn thp_vma_allowable_orders(
     }
     let madv = vma.flags.contains(VmFlags::HUGEPAGE);
     let mut orders = 0;
-    for (o, e) in per_size.iter().enumerate().skip(2) {
-        let on = match e {
+    // Only the orders asked for (every fault asks, so the loop visits the
+    // set bits of `mask` from order 2 up, not every knob).
+    let knobs: Orders = ((1u64 << MTHP_NR_ORDERS) - 1) as Orders & !0b11;
+    let mut todo = mask & knobs;
+    while todo != 0 {
+        let o = todo.trailing_zeros() as usize;
+        todo &= todo - 1;
+        let on = match per_size[o] {
             MthpEnabled::Always => true,
             MthpEnabled::Madvise => madv,
             MthpEnabled::Inherit => match top {
@@ -212,10 +218,10 @@ pub fn thp_vma_allowable_orders(
 /// aligned block around `addr` lies inside the VMA.
 pub fn thp_vma_suitable_orders(vma: &Vma, addr: u64, orders: Orders) -> Orders {
     let mut out = 0;
-    for o in 0..32 {
-        if orders & (1 << o) == 0 {
-            continue;
-        }
+    let mut todo = orders;
+    while todo != 0 {
+        let o = todo.trailing_zeros();
+        todo &= todo - 1;
         let size = PAGE_SIZE << o;
         let haddr = addr & !(size - 1);
         if haddr >= vma.start && haddr + size <= vma.end {
@@ -230,7 +236,7 @@ pub fn thp_vma_suitable_orders(vma: &Vma, addr: u64, orders: Orders) -> Orders {
 fn pte_range_none(mm: &crate::vma::MmStruct, pte: Slot, addr: u64, order: u8) -> bool {
     let nr = 1usize << order;
     let first = crate::pgtable::Level::Pte.index(addr & !((PAGE_SIZE << order) - 1));
-    let t = mm.pgt.table(pte.table);
+    let t = mm.pgt.entries(pte);
     t[first..first + nr].iter().all(|&e| e == 0)
 }
 
@@ -347,7 +353,7 @@ pub fn map_anon_folio(
     let ptl = super::pte_lockptr(pte.table);
     cx.lock(ptl);
     cx.charge(Cost::PteSet);
-    let t = mm.pgt.table_mut(pte.table);
+    let t = mm.pgt.entries_mut(pte);
     for (i, e) in t[first..first + nr as usize].iter_mut().enumerate() {
         *e = mk_entry(
             pfn.offset(i as u64),
