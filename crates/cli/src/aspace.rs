@@ -151,6 +151,7 @@ fn model_json(name: &str, m: &AspaceModel) -> Value {
         "anon_fault_fallback": per_size("anon_fault_fallback"),
         "vmacache_find_calls": m.vmstat.get(VmEvent::VMACACHE_FIND_CALLS),
         "vmacache_find_hits": m.vmstat.get(VmEvent::VMACACHE_FIND_HITS),
+        "vmacache_first_slot_hits": m.vmstat.get(VmEvent::VMACACHE_FIRST_SLOT_HITS),
         "vmacache_hit_pct": hit_pct(&m.vmstat),
         "fault_ns": m.fault_ns,
         "peak_processes": m.peak_procs,
