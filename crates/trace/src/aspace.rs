@@ -348,6 +348,14 @@ struct World {
     /// The task the last event bound (`bind()`), until a process event:
     /// runs of events of one task skip the lookups.
     last_bound: Option<(i32, i32)>,
+    /// The process of the last fault, taken out of `procs`, the task of
+    /// the last fault, taken out of `tasks`, and the VMA range `[start,
+    /// end)` the last fault found in that process: a run of faults (nearly
+    /// every event of a trace) skips the map lookups. Faults never change
+    /// a VMA; every other event puts them back first ([`World::park`]).
+    hot: Option<(i32, Proc)>,
+    hot_task: Option<(i32, TaskStruct)>,
+    hot_vma: (u64, u64),
     out: AspaceModel,
 }
 
@@ -380,6 +388,9 @@ impl World {
             tasks: BTreeMap::new(),
             pending: BTreeMap::new(),
             last_bound: None,
+            hot: None,
+            hot_task: None,
+            hot_vma: (0, 0),
             max_anon_bytes: (layout.nodes.iter().map(|n| n.nr_pages).sum::<u64>() * PAGE_SIZE)
                 .max(64 << 30),
             out: AspaceModel::default(),
@@ -414,10 +425,22 @@ impl World {
 
     /// Finds (or creates) the process of the event's thread group, settling
     /// a pending fork of this task first.
+    /// Puts the hot process and task back into their maps.
+    fn park(&mut self) {
+        if let Some((pid, p)) = self.hot.take() {
+            self.procs.insert(pid, p);
+        }
+        if let Some((tid, t)) = self.hot_task.take() {
+            self.tasks.insert(tid, t);
+        }
+        self.hot_vma = (0, 0);
+    }
+
     fn bind(&mut self, pid: i32, tid: i32, rec: &mut AspaceRecorded, first: bool) {
         if self.last_bound == Some((pid, tid)) {
             return;
         }
+        self.park();
         self.bind_slow(pid, tid, rec, first);
         if self.procs.contains_key(&pid) {
             self.last_bound = Some((pid, tid));
@@ -511,6 +534,12 @@ impl World {
     }
 
     fn apply(&mut self, ev: &Event, t0: u64, rec: &mut AspaceRecorded, first: bool) {
+        if !matches!(
+            ev.kind,
+            EventKind::PageFaultUser { .. } | EventKind::PageFaultKernel { .. }
+        ) {
+            self.park();
+        }
         if matches!(
             ev.kind,
             EventKind::Fork { .. } | EventKind::Exec { .. } | EventKind::Exit { .. }
@@ -653,15 +682,27 @@ impl World {
     }
 
     fn fault(&mut self, pid: i32, tid: i32, addr: u64, write: bool) {
-        let Some(p) = self.procs.get_mut(&pid) else {
-            self.out.faults_passthrough += 1;
-            return;
+        if self.hot.as_ref().is_none_or(|(h, _)| *h != pid) {
+            self.park();
+            match self.procs.remove(&pid) {
+                Some(p) => self.hot = Some((pid, p)),
+                None => {
+                    self.out.faults_passthrough += 1;
+                    return;
+                }
+            }
+        }
+        let Some((_, p)) = self.hot.as_mut() else {
+            unreachable!("the hot process was just set");
         };
-        let in_vma =
-            p.mm.vmas
-                .range(..=addr)
-                .next_back()
-                .is_some_and(|(_, v)| v.end > addr);
+        let in_vma = (self.hot_vma.0 <= addr && addr < self.hot_vma.1)
+            || match p.mm.vmas.range(..=addr).next_back() {
+                Some((_, v)) if v.end > addr => {
+                    self.hot_vma = (v.start, v.end);
+                    true
+                }
+                _ => false,
+            };
         if !in_vma {
             self.out.faults_passthrough += 1;
             if matches!(
@@ -678,11 +719,20 @@ impl World {
             return;
         }
         let policy = self.vmacache;
+        if self.hot_task.as_ref().is_none_or(|(t, _)| *t != tid) {
+            if let Some((t, task)) = self.hot_task.take() {
+                self.tasks.insert(t, task);
+            }
+            let task = self
+                .tasks
+                .remove(&tid)
+                .unwrap_or_else(|| TaskStruct::new(&p.mm, policy));
+            self.hot_task = Some((tid, task));
+        }
+        let Some((_, task)) = self.hot_task.as_mut() else {
+            unreachable!("the hot task was just set");
+        };
         let id = MmId::of(&p.mm);
-        let task = self
-            .tasks
-            .entry(tid)
-            .or_insert_with(|| TaskStruct::new(&p.mm, policy));
         if task.mm != Some(id) {
             *task = TaskStruct::new(&p.mm, policy);
         }
@@ -993,6 +1043,7 @@ impl World {
     }
 
     fn finish(mut self) -> AspaceModel {
+        self.park();
         self.out.vmstat = self.pa.vmstat.clone();
         self.out.live = self
             .procs
