@@ -144,12 +144,14 @@ fn model_json(name: &str, m: &AspaceModel) -> Value {
         "faults_passthrough": m.faults_passthrough,
         "faults_passthrough_file": m.faults_passthrough_file,
         "faults_failed": m.faults_failed,
+        "faults_sigsegv": m.faults_sigsegv,
         "thp_fault_alloc": m.vmstat.get(VmEvent::THP_FAULT_ALLOC),
         "thp_fault_fallback": m.vmstat.get(VmEvent::THP_FAULT_FALLBACK),
         "anon_fault_alloc": per_size("anon_fault_alloc"),
         "anon_fault_fallback": per_size("anon_fault_fallback"),
         "vmacache_find_calls": m.vmstat.get(VmEvent::VMACACHE_FIND_CALLS),
         "vmacache_find_hits": m.vmstat.get(VmEvent::VMACACHE_FIND_HITS),
+        "vmacache_first_slot_hits": m.vmstat.get(VmEvent::VMACACHE_FIRST_SLOT_HITS),
         "vmacache_hit_pct": hit_pct(&m.vmstat),
         "fault_ns": m.fault_ns,
         "peak_processes": m.peak_procs,
@@ -279,7 +281,7 @@ pub fn validate_text(trace: &Path, exp: &Experiment, a: &AspaceReplay) -> String
     };
     let _ = writeln!(
         s,
-        "of the {} recorded faults ({} of them the kernel's on user memory): {} in modelled anonymous memory ({:.1}%: {} taken by the model, {} absorbed, {} failed); \
+        "of the {} recorded faults ({} of them the kernel's on user memory): {} in modelled anonymous memory ({:.1}%: {} taken by the model, {} absorbed, {} refused by the VMA's protection (SIGSEGV, as in the kernel: not in pgfault), {} failed for want of memory); \
          {} carried over unmodelled ({:.1}%: {} in file-backed, shared or hugetlb mappings, {} outside every recorded mapping: stack, \
          program, interpreter)",
         r.faults + r.kernel_faults,
@@ -288,7 +290,8 @@ pub fn validate_text(trace: &Path, exp: &Experiment, a: &AspaceReplay) -> String
         share(m.faults_replayed),
         m.faults_taken,
         m.faults_absorbed,
-        m.faults_failed,
+        m.faults_sigsegv,
+        m.faults_failed - m.faults_sigsegv,
         m.faults_passthrough,
         share(m.faults_passthrough),
         m.faults_passthrough_file,

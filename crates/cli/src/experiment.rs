@@ -23,7 +23,9 @@ pub struct ExperimentFile {
     pub profile: String,
     #[serde(rename = "kernel")]
     pub kernels: Vec<KernelFile>,
-    #[serde(rename = "workload")]
+    /// Required by `mmlab run`; a replay's experiment may leave it out (the
+    /// trace is the workload).
+    #[serde(rename = "workload", default)]
     pub workloads: Vec<WorkloadFile>,
     #[serde(default)]
     pub report: ReportFile,
@@ -470,9 +472,22 @@ impl Experiment {
         Experiment::parse(&text, path)
     }
 
+    /// Reads and validates the experiment of `mmlab replay --experiment`:
+    /// its machine, profile and kernels; `[[workload]]` may be left out
+    /// (the trace stands for it).
+    pub fn load_for_replay(path: &Path) -> Result<Experiment> {
+        let text = std::fs::read_to_string(path)
+            .with_context(|| format!("cannot read experiment {}", path.display()))?;
+        Experiment::parse_inner(&text, path, true)
+    }
+
     /// Parses and validates an experiment's text; `path` names it in errors
     /// and locates relative profile paths.
     pub fn parse(text: &str, path: &Path) -> Result<Experiment> {
+        Experiment::parse_inner(text, path, false)
+    }
+
+    fn parse_inner(text: &str, path: &Path, for_replay: bool) -> Result<Experiment> {
         let origin = path.display().to_string();
         let f: ExperimentFile = toml::from_str(text).map_err(|e| anyhow!("{origin}: {e}"))?;
         let base = path.parent().unwrap_or(Path::new("."));
@@ -524,7 +539,7 @@ impl Experiment {
         if f.kernels.is_empty() {
             bail!("{origin}: no [[kernel]] given; expected at least one");
         }
-        if f.workloads.is_empty() {
+        if f.workloads.is_empty() && !for_replay {
             bail!("{origin}: no [[workload]] given; expected at least one");
         }
         let mut kernels = Vec::new();

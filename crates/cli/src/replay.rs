@@ -126,7 +126,7 @@ pub fn replay_experiment(
         mode: Mode::Absolute,
     };
     if let Some(path) = exp_file {
-        let mut exp = Experiment::load(path)?;
+        let mut exp = Experiment::load_for_replay(path)?;
         exp.workloads = vec![workload];
         if exp.report.baseline.is_none() {
             exp.report = report;

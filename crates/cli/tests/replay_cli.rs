@@ -270,3 +270,156 @@ fn a_trace_with_neither_stream_is_a_clear_error() {
     let err = String::from_utf8_lossy(&o.stderr);
     assert!(err.contains("mode a") && err.contains("mode b"), "{err}");
 }
+
+/// Runs `mmlab replay T --experiment examples/replay-vmacache.toml` (the
+/// pfn, pmd, lru and no VMA cache on otherwise equal kernels) and returns,
+/// per kernel in file order, its name and JSON results.
+fn replay_vmacache(trace: &Path) -> Vec<(String, serde_json::Value)> {
+    let exp = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../examples/replay-vmacache.toml");
+    let o = mmlab(&[
+        "replay",
+        trace.to_str().expect("utf-8"),
+        "--experiment",
+        exp.to_str().expect("utf-8"),
+        "--mode",
+        "aspace",
+        "--format",
+        "json",
+        "--quiet",
+    ]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let doc: serde_json::Value = serde_json::from_slice(&o.stdout).expect("json");
+    let kernels = doc["aspace"]["kernels"].as_array().expect("kernels");
+    let names: Vec<String> = kernels
+        .iter()
+        .map(|k| k["kernel"].as_str().expect("name").to_string())
+        .collect();
+    assert_eq!(names, ["pfn", "pmd", "lru", "none"]);
+    kernels
+        .iter()
+        .map(|k| (k["kernel"].as_str().expect("name").to_string(), k.clone()))
+        .collect()
+}
+
+/// `(vmacache_find_calls, vmacache_find_hits, vmacache_first_slot_hits)`.
+fn cache(k: &serde_json::Value) -> (u64, u64, u64) {
+    let n = |f: &str| k[f].as_u64().unwrap_or_else(|| panic!("{f} in {k}"));
+    (
+        n("vmacache_find_calls"),
+        n("vmacache_find_hits"),
+        n("vmacache_first_slot_hits"),
+    )
+}
+
+/// Issue 6: the same recorded trace replays under each VMA cache policy.
+/// A synthetic trace whose hits follow from the hashes:
+///
+/// ```text
+/// process 10, 4 VMAs of 64 pages, each in its own PMD (PMD index 0..3):
+///   A....... B....... C....... D.......    faulted round-robin, page k of
+///   |2 MiB   |2 MiB   |2 MiB   |           A, B, C, D, then page k+1
+/// process 20, 4 VMAs of 16 pages in one PMD, 33 pages apart:
+///   a  b  c  d                             faulted round-robin likewise
+/// ```
+///
+/// - pmd (the seed): process 10's VMAs hash to 4 slots: 4 misses, every hit
+///   in the first slot examined; process 20's all hash to one slot, which
+///   each miss overwrites: no hit at all.
+/// - pfn: at each step all four of process 10's faults hash to the same
+///   slot (page k mod 4): 4 + 3 + 2 + 1 misses before each VMA has a slot of
+///   its own; only D's hits are in slot 0, where the scan starts. Process
+///   20's page numbers differ by 33: distinct slots, 4 misses.
+/// - lru: 4 VMAs fit the 4 slots: 4 misses per process, and round-robin
+///   always wants the least recently used slot, never the first.
+/// - none (6.1+): no cache, every lookup walks the tree.
+#[test]
+fn one_trace_replays_under_each_vmacache_policy() {
+    const P: u64 = 4096;
+    const BASE: u64 = 0x7f00_0000_0000;
+    let t = tmp("vmacache.mmtrace");
+    let mut w = TraceWriter::create(&t, &header()).expect("create");
+    let mut ts = 0;
+    let mut n = 0;
+    let mut put = |w: &mut TraceWriter<_>, pid: i32, kind| {
+        ts += 100;
+        n += 1;
+        w.write(&Event {
+            ts_ns: ts,
+            cpu: 0,
+            pid,
+            tid: pid,
+            kind,
+        })
+        .expect("write");
+    };
+    let mmap = |at: u64, len: u64| EventKind::Mmap {
+        addr: 0,
+        len,
+        prot: 3,
+        flags: 0x22,
+        fd: u64::MAX,
+        off: 0,
+        ret: at as i64,
+    };
+    let fault = |address: u64| EventKind::PageFaultUser {
+        address,
+        ip: 0,
+        error_code: 6,
+    };
+    for (pid, stride, pages) in [(10, 512 * P, 64), (20, 33 * P, 16)] {
+        let base = if pid == 10 { BASE } else { BASE + (64 << 20) };
+        for i in 0..4 {
+            put(&mut w, pid, mmap(base + i * stride, pages * P));
+        }
+        for k in 0..pages {
+            for i in 0..4 {
+                put(&mut w, pid, fault(base + i * stride + k * P));
+            }
+        }
+    }
+    w.finish(&Trailer {
+        nr_events: n,
+        ..Trailer::default()
+    })
+    .expect("finish");
+    let r = replay_vmacache(&t);
+    let _ = std::fs::remove_file(&t);
+    for (name, k) in &r {
+        assert_eq!(
+            k["pgfault"], 320,
+            "{name}: the same faults under every policy"
+        );
+        assert_eq!(k["faults_taken"], 320, "{name}");
+    }
+    let c: Vec<(u64, u64, u64)> = r.iter().map(|(_, k)| cache(k)).collect();
+    assert_eq!(c[0], (320, 246 + 60, 63 + 15), "pfn");
+    assert_eq!(c[1], (320, 252, 252), "pmd");
+    assert_eq!(c[2], (320, 252 + 60, 0), "lru");
+    assert_eq!(c[3], (0, 0, 0), "none");
+}
+
+/// The same with a recorded trace (`cc -O2 -c` of a small C file on this
+/// project's host, THP madvise, mTHP off): every policy sees the same
+/// faults and makes the same number of lookups; the hits differ.
+#[test]
+fn a_recorded_trace_replays_under_each_vmacache_policy() {
+    let t = Path::new(env!("CARGO_MANIFEST_DIR")).join("../trace/tests/fixtures/cc-c.mmtrace");
+    let r = replay_vmacache(&t);
+    let pgfault = &r[0].1["pgfault"];
+    assert!(pgfault.as_u64().expect("pgfault") > 1000, "{pgfault}");
+    for (name, k) in &r {
+        assert_eq!(&k["pgfault"], pgfault, "{name}");
+    }
+    let c: Vec<(u64, u64, u64)> = r.iter().map(|(_, k)| cache(k)).collect();
+    let calls = c[0].0;
+    assert!(calls > 0);
+    for (i, (calls_i, hits, first)) in c[..3].iter().enumerate() {
+        assert_eq!(*calls_i, calls, "{}: one lookup per fault taken", r[i].0);
+        assert!(hits < &calls && first <= hits, "{}: {:?}", r[i].0, c[i]);
+    }
+    assert!(
+        c[0].1 != c[1].1 || c[1].1 != c[2].1,
+        "the policies' hits differ: {c:?}"
+    );
+    assert_eq!(c[3], (0, 0, 0), "none: no cache");
+}

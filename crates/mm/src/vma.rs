@@ -29,7 +29,8 @@
 //! Deviations: the program image itself (text, data, bss) is not mapped;
 //! every process's heap starts at [`DEFAULT_START_BRK`], the same address,
 //! as on a machine with `kernel.randomize_va_space = 0` (the kernel's
-//! default of 2 randomizes it by up to 32 MiB, page-granular, per exec);
+//! default of 2 randomizes it by up to 32 MiB, page-granular, per exec;
+//! a trace replay sets `start_brk` and `brk` from the recorded `brk(0)`);
 //! `RLIMIT_DATA` is unlimited (its default) and `mlockall(MCL_FUTURE)` is
 //! not modelled, so `brk()` never populates.
 //!

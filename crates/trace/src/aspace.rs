@@ -6,12 +6,35 @@
 //! Per process (thread group), in trace order:
 //!
 //! - the address-space system calls, at their exit (their return value says
-//!   where a mapping went and whether it succeeded): anonymous private `mmap`
-//!   becomes [`MmStruct::mmap`] at the *recorded* address (`MAP_FIXED`, so
-//!   that the model's address space is the recorded one whatever the model's
-//!   placement would have chosen), `munmap` [`MmStruct::munmap`], `madvise`
-//!   of `MADV_DONTNEED`, `MADV_HUGEPAGE` and `MADV_NOHUGEPAGE`
-//!   [`MmStruct::madvise`];
+//!   where a mapping went and whether it succeeded), through the model's own
+//!   system calls with the recorded arguments, the recorded result being the
+//!   authority where the kernel chose one:
+//!   - anonymous private `mmap` is [`MmStruct::mmap`] at the *recorded*
+//!     address (`MAP_FIXED`, so that the model's address space is the
+//!     recorded one whatever the model's placement would have chosen),
+//!     followed by [`MmStruct::mprotect`] to the recorded protection when it
+//!     is not read-write (`PROT_NONE` reservations, read-only and executable
+//!     mappings are VMAs of their own, as in the kernel);
+//!   - `munmap` is [`MmStruct::munmap`];
+//!   - `brk` is [`MmStruct::brk`]: a process's first `brk` event (normally
+//!     the C library's `brk(0)`) sets `mm->start_brk` and `mm->brk` to the
+//!     break it returns, after which every call moves the model's break as
+//!     the kernel's `brk()` does (expanding the heap VMA, unmapping a
+//!     shrink). Where the model's answer differs from the recorded one (the
+//!     kernel refused a growth because a mapping the model does not have
+//!     lies there, or the model's heap is not the kernel's), the recorded
+//!     break is applied, and counted;
+//!   - `mprotect` is [`MmStruct::mprotect`] on each run of modelled VMAs in
+//!     the range (splits, merges, entries rewritten: a `PROT_READ` page
+//!     takes a SIGSEGV on a write, a `PROT_NONE` range on any access, and a
+//!     range made writable again keeps its exclusive pages writable);
+//!   - `mremap` is [`MmStruct::mremap`] with the recorded arguments. Where
+//!     the kernel chose the new address (`MREMAP_MAYMOVE` without
+//!     `MREMAP_FIXED`), the call is made with `MREMAP_FIXED` at the
+//!     recorded address, so the page tables move there as the kernel moved
+//!     them; an in-place result is replayed without `MREMAP_MAYMOVE`;
+//!   - `madvise` of `MADV_DONTNEED`, `MADV_HUGEPAGE` and `MADV_NOHUGEPAGE`
+//!     is [`MmStruct::madvise`];
 //! - `sched_process_fork` [`mm::memory::fork`], `sched_process_exec` a new,
 //!   empty address space (the old one torn down by
 //!   [`mm::memory::exit_mmap`]), and the exit of a process's last task
@@ -24,6 +47,9 @@
 //!   mapped (and writable for a write), the access does not fault under the
 //!   replayed kernel ("absorbed"); otherwise it goes through
 //!   [`mm::memory::do_user_addr_fault`], the per-task VMA cache included.
+//!   An access the VMA's protection refuses (a write to a `PROT_READ`
+//!   range, any access to a `PROT_NONE` one) is a SIGSEGV there, as it was
+//!   in the kernel (`AspaceModel::faults_sigsegv`, in neither `pgfault`).
 //!
 //! The model predicts `pgfault`, the per-size `anon_fault_alloc` /
 //! `anon_fault_fallback`, `thp_fault_alloc` and the VMA cache's hit rate of
@@ -41,26 +67,27 @@
 //! - Faults outside every recorded mapping (the stack, the program and the
 //!   interpreter that `execve` maps, the `.bss` of the program; anything
 //!   mapped before the recording started) are passed through likewise.
-//! - `brk` is replayed as its effect on the heap VMA: a growth from the
-//!   previous break (the first `brk(0)` of a process tells it) is an
-//!   anonymous `mmap` of the new pages at their address, a shrink a
-//!   `munmap` of the released ones. The kernel's heap VMA is anonymous and
-//!   private as such an `mmap` is, and merges the same way.
-//! - `mprotect` has no model. An anonymous `PROT_NONE` mapping (a
-//!   reservation, as malloc arenas and thread stacks make) is kept in the
-//!   side map; an `mprotect` that makes part of it accessible maps that part
-//!   in the model (no page of it can have been touched: exact), one that
-//!   makes a modelled part `PROT_NONE` unmaps it from the model (the kernel
-//!   keeps those pages: if they are made accessible again, the model does
-//!   not have them, but it only ever looks at pages the kernel faulted on).
-//!   Other protection changes are skipped and counted: the model's VMAs
-//!   stay readable and writable.
-//! - `mremap` is replayed as its effect on the VMAs: a growth in place maps
-//!   the new tail, a shrink unmaps it, a move unmaps the old range (unless
-//!   `MREMAP_DONTUNMAP`) and maps the new one *empty*: the moved pages are
-//!   not in the model. Since the kernel does not fault on them either, the
-//!   replay never looks at them, but a large folio the model places next to
-//!   them may be larger than the kernel could have placed.
+//! - Anonymous mappings larger than the machine (at least 64 GiB: a
+//!   sanitizer's shadow, a runtime's `MAP_NORESERVE` arena) are kept in the
+//!   side map too (the model's fork and exit walk every PMD of a VMA) and
+//!   their faults pass through; an `mprotect` that opens part of one brings
+//!   that part into the model.
+//! - A `brk`, `mprotect` or `mremap` the model refuses where the kernel
+//!   succeeded (its VMAs differ from the kernel's: lost events, a range
+//!   that is partly file-backed, a heap that began before the recording)
+//!   is replayed as its effect on the VMAs instead and counted: a break
+//!   moved by mapping or unmapping the pages between the breaks, an
+//!   `mremap` as unmap + map of the new range *empty* (the moved pages are
+//!   not in the model; the kernel does not fault on them either, so the
+//!   replay never looks at them, but a large folio placed next to them may
+//!   be larger than the kernel could have placed). A `brk` that moves the
+//!   break of a process whose first `brk` was not a query tells no heap
+//!   start: the heap below that break is not modelled.
+//! - `mprotect` of ranges the model does not have (file-backed mappings,
+//!   as the dynamic linker's RELRO `mprotect(PROT_READ)`, the stack, the
+//!   program) changes nothing in the model and is counted.
+//!   `PROT_GROWSDOWN`/`PROT_GROWSUP` (no VMA grows in the model) are
+//!   dropped and counted.
 //! - Other `madvise` advice is skipped and counted (`MADV_FREE` as if there
 //!   were no memory pressure: the pages stay).
 //! - `MAP_POPULATE` pre-faults through `get_user_pages()`, which fires no
@@ -94,9 +121,11 @@ use mm::cost::{CostTable, Cx};
 use mm::knobs::{KernelConfig, KnobValue};
 use mm::memory::anon_folio::MTHP_DEFAULTS;
 use mm::memory::MthpEnabled;
-use mm::memory::{self, MmGlobal};
+use mm::memory::{self, MmGlobal, VmFault};
+use mm::mprotect::Prot;
+use mm::mremap::MremapFlags;
 use mm::page_alloc::{MemoryLayout, PageAlloc};
-use mm::vma::{Advice, MmStruct, TASK_SIZE};
+use mm::vma::{Advice, MmStruct, Vma, MMAP_MIN_ADDR, TASK_SIZE};
 use mm::vmacache::{MmId, TaskStruct, VmacachePolicy};
 use mm::vmstat::VmStat;
 use mm::{SimTime, VcpuId, PAGE_SIZE};
@@ -105,10 +134,12 @@ use crate::event::{Event, EventKind, Header, Trailer};
 use crate::format::TraceReader;
 use crate::replay::ReplayError;
 
-/// `PROT_*` bits.
-const PROT_READ: u64 = 0x1;
-const PROT_WRITE: u64 = 0x2;
-const PROT_EXEC: u64 = 0x4;
+/// `PROT_READ | PROT_WRITE`.
+const PROT_RW: u64 = 0x3;
+/// `PROT_READ | PROT_WRITE | PROT_EXEC`.
+const PROT_ACCESS: u64 = 0x7;
+/// `PROT_GROWSDOWN | PROT_GROWSUP`.
+const PROT_GROWS: u64 = 0x0300_0000;
 /// `MAP_*` bits (x86-64).
 const MAP_SHARED: u64 = 0x01;
 const MAP_ANONYMOUS: u64 = 0x20;
@@ -120,7 +151,8 @@ const MADV_FREE: i64 = 8;
 const MADV_HUGEPAGE: i64 = 14;
 const MADV_NOHUGEPAGE: i64 = 15;
 const MADV_DONTNEED_LOCKED: i64 = 24;
-/// `MREMAP_DONTUNMAP`.
+/// `MREMAP_FIXED`, `MREMAP_DONTUNMAP`.
+const MREMAP_FIXED: u64 = 0x2;
 const MREMAP_DONTUNMAP: u64 = 0x4;
 /// `X86_PF_WRITE` in the page fault error code.
 const X86_PF_WRITE: u64 = 0x2;
@@ -134,8 +166,11 @@ enum Kind {
     SharedAnon,
     /// `MAP_HUGETLB`.
     Hugetlb,
-    /// Anonymous private, `PROT_NONE`: reserved address space.
-    Reserved,
+    /// Anonymous private, larger than the machine (a sanitizer's shadow, a
+    /// runtime's `MAP_NORESERVE` arena): not modelled, see
+    /// `World::map_anon`. An `mprotect` that opens part of it brings that
+    /// part into the model.
+    Oversize,
 }
 
 /// Disjoint ranges `[start, end)` of one process that the model does not
@@ -204,8 +239,9 @@ impl Ranges {
 struct Proc {
     mm: MmStruct,
     other: Ranges,
-    /// The program break, once a `brk` call told it.
-    brk: Option<u64>,
+    /// True once a `brk` event has set the model's `start_brk` and `brk`
+    /// from the recording.
+    brk_known: bool,
     /// The live tasks (thread ids) of the process.
     tids: BTreeSet<i32>,
 }
@@ -257,15 +293,32 @@ pub struct AspaceModel {
     pub faults_passthrough: u64,
     /// Of those: in file-backed, shared or hugetlb mappings.
     pub faults_passthrough_file: u64,
-    /// Faults the model could not handle: no memory, or a write to a VMA the
-    /// model has read-only (never, as long as mprotect is not modelled).
+    /// Faults the model could not handle: [`Self::faults_sigsegv`], or no
+    /// memory in the model.
     pub faults_failed: u64,
+    /// Of those, the ones the VMA's protection refused (a write to a
+    /// `PROT_READ` VMA, any access to a `PROT_NONE` one): a SIGSEGV, in the
+    /// kernel as in the model, and counted in neither's `pgfault`.
+    pub faults_sigsegv: u64,
     /// Virtual nanoseconds the model charged for the faults it took.
     pub fault_ns: u64,
     /// Most processes alive at once.
     pub peak_procs: u64,
     /// What was emulated or skipped, with how often (see the module docs).
     pub notes: BTreeMap<&'static str, u64>,
+    /// The model's address space of each process still alive at the end of
+    /// the trace, by thread group id.
+    pub live: BTreeMap<i32, LiveProc>,
+}
+
+/// A process's address space in the model at the end of a replay.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct LiveProc {
+    /// `mm->start_brk` and `mm->brk`.
+    pub start_brk: u64,
+    pub brk: u64,
+    /// The VMAs, in address order.
+    pub vmas: Vec<Vma>,
 }
 
 impl AspaceModel {
@@ -295,11 +348,27 @@ struct World {
     /// The task the last event bound (`bind()`), until a process event:
     /// runs of events of one task skip the lookups.
     last_bound: Option<(i32, i32)>,
+    /// The process of the last fault, taken out of `procs`, the task of
+    /// the last fault, taken out of `tasks`, and the VMA range `[start,
+    /// end)` the last fault found in that process: a run of faults (nearly
+    /// every event of a trace) skips the map lookups. Faults never change
+    /// a VMA; every other event puts them back first ([`World::park`]).
+    hot: Option<(i32, Proc)>,
+    hot_task: Option<(i32, TaskStruct)>,
+    hot_vma: (u64, u64),
     out: AspaceModel,
 }
 
 fn page_up(x: u64) -> u64 {
     x.saturating_add(PAGE_SIZE - 1) & !(PAGE_SIZE - 1)
+}
+
+/// True if `mm` has a VMA over `addr`.
+fn has_vma(mm: &MmStruct, addr: u64) -> bool {
+    mm.vmas
+        .range(..=addr)
+        .next_back()
+        .is_some_and(|(_, v)| v.end > addr)
 }
 
 fn page_down(x: u64) -> u64 {
@@ -319,6 +388,9 @@ impl World {
             tasks: BTreeMap::new(),
             pending: BTreeMap::new(),
             last_bound: None,
+            hot: None,
+            hot_task: None,
+            hot_vma: (0, 0),
             max_anon_bytes: (layout.nodes.iter().map(|n| n.nr_pages).sum::<u64>() * PAGE_SIZE)
                 .max(64 << 30),
             out: AspaceModel::default(),
@@ -334,7 +406,7 @@ impl World {
             Ok(mm) => Some(Proc {
                 mm,
                 other: Ranges::default(),
-                brk: None,
+                brk_known: false,
                 tids: BTreeSet::from([tid]),
             }),
             Err(_) => {
@@ -353,10 +425,22 @@ impl World {
 
     /// Finds (or creates) the process of the event's thread group, settling
     /// a pending fork of this task first.
+    /// Puts the hot process and task back into their maps.
+    fn park(&mut self) {
+        if let Some((pid, p)) = self.hot.take() {
+            self.procs.insert(pid, p);
+        }
+        if let Some((tid, t)) = self.hot_task.take() {
+            self.tasks.insert(tid, t);
+        }
+        self.hot_vma = (0, 0);
+    }
+
     fn bind(&mut self, pid: i32, tid: i32, rec: &mut AspaceRecorded, first: bool) {
         if self.last_bound == Some((pid, tid)) {
             return;
         }
+        self.park();
         self.bind_slow(pid, tid, rec, first);
         if self.procs.contains_key(&pid) {
             self.last_bound = Some((pid, tid));
@@ -393,7 +477,9 @@ impl World {
         }
     }
 
-    fn map_anon(&mut self, pid: i32, start: u64, end: u64) {
+    /// Maps `[start, end)` as anonymous private memory of protection `prot`
+    /// (`PROT_*` bits) at that address, replacing what was there.
+    fn map_anon(&mut self, pid: i32, start: u64, end: u64, prot: u64) {
         if start >= end {
             return;
         }
@@ -405,7 +491,7 @@ impl World {
             self.note(
                 "anonymous mappings larger than the machine (not modelled, faults passed through)",
             );
-            self.map_other(pid, start, end, Kind::Reserved);
+            self.map_other(pid, start, end, Kind::Oversize);
             return;
         }
         let Some(p) = self.procs.get_mut(&pid) else {
@@ -417,6 +503,15 @@ impl World {
             .is_err()
         {
             self.note("anonymous mappings the model refused (address or memory)");
+            return;
+        }
+        let prot = Prot((prot & PROT_ACCESS) as u32);
+        if prot != Prot::RW
+            && p.mm
+                .mprotect(&mut self.pa, &mut self.cx, start, end - start, prot)
+                .is_err()
+        {
+            self.note("anonymous mappings the model could not protect (left read-write)");
         }
     }
 
@@ -438,17 +533,13 @@ impl World {
         }
     }
 
-    /// True if the model has an anonymous VMA over `addr`.
-    fn modelled(&self, pid: i32, addr: u64) -> bool {
-        self.procs.get(&pid).is_some_and(|p| {
-            p.mm.vmas
-                .range(..=addr)
-                .next_back()
-                .is_some_and(|(_, v)| v.end > addr)
-        })
-    }
-
     fn apply(&mut self, ev: &Event, t0: u64, rec: &mut AspaceRecorded, first: bool) {
+        if !matches!(
+            ev.kind,
+            EventKind::PageFaultUser { .. } | EventKind::PageFaultKernel { .. }
+        ) {
+            self.park();
+        }
         if matches!(
             ev.kind,
             EventKind::Fork { .. } | EventKind::Exec { .. } | EventKind::Exit { .. }
@@ -496,16 +587,11 @@ impl World {
                     self.map_other(pid, start, end, Kind::File);
                 } else if flags & MAP_SHARED != 0 {
                     self.map_other(pid, start, end, Kind::SharedAnon);
-                } else if prot & (PROT_READ | PROT_WRITE | PROT_EXEC) == 0 {
-                    self.map_other(pid, start, end, Kind::Reserved);
                 } else {
                     if flags & MAP_POPULATE != 0 {
                         self.note("MAP_POPULATE mappings (pre-faulted without page_fault_user)");
                     }
-                    if prot & PROT_WRITE == 0 {
-                        self.note("read-only anonymous mappings (modelled writable)");
-                    }
-                    self.map_anon(pid, start, end);
+                    self.map_anon(pid, start, end, *prot);
                 }
             }
             EventKind::Munmap { addr, len, ret } => {
@@ -534,12 +620,20 @@ impl World {
                 old_len,
                 new_len,
                 flags,
+                new_addr,
                 ret,
-                ..
             } => {
                 self.bind(pid, tid, rec, first);
                 if *ret >= 0 {
-                    self.mremap(pid, *addr, *old_len, *new_len, *flags, *ret as u64);
+                    self.mremap(
+                        pid,
+                        *addr,
+                        *old_len,
+                        *new_len,
+                        *flags,
+                        *new_addr,
+                        *ret as u64,
+                    );
                 }
             }
             EventKind::Madvise {
@@ -588,15 +682,27 @@ impl World {
     }
 
     fn fault(&mut self, pid: i32, tid: i32, addr: u64, write: bool) {
-        let Some(p) = self.procs.get_mut(&pid) else {
-            self.out.faults_passthrough += 1;
-            return;
+        if self.hot.as_ref().is_none_or(|(h, _)| *h != pid) {
+            self.park();
+            match self.procs.remove(&pid) {
+                Some(p) => self.hot = Some((pid, p)),
+                None => {
+                    self.out.faults_passthrough += 1;
+                    return;
+                }
+            }
+        }
+        let Some((_, p)) = self.hot.as_mut() else {
+            unreachable!("the hot process was just set");
         };
-        let in_vma =
-            p.mm.vmas
-                .range(..=addr)
-                .next_back()
-                .is_some_and(|(_, v)| v.end > addr);
+        let in_vma = (self.hot_vma.0 <= addr && addr < self.hot_vma.1)
+            || match p.mm.vmas.range(..=addr).next_back() {
+                Some((_, v)) if v.end > addr => {
+                    self.hot_vma = (v.start, v.end);
+                    true
+                }
+                _ => false,
+            };
         if !in_vma {
             self.out.faults_passthrough += 1;
             if matches!(
@@ -613,11 +719,20 @@ impl World {
             return;
         }
         let policy = self.vmacache;
+        if self.hot_task.as_ref().is_none_or(|(t, _)| *t != tid) {
+            if let Some((t, task)) = self.hot_task.take() {
+                self.tasks.insert(t, task);
+            }
+            let task = self
+                .tasks
+                .remove(&tid)
+                .unwrap_or_else(|| TaskStruct::new(&p.mm, policy));
+            self.hot_task = Some((tid, task));
+        }
+        let Some((_, task)) = self.hot_task.as_mut() else {
+            unreachable!("the hot task was just set");
+        };
         let id = MmId::of(&p.mm);
-        let task = self
-            .tasks
-            .entry(tid)
-            .or_insert_with(|| TaskStruct::new(&p.mm, policy));
         if task.mm != Some(id) {
             *task = TaskStruct::new(&p.mm, policy);
         }
@@ -633,94 +748,184 @@ impl World {
         self.out.fault_ns += self.cx.compute_ns();
         match r {
             Ok(()) => self.out.faults_taken += 1,
-            Err(_) => self.out.faults_failed += 1,
+            Err(e) => {
+                self.out.faults_failed += 1;
+                if e == VmFault::Sigsegv {
+                    self.out.faults_sigsegv += 1;
+                }
+            }
         }
     }
 
+    /// `brk(brk)` returned `ret`: the model's [`MmStruct::brk`], the
+    /// recorded break applied where the model answers otherwise.
     fn brk(&mut self, pid: i32, brk: u64, ret: i64) {
-        let Some(p) = self.procs.get_mut(&pid) else {
-            return;
-        };
-        if ret <= 0 {
+        // brk() returns a break, never an errno; a negative or null value
+        // is a damaged record.
+        if ret <= 0 || ret as u64 > TASK_SIZE {
             return;
         }
         let new = ret as u64;
-        let old = p.brk.replace(new);
-        match old {
-            Some(old) if new > old => self.map_anon(pid, page_up(old), page_up(new)),
-            Some(old) if new < old => self.unmap(pid, page_up(new), page_up(old)),
-            Some(_) => {}
-            None if brk != 0 && brk == new => {
-                self.note("brk changes from an unknown break (skipped)");
+        let Some(p) = self.procs.get_mut(&pid) else {
+            return;
+        };
+        if !p.brk_known {
+            // The first brk of the process: before it, the break was `new`
+            // unless the call moved it. After an exec, the C library's
+            // brk(0) comes first and returns start_brk itself.
+            p.brk_known = true;
+            p.mm.start_brk = new;
+            p.mm.brk = new;
+            if brk != 0 && brk == new {
+                self.note("brk changes from an unknown break (the heap below it is not modelled)");
             }
-            None => {}
+            return;
         }
+        if p.mm.brk(&mut self.pa, &mut self.cx, brk) == new {
+            return;
+        }
+        // The model answered otherwise: the kernel's break is the truth.
+        if new < p.mm.start_brk {
+            p.mm.start_brk = new;
+        }
+        let old = p.mm.brk;
+        let forced = p.mm.brk(&mut self.pa, &mut self.cx, new) != new;
+        if forced {
+            p.mm.brk = new;
+        }
+        self.note("brk results the model disagreed with (the recorded break applied)");
+        if forced {
+            let (lo, hi) = (page_up(old.min(new)), page_up(old.max(new)));
+            if new > old {
+                self.map_anon(pid, lo, hi, PROT_RW);
+            } else {
+                self.unmap(pid, lo, hi);
+            }
+        }
+    }
+
+    /// The model's VMAs that overlap `[start, end)`, clipped to it and
+    /// joined into runs of adjacent VMAs.
+    fn modelled_runs(mm: &MmStruct, start: u64, end: u64) -> Vec<(u64, u64)> {
+        let mut runs: Vec<(u64, u64)> = Vec::new();
+        let first = mm
+            .vmas
+            .range(..=start)
+            .next_back()
+            .filter(|(_, v)| v.end > start)
+            .map(|(_, v)| v);
+        for v in first
+            .into_iter()
+            .chain(mm.vmas.range(start.saturating_add(1)..end).map(|(_, v)| v))
+        {
+            let (s, e) = (v.start.max(start), v.end.min(end));
+            match runs.last_mut() {
+                Some(last) if last.1 == s => last.1 = e,
+                _ => runs.push((s, e)),
+            }
+        }
+        runs
     }
 
     fn mprotect(&mut self, pid: i32, start: u64, end: u64, prot: u64) {
+        if prot & PROT_GROWS != 0 {
+            self.note("mprotect PROT_GROWSDOWN/GROWSUP (dropped: no VMA grows in the model)");
+        }
+        let prot = Prot((prot & !PROT_GROWS) as u32);
         let Some(p) = self.procs.get(&pid) else {
             return;
         };
-        let accessible = prot & (PROT_READ | PROT_WRITE | PROT_EXEC) != 0;
-        if accessible {
-            let reserved = p.other.parts(start, end, Kind::Reserved);
-            if reserved.is_empty() {
-                self.note("mprotect changes of access (skipped: model VMAs stay writable)");
-            }
-            for (s, e) in reserved {
-                self.note("mprotect of reserved memory, replayed as an anonymous mmap");
-                self.map_anon(pid, s, e);
-            }
+        // Parts of an unmodelled oversized reservation that become
+        // accessible come into the model (nothing of them can have been
+        // touched: exact).
+        let opened = if prot.0 as u64 & PROT_ACCESS != 0 {
+            p.other.parts(start, end, Kind::Oversize)
         } else {
-            let anon: Vec<(u64, u64)> =
-                p.mm.vmas
-                    .range(..end)
-                    .filter(|(_, v)| v.end > start)
-                    .map(|(_, v)| (v.start.max(start), v.end.min(end)))
-                    .collect();
-            if anon.is_empty() {
-                self.note("mprotect(PROT_NONE) outside modelled memory (skipped)");
+            Vec::new()
+        };
+        for (s, e) in opened {
+            if e - s > self.max_anon_bytes {
+                continue;
             }
-            for (s, e) in anon {
-                self.note("mprotect(PROT_NONE) of anonymous memory, replayed as munmap");
-                self.unmap(pid, s, e);
-                if let Some(p) = self.procs.get_mut(&pid) {
-                    p.other.insert(s, e, Kind::Reserved);
-                }
+            self.note("mprotect opening part of an unmodelled oversized reservation (modelled from then on)");
+            self.map_anon(pid, s, e, prot.0 as u64);
+        }
+        let Some(p) = self.procs.get_mut(&pid) else {
+            return;
+        };
+        let runs = Self::modelled_runs(&p.mm, start, end);
+        if runs.is_empty() {
+            self.note(
+                "mprotect outside modelled memory (file-backed, stack, program: nothing to change)",
+            );
+            return;
+        }
+        let mut refused = 0;
+        for (s, e) in runs {
+            if p.mm
+                .mprotect(&mut self.pa, &mut self.cx, s, e - s, prot)
+                .is_err()
+            {
+                refused += 1;
             }
+        }
+        for _ in 0..refused {
+            self.note("mprotect the model refused where the kernel succeeded (skipped)");
         }
     }
 
-    fn mremap(&mut self, pid: i32, addr: u64, old_len: u64, new_len: u64, flags: u64, ret: u64) {
-        let Some(p) = self.procs.get(&pid) else {
+    #[allow(clippy::too_many_arguments)]
+    fn mremap(
+        &mut self,
+        pid: i32,
+        addr: u64,
+        old_len: u64,
+        new_len: u64,
+        flags: u64,
+        new_addr: u64,
+        ret: u64,
+    ) {
+        let Some(p) = self.procs.get_mut(&pid) else {
             return;
         };
-        let (old_len, new_len) = (page_up(old_len), page_up(new_len));
-        let kind = if self.modelled(pid, addr) {
-            None
-        } else {
-            match p.other.get(addr) {
-                Some(k) => Some(k),
-                None => {
-                    self.note("mremap of memory the trace never mapped (skipped)");
-                    return;
-                }
+        if !has_vma(&p.mm, addr) {
+            self.mremap_other(pid, addr, old_len, new_len, flags, ret);
+            return;
+        }
+        // The model's mremap with the recorded arguments; the kernel's
+        // choice of address made explicit.
+        let f = (flags & 0x7) as u32;
+        let r = if ret == addr && f & (MREMAP_FIXED as u32 | MREMAP_DONTUNMAP as u32) == 0 {
+            // Resized in place: so must the model.
+            let f = MremapFlags(f & !MremapFlags::MAYMOVE.0);
+            p.mm.mremap(&mut self.pa, &mut self.cx, addr, old_len, new_len, f, 0)
+        } else if ret >= MMAP_MIN_ADDR {
+            if f & MREMAP_FIXED as u32 != 0 && ret != new_addr {
+                Err(mm::vma::Errno::Inval)
+            } else {
+                let f = MremapFlags(f)
+                    .or(MremapFlags::MAYMOVE)
+                    .or(MremapFlags::FIXED);
+                p.mm.mremap(&mut self.pa, &mut self.cx, addr, old_len, new_len, f, ret)
             }
+        } else {
+            Err(mm::vma::Errno::Inval)
         };
-        let map = |w: &mut World, s: u64, e: u64| match kind {
-            None => w.map_anon(pid, s, e),
-            Some(k) => w.map_other(pid, s, e, k),
-        };
+        if r == Ok(ret) {
+            return;
+        }
+        let prot = Self::prot_of(&p.mm, addr);
+        self.note("mremap the model refused, replayed as its effect on the VMAs (moved pages not in the model)");
+        let (old_len, new_len) = (page_up(old_len), page_up(new_len));
         if ret == addr {
             if new_len > old_len {
-                self.note("mremap growths in place, replayed as mmap of the tail");
-                map(
-                    self,
+                self.map_anon(
+                    pid,
                     addr.saturating_add(old_len),
                     addr.saturating_add(new_len),
+                    prot,
                 );
             } else if new_len < old_len {
-                self.note("mremap shrinks, replayed as munmap of the tail");
                 self.unmap(
                     pid,
                     addr.saturating_add(new_len),
@@ -728,11 +933,58 @@ impl World {
                 );
             }
         } else {
-            self.note("mremap moves, replayed as munmap + mmap (moved pages not in the model)");
             if flags & MREMAP_DONTUNMAP == 0 {
                 self.unmap(pid, addr, addr.saturating_add(old_len));
             }
-            map(self, ret, ret.saturating_add(new_len));
+            self.map_anon(pid, ret, ret.saturating_add(new_len), prot);
+        }
+    }
+
+    /// The `PROT_*` bits of the model's VMA at `addr` (read-write if none).
+    fn prot_of(mm: &MmStruct, addr: u64) -> u64 {
+        mm.vma_at(addr)
+            .map_or(PROT_RW, |v| (v.flags.0 & mm::vma::VmFlags::ACCESS.0) as u64)
+    }
+
+    /// `mremap` of a range the model does not have: its kind moves in the
+    /// side map.
+    fn mremap_other(
+        &mut self,
+        pid: i32,
+        addr: u64,
+        old_len: u64,
+        new_len: u64,
+        flags: u64,
+        ret: u64,
+    ) {
+        let Some(p) = self.procs.get(&pid) else {
+            return;
+        };
+        let Some(kind) = p.other.get(addr) else {
+            self.note("mremap of memory the trace never mapped (skipped)");
+            return;
+        };
+        let (old_len, new_len) = (page_up(old_len), page_up(new_len));
+        if ret == addr {
+            if new_len > old_len {
+                self.map_other(
+                    pid,
+                    addr.saturating_add(old_len),
+                    addr.saturating_add(new_len),
+                    kind,
+                );
+            } else if new_len < old_len {
+                self.unmap(
+                    pid,
+                    addr.saturating_add(new_len),
+                    addr.saturating_add(old_len),
+                );
+            }
+        } else {
+            if flags & MREMAP_DONTUNMAP == 0 {
+                self.unmap(pid, addr, addr.saturating_add(old_len));
+            }
+            self.map_other(pid, ret, ret.saturating_add(new_len), kind);
         }
     }
 
@@ -768,7 +1020,7 @@ impl World {
         let Some(p) = self.procs.get_mut(&parent) else {
             return;
         };
-        let (other, brk) = (p.other.clone(), p.brk);
+        let (other, brk_known) = (p.other.clone(), p.brk_known);
         let copy = match memory::fork(&mut self.pa, &mut self.cx, &mut p.mm) {
             Ok(mm) => mm,
             Err(_) => {
@@ -782,7 +1034,7 @@ impl World {
         let c = Proc {
             mm: copy,
             other,
-            brk,
+            brk_known,
             tids: BTreeSet::from([child]),
         };
         self.procs.insert(child, c);
@@ -791,7 +1043,20 @@ impl World {
     }
 
     fn finish(mut self) -> AspaceModel {
+        self.park();
         self.out.vmstat = self.pa.vmstat.clone();
+        self.out.live = self
+            .procs
+            .iter()
+            .map(|(&pid, p)| {
+                let l = LiveProc {
+                    start_brk: p.mm.start_brk,
+                    brk: p.mm.brk,
+                    vmas: p.mm.vmas.values().copied().collect(),
+                };
+                (pid, l)
+            })
+            .collect();
         self.out
     }
 }
@@ -1091,10 +1356,10 @@ mod tests {
         assert_eq!(r.get(0x2fff), Some(Kind::File));
         assert_eq!(r.get(0x3000), None);
         assert_eq!(r.get(0x5000), Some(Kind::File));
-        r.insert(0x4000, 0x6000, Kind::Reserved);
-        assert_eq!(r.get(0x4000), Some(Kind::Reserved));
+        r.insert(0x4000, 0x6000, Kind::Oversize);
+        assert_eq!(r.get(0x4000), Some(Kind::Oversize));
         assert_eq!(r.get(0x6000), Some(Kind::File));
-        assert_eq!(r.parts(0, 0x10000, Kind::Reserved), vec![(0x4000, 0x6000)]);
+        assert_eq!(r.parts(0, 0x10000, Kind::Oversize), vec![(0x4000, 0x6000)]);
         assert_eq!(
             r.parts(0x2000, 0x8000, Kind::File),
             vec![(0x2000, 0x3000), (0x6000, 0x8000)]

@@ -8,7 +8,7 @@ use mm::cost::CostTable;
 use mm::knobs::{KernelConfig, KnobValue, Preset};
 use mm::page_alloc::{MemoryLayout, NodeLayout};
 use mm::vmstat::VmEvent;
-use trace::aspace::{replay_aspace, AspaceReplay};
+use trace::aspace::{replay_aspace, AspaceModel, AspaceReplay};
 use trace::{Event, EventKind, Header, TraceWriter, Trailer};
 
 const P: u64 = 4096;
@@ -80,6 +80,55 @@ impl Trace {
         }
     }
 
+    fn brk(&mut self, pid: i32, brk: u64, ret: u64) {
+        self.put(
+            pid,
+            pid,
+            EventKind::Brk {
+                brk,
+                ret: ret as i64,
+            },
+        );
+    }
+
+    fn mprotect(&mut self, pid: i32, start: u64, len: u64, prot: u64) {
+        self.put(
+            pid,
+            pid,
+            EventKind::Mprotect {
+                start,
+                len,
+                prot,
+                ret: 0,
+            },
+        );
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn mremap(
+        &mut self,
+        pid: i32,
+        addr: u64,
+        old_len: u64,
+        new_len: u64,
+        flags: u64,
+        new_addr: u64,
+        ret: u64,
+    ) {
+        self.put(
+            pid,
+            pid,
+            EventKind::Mremap {
+                addr,
+                old_len,
+                new_len,
+                flags,
+                new_addr,
+                ret: ret as i64,
+            },
+        );
+    }
+
     fn write(&self, name: &str) -> PathBuf {
         let path = tmp(name);
         let mut w = TraceWriter::create(&path, &Header::synthetic("aspace test")).expect("create");
@@ -118,6 +167,27 @@ fn replay(t: &Trace, name: &str, kernels: &[KernelConfig]) -> AspaceReplay {
 }
 
 const BASE: u64 = 0x7f00_0000_0000;
+
+/// The model's VMAs of process `pid` at the end of the replay, as
+/// `(start, end, "rw-")`.
+fn vmas(m: &AspaceModel, pid: i32) -> Vec<(u64, u64, String)> {
+    let p = m.live.get(&pid).expect("process alive at the end");
+    p.vmas
+        .iter()
+        .map(|v| {
+            let b = |bit: u32, c: char| if v.flags.0 & bit != 0 { c } else { '-' };
+            (
+                v.start,
+                v.end,
+                [b(1, 'r'), b(2, 'w'), b(4, 'x')].iter().collect(),
+            )
+        })
+        .collect()
+}
+
+fn span(start: u64, end: u64, prot: &str) -> (u64, u64, String) {
+    (start, end, prot.to_string())
+}
 
 #[test]
 fn anonymous_faults_are_replayed_and_large_folios_absorb_the_rest() {
@@ -258,28 +328,280 @@ fn fork_gives_cow_faults_and_a_thread_shares_the_address_space() {
 
 #[test]
 fn a_reservation_made_accessible_by_mprotect_is_modelled() {
-    // RRRRRRRR  PROT_NONE reservation (an arena)
-    // AA        mprotect(RW) of its first 2 pages: mapped in the model
+    // ........  PROT_NONE reservation (an arena): a VMA of its own
+    // AA......  mprotect(RW) of its first 2 pages: split off, written
     let mut t = Trace::new();
     t.mmap(10, BASE, 8 * P, 0, ANON);
-    t.put(
-        10,
-        10,
-        EventKind::Mprotect {
-            start: BASE,
-            len: 2 * P,
-            prot: 3,
-            ret: 0,
-        },
-    );
+    t.mprotect(10, BASE, 2 * P, 3);
     t.touch(10, 10, BASE, 2 * P, WRITE);
+    // A stray access to the reservation: the kernel's SIGSEGV, in no
+    // pgfault count.
+    t.touch(10, 10, BASE + 4 * P, P, READ);
     let r = replay(&t, "mprotect", &[kernel(&[])]);
     let m = &r.models[0];
     assert_eq!(m.faults_taken, 2);
+    assert_eq!(m.faults_sigsegv, 1);
     assert_eq!(m.faults_passthrough, 0);
+    assert_eq!(m.predicted_pgfault(), 2);
+    assert_eq!(
+        vmas(m, 10),
+        vec![
+            span(BASE, BASE + 2 * P, "rw-"),
+            span(BASE + 2 * P, BASE + 8 * P, "---")
+        ]
+    );
+    assert!(m.notes.is_empty(), "nothing emulated: {:?}", m.notes);
+}
+
+#[test]
+fn mprotect_splits_refuses_writes_and_merges_back() {
+    // WWWW....  8 pages read-write, the first 4 written
+    let mut t = Trace::new();
+    t.mmap(10, BASE, 8 * P, 3, ANON);
+    t.touch(10, 10, BASE, 4 * P, WRITE);
+    // WWrrrr..  pages 2-5 made read-only
+    t.mprotect(10, BASE + 2 * P, 4 * P, 1);
+    // a write to page 2: SIGSEGV; a read of page 4 (untouched): the zero
+    // page; a read of page 3: mapped, no fault
+    t.touch(10, 10, BASE + 2 * P, P, WRITE | 1);
+    t.touch(10, 10, BASE + 4 * P, P, READ);
+    t.touch(10, 10, BASE + 3 * P, P, READ);
+    // --- an anonymous PROT_NONE mapping and a read-only one beside it:
+    //     VMAs of their own
+    t.mmap(10, BASE + 8 * P, 2 * P, 0, ANON);
+    t.mmap(10, BASE + 10 * P, 2 * P, 1, ANON);
+    let mid = {
+        let r = replay(&t, "mprotect-ro-mid", &[kernel(&[])]);
+        vmas(&r.models[0], 10)
+    };
+    assert_eq!(
+        mid,
+        vec![
+            span(BASE, BASE + 2 * P, "rw-"),
+            span(BASE + 2 * P, BASE + 6 * P, "r--"),
+            span(BASE + 6 * P, BASE + 8 * P, "rw-"),
+            span(BASE + 8 * P, BASE + 10 * P, "---"),
+            span(BASE + 10 * P, BASE + 12 * P, "r--"),
+        ]
+    );
+    // WWWWWW..  read-write again: one VMA; page 3 is the process's own and
+    //           stays writable, page 4 (the zero page) faults to copy
+    t.mprotect(10, BASE + 2 * P, 4 * P, 3);
+    t.touch(10, 10, BASE + 3 * P, P, WRITE | 1);
+    t.touch(10, 10, BASE + 4 * P, P, WRITE | 1);
+    // a write to the read-only mapping: SIGSEGV
+    t.touch(10, 10, BASE + 10 * P, P, WRITE);
+    let r = replay(&t, "mprotect-ro", &[kernel(&[])]);
+    let m = &r.models[0];
+    assert_eq!(
+        vmas(m, 10),
+        vec![
+            span(BASE, BASE + 8 * P, "rw-"),
+            span(BASE + 8 * P, BASE + 10 * P, "---"),
+            span(BASE + 10 * P, BASE + 12 * P, "r--"),
+        ]
+    );
+    assert_eq!(m.faults_replayed, 10);
+    assert_eq!(m.faults_taken, 4 + 1 + 1);
+    assert_eq!(m.faults_absorbed, 2);
+    assert_eq!(m.faults_sigsegv, 2);
+    assert_eq!(m.predicted_pgfault(), 6);
+    assert!(m.notes.is_empty(), "{:?}", m.notes);
+}
+
+#[test]
+fn mprotect_of_file_mappings_changes_nothing_and_is_counted() {
+    // FFFFAAAA  a file mapping and an anonymous one after it; the dynamic
+    //           linker's mprotect(PROT_READ) over both (RELRO and .bss)
+    let mut t = Trace::new();
+    t.mmap(10, BASE, 4 * P, 3, FILE_PRIVATE);
+    t.mmap(10, BASE + 4 * P, 4 * P, 3, ANON);
+    t.mprotect(10, BASE, 6 * P, 1);
+    t.mprotect(10, BASE, 2 * P, 1);
+    let r = replay(&t, "mprotect-file", &[kernel(&[])]);
+    let m = &r.models[0];
+    assert_eq!(
+        vmas(m, 10),
+        vec![
+            span(BASE + 4 * P, BASE + 6 * P, "r--"),
+            span(BASE + 6 * P, BASE + 8 * P, "rw-"),
+        ]
+    );
+    assert_eq!(
+        m.notes.get(
+            "mprotect outside modelled memory (file-backed, stack, program: nothing to change)"
+        ),
+        Some(&1)
+    );
+}
+
+#[test]
+fn the_first_brk_sets_the_heap_start_and_the_kernel_answer_wins() {
+    // The heap of a process after exec: brk(0) tells start_brk.
+    let heap = 0x5555_5555_9000u64;
+    let mut t = Trace::new();
+    t.put(
+        10,
+        10,
+        EventKind::Exec {
+            pid: 10,
+            filename: "/bin/x".into(),
+        },
+    );
+    t.brk(10, 0, heap);
+    // HH        brk(heap + 5000): the heap VMA ends at the page boundary
+    t.brk(10, heap + 5000, heap + 5000);
+    t.touch(10, 10, heap, 2 * P, WRITE);
+    // HH  FF    a file mapping 2 pages above the heap (not modelled): the
+    //           kernel refuses to grow the heap into its guard page and
+    //           returns the old break; the model, without the mapping,
+    //           would grow: the recorded break wins
+    t.mmap(10, heap + 4 * P, 2 * P, 1, FILE_PRIVATE);
+    t.brk(10, heap + 3 * P + 1, heap + 5000);
+    // H   FF    a shrink to one page: the second page goes
+    t.brk(10, heap + P, heap + P);
+    // HHH FF    growth to 3 pages: page 2 faults anew
+    t.brk(10, heap + 3 * P, heap + 3 * P);
+    t.touch(10, 10, heap, 3 * P, WRITE);
+    let r = replay(&t, "brk-start", &[kernel(&[])]);
+    let m = &r.models[0];
+    let l = &m.live[&10];
+    assert_eq!((l.start_brk, l.brk), (heap, heap + 3 * P));
+    assert_eq!(vmas(m, 10), vec![span(heap, heap + 3 * P, "rw-")]);
+    assert_eq!(m.faults_taken, 2 + 2);
+    assert_eq!(m.faults_absorbed, 1);
+    assert_eq!(
+        m.notes
+            .get("brk results the model disagreed with (the recorded break applied)"),
+        Some(&1)
+    );
+}
+
+#[test]
+fn brk_of_a_process_whose_heap_began_before_the_recording() {
+    // The first brk event moves the break: the heap below it is unknown
+    // (its faults pass through); from there the heap is modelled.
+    let heap = 0x5555_0000_0000u64;
+    let mut t = Trace::new();
+    t.brk(10, heap + 8 * P, heap + 8 * P);
+    t.brk(10, heap + 10 * P, heap + 10 * P);
+    t.touch(10, 10, heap + 6 * P, 4 * P, WRITE);
+    let r = replay(&t, "brk-unknown", &[kernel(&[])]);
+    let m = &r.models[0];
+    assert_eq!(m.live[&10].start_brk, heap + 8 * P);
+    assert_eq!(vmas(m, 10), vec![span(heap + 8 * P, heap + 10 * P, "rw-")]);
+    assert_eq!(m.faults_taken, 2);
+    assert_eq!(m.faults_passthrough, 2);
     assert!(m
         .notes
-        .contains_key("mprotect of reserved memory, replayed as an anonymous mmap"));
+        .contains_key("brk changes from an unknown break (the heap below it is not modelled)"));
+}
+
+/// `MREMAP_MAYMOVE`, `MREMAP_FIXED`, `MREMAP_DONTUNMAP`.
+const MAYMOVE: u64 = 1;
+const FIXED: u64 = 2;
+const DONTUNMAP: u64 = 4;
+
+#[test]
+fn mremap_moves_pages_to_the_recorded_address() {
+    // WWWWB     4 pages written, a mapping right after them: no growth in place
+    let new = BASE + 64 * MIB;
+    let mut t = Trace::new();
+    t.mmap(10, BASE, 4 * P, 3, ANON);
+    t.touch(10, 10, BASE, 4 * P, WRITE);
+    t.mmap(10, BASE + 4 * P, P, 1, ANON);
+    // mremap(BASE, 4P, 8P, MAYMOVE): the kernel moved it to `new`, an
+    // address the model's own placement would not have chosen
+    t.mremap(10, BASE, 4 * P, 8 * P, MAYMOVE, 0, new);
+    //     B     ...   WWWWWWWW  the moved pages are there: no fault for
+    //                           the first 4, the new tail faults
+    t.touch(10, 10, new, 8 * P, WRITE);
+    let r = replay(&t, "mremap-move", &[kernel(&[])]);
+    let m = &r.models[0];
+    assert_eq!(
+        vmas(m, 10),
+        vec![
+            span(BASE + 4 * P, BASE + 5 * P, "r--"),
+            span(new, new + 8 * P, "rw-"),
+        ]
+    );
+    assert_eq!(m.faults_taken, 4 + 4);
+    assert_eq!(m.faults_absorbed, 4);
+    assert!(m.notes.is_empty(), "{:?}", m.notes);
+}
+
+#[test]
+fn mremap_grows_and_shrinks_in_place_and_dontunmap_keeps_the_old_range() {
+    let mut t = Trace::new();
+    // WWWW      grown in place to 8 pages, then written: 4 new faults
+    t.mmap(10, BASE, 4 * P, 3, ANON);
+    t.touch(10, 10, BASE, 4 * P, WRITE);
+    t.mremap(10, BASE, 4 * P, 8 * P, MAYMOVE, 0, BASE);
+    t.touch(10, 10, BASE, 8 * P, WRITE);
+    // WW        shrunk to 2
+    t.mremap(10, BASE, 8 * P, 2 * P, 0, 0, BASE);
+    // ..  ...  WW  MREMAP_DONTUNMAP to where the kernel put it: the old
+    //              range stays mapped, empty; the pages moved
+    let to = BASE + 32 * MIB;
+    t.mremap(10, BASE, 2 * P, 2 * P, MAYMOVE | DONTUNMAP, 0, to);
+    t.touch(10, 10, to, 2 * P, WRITE);
+    t.touch(10, 10, BASE, 2 * P, WRITE);
+    // MREMAP_FIXED, as recorded
+    let fixed = BASE + 40 * MIB;
+    t.mremap(10, to, 2 * P, 4 * P, MAYMOVE | FIXED, fixed, fixed);
+    t.touch(10, 10, fixed, 4 * P, READ);
+    let r = replay(&t, "mremap-inplace", &[kernel(&[])]);
+    let m = &r.models[0];
+    assert_eq!(
+        vmas(m, 10),
+        vec![
+            span(BASE, BASE + 2 * P, "rw-"),
+            span(fixed, fixed + 4 * P, "rw-"),
+        ]
+    );
+    // 4 + 4 (growth) + 2 (the old range, empty after DONTUNMAP) + 2 (the
+    // tail of the fixed move, read: the zero page)
+    assert_eq!(m.faults_taken, 4 + 4 + 2 + 2);
+    // 4 (the kept pages) + 2 (moved by DONTUNMAP) + 2 (moved by FIXED)
+    assert_eq!(m.faults_absorbed, 4 + 2 + 2);
+    assert!(m.notes.is_empty(), "{:?}", m.notes);
+}
+
+#[test]
+fn an_mremap_the_model_refuses_is_replayed_as_its_effect_and_counted() {
+    // WWrr      two VMAs (rw- and r--); since 6.17 the kernel moves both
+    //           with MREMAP_FIXED and the same length, the model (one-VMA
+    //           rule) refuses: unmap + map, the pages lost
+    let to = BASE + 16 * MIB;
+    let mut t = Trace::new();
+    t.mmap(10, BASE, 2 * P, 3, ANON);
+    t.mmap(10, BASE + 2 * P, 2 * P, 1, ANON);
+    t.touch(10, 10, BASE, 2 * P, WRITE);
+    t.mremap(10, BASE, 4 * P, 4 * P, MAYMOVE | FIXED, to, to);
+    t.touch(10, 10, to, 2 * P, WRITE);
+    // a file mapping moved: still file-backed at its new place
+    t.mmap(10, BASE + 64 * MIB, 4 * P, 1, FILE_PRIVATE);
+    t.mremap(
+        10,
+        BASE + 64 * MIB,
+        4 * P,
+        8 * P,
+        MAYMOVE,
+        0,
+        BASE + 80 * MIB,
+    );
+    t.touch(10, 10, BASE + 80 * MIB, P, READ);
+    let r = replay(&t, "mremap-refused", &[kernel(&[])]);
+    let m = &r.models[0];
+    assert_eq!(vmas(m, 10), vec![span(to, to + 4 * P, "rw-")]);
+    assert_eq!(m.faults_taken, 2 + 2);
+    assert_eq!(m.faults_passthrough_file, 1);
+    assert_eq!(
+        m.notes.get(
+            "mremap the model refused, replayed as its effect on the VMAs (moved pages not in the model)"
+        ),
+        Some(&1)
+    );
 }
 
 #[test]
