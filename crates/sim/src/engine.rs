@@ -160,6 +160,17 @@ struct Vcpu {
     mem_ps_rem: u64,
 }
 
+impl Vcpu {
+    /// Counts `ns` of work (computing or spinning) in the vCPU's busy time
+    /// and, while it plays a task's operation, in the task's time.
+    fn charge_busy(&mut self, ns: u64) {
+        self.busy_ns += ns;
+        if self.playing_task {
+            self.task_ns += ns;
+        }
+    }
+}
+
 #[derive(Default)]
 struct LockState {
     /// The vCPU holding it exclusively.
@@ -620,6 +631,23 @@ impl Engine {
         self.queue.peek().is_none_or(|Reverse((at, _, _))| *at > t)
     }
 
+    /// Brings vCPU `v`, whose work has reached `t`, to global time `now`:
+    /// true if it may go on at once (no queued event comes before `t`; `now`
+    /// advances to `t`), false if it queued an event for `t` and must
+    /// return to the event loop.
+    fn reach(&mut self, v: u32, t: u64, now: &mut u64) -> bool {
+        if t <= *now {
+            return true;
+        }
+        self.vcpus[v as usize].time = t;
+        if !self.nothing_before(t) {
+            self.schedule(v, t);
+            return false;
+        }
+        *now = t;
+        true
+    }
+
     /// Continues vCPU `v` at the time of its event, `now`.
     fn step(&mut self, v: u32, now: u64) {
         let vi = v as usize;
@@ -633,21 +661,12 @@ impl Engine {
                 match seg {
                     Seg::Compute(ns) => {
                         t += ns;
-                        self.vcpus[vi].busy_ns += ns;
-                        if self.vcpus[vi].playing_task {
-                            self.vcpus[vi].task_ns += ns;
-                        }
+                        self.vcpus[vi].charge_busy(ns);
                         self.vcpus[vi].pos += 1;
                     }
                     Seg::Lock(l) | Seg::LockRead(l) => {
-                        if t > now {
-                            if !self.nothing_before(t) {
-                                self.vcpus[vi].time = t;
-                                self.schedule(v, t);
-                                return;
-                            }
-                            now = t;
-                            self.vcpus[vi].time = t;
+                        if !self.reach(v, t, &mut now) {
+                            return;
                         }
                         let read = matches!(seg, Seg::LockRead(_));
                         let handoff = self.handoff_ns(l);
@@ -681,21 +700,12 @@ impl Engine {
                         ls.acquisitions += 1;
                         ls.wait_ns += extra;
                         t += extra;
-                        self.vcpus[vi].busy_ns += extra;
-                        if self.vcpus[vi].playing_task {
-                            self.vcpus[vi].task_ns += extra;
-                        }
+                        self.vcpus[vi].charge_busy(extra);
                         self.vcpus[vi].pos += 1;
                     }
                     Seg::Unlock(l) | Seg::UnlockRead(l) => {
-                        if t > now {
-                            if !self.nothing_before(t) {
-                                self.vcpus[vi].time = t;
-                                self.schedule(v, t);
-                                return;
-                            }
-                            now = t;
-                            self.vcpus[vi].time = t;
+                        if !self.reach(v, t, &mut now) {
+                            return;
                         }
                         self.release(l, v, t, matches!(seg, Seg::UnlockRead(_)));
                         self.vcpus[vi].pos += 1;
@@ -703,20 +713,12 @@ impl Engine {
                     Seg::Mem(m) => {
                         // Memory traffic reaches the shared caches in global
                         // time order, like a lock acquisition.
-                        if t > now {
-                            self.vcpus[vi].time = t;
-                            if !self.nothing_before(t) {
-                                self.schedule(v, t);
-                                return;
-                            }
-                            now = t;
+                        if !self.reach(v, t, &mut now) {
+                            return;
                         }
                         let ns = self.play_mem(v, t, m);
                         t += ns;
-                        self.vcpus[vi].busy_ns += ns;
-                        if self.vcpus[vi].playing_task {
-                            self.vcpus[vi].task_ns += ns;
-                        }
+                        self.vcpus[vi].charge_busy(ns);
                         self.vcpus[vi].pos += 1;
                     }
                 }
@@ -725,14 +727,8 @@ impl Engine {
                 self.vcpus[vi].task_work_end = self.vcpus[vi].task_work_end.max(t);
             }
             // The operation is over: the next one starts in global time order.
-            if t > now {
-                if !self.nothing_before(t) {
-                    self.vcpus[vi].time = t;
-                    self.schedule(v, t);
-                    return;
-                }
-                now = t;
-                self.vcpus[vi].time = t;
+            if !self.reach(v, t, &mut now) {
+                return;
             }
             if !self.start_next_op(v, t) {
                 // Idle: whatever wakes the vCPU next is not a task's work yet.
@@ -877,10 +873,7 @@ impl Engine {
             let wi = w as usize;
             let waited = tw - self.vcpus[wi].lock_wait_since;
             self.stats.locks[l.class as usize].wait_ns += waited;
-            self.vcpus[wi].busy_ns += waited;
-            if self.vcpus[wi].playing_task {
-                self.vcpus[wi].task_ns += waited;
-            }
+            self.vcpus[wi].charge_busy(waited);
             self.vcpus[wi].pos += 1;
             self.vcpus[wi].time = tw;
             self.schedule(w, tw);
