@@ -482,26 +482,28 @@ pub fn do_huge_pmd_anonymous_page(
                 HPAGE_PMD_NR,
                 crate::types::Vaddr(addr),
             );
-            let ptl = pmd_lockptr(pmd);
-            cx.lock(ptl);
-            cx.charge(Cost::PteSet);
-            mm.pgt.set(
-                pmd,
-                mk_entry(
-                    pfn,
-                    PAGE_PRESENT
-                        | PAGE_RW
-                        | PAGE_PSE
-                        | PAGE_ACCESSED
-                        | PAGE_DIRTY
-                        | PAGE_ANON_EXCLUSIVE,
-                ),
-            );
-            cx.unlock(ptl);
+            map_anon_folio_pmd(cx, mm, pmd, pfn);
             true
         }
         None => false,
     }
+}
+
+/// Models `map_anon_folio_pmd()` (6.17+; open-coded in the fault and COW
+/// paths before): maps the new THP at `pfn` by a writable, dirty, young and
+/// exclusive PMD leaf, under the page-table lock.
+fn map_anon_folio_pmd(cx: &mut Cx, mm: &mut MmStruct, pmd: Slot, pfn: Pfn) {
+    let ptl = pmd_lockptr(pmd);
+    cx.lock(ptl);
+    cx.charge(Cost::PteSet);
+    mm.pgt.set(
+        pmd,
+        mk_entry(
+            pfn,
+            PAGE_PRESENT | PAGE_RW | PAGE_PSE | PAGE_ACCESSED | PAGE_DIRTY | PAGE_ANON_EXCLUSIVE,
+        ),
+    );
+    cx.unlock(ptl);
 }
 
 /// Allocates a THP (`vma_alloc_folio(GFP_TRANSHUGE, HPAGE_PMD_ORDER)`) and
@@ -600,22 +602,7 @@ pub fn do_huge_pmd_wp_page(
             let m = pa.mem.entire_mapcount(head);
             pa.mem.set_entire_mapcount(head, m - 1);
             folio_put_refs(pa, cx, head, HPAGE_PMD_NR);
-            let ptl = pmd_lockptr(pmd);
-            cx.lock(ptl);
-            cx.charge(Cost::PteSet);
-            mm.pgt.set(
-                pmd,
-                mk_entry(
-                    pfn,
-                    PAGE_PRESENT
-                        | PAGE_RW
-                        | PAGE_PSE
-                        | PAGE_ACCESSED
-                        | PAGE_DIRTY
-                        | PAGE_ANON_EXCLUSIVE,
-                ),
-            );
-            cx.unlock(ptl);
+            map_anon_folio_pmd(cx, mm, pmd, pfn);
             true
         }
     }
