@@ -916,14 +916,40 @@ impl World {
         }
         let prot = Self::prot_of(&p.mm, addr);
         self.note("mremap the model refused, replayed as its effect on the VMAs (moved pages not in the model)");
+        self.mremap_effect(
+            pid,
+            addr,
+            old_len,
+            new_len,
+            flags,
+            ret,
+            |m, pid, start, end| m.map_anon(pid, start, end, prot),
+        );
+    }
+
+    /// The effect of `mremap(addr, old_len, new_len, flags) = ret` on the
+    /// address space, with `map` mapping a range of the moved kind: in place
+    /// the range grows or shrinks; moved, the old range goes (unless
+    /// `MREMAP_DONTUNMAP`) and the new one is mapped.
+    #[allow(clippy::too_many_arguments)]
+    fn mremap_effect(
+        &mut self,
+        pid: i32,
+        addr: u64,
+        old_len: u64,
+        new_len: u64,
+        flags: u64,
+        ret: u64,
+        map: impl Fn(&mut Self, i32, u64, u64),
+    ) {
         let (old_len, new_len) = (page_up(old_len), page_up(new_len));
         if ret == addr {
             if new_len > old_len {
-                self.map_anon(
+                map(
+                    self,
                     pid,
                     addr.saturating_add(old_len),
                     addr.saturating_add(new_len),
-                    prot,
                 );
             } else if new_len < old_len {
                 self.unmap(
@@ -936,7 +962,7 @@ impl World {
             if flags & MREMAP_DONTUNMAP == 0 {
                 self.unmap(pid, addr, addr.saturating_add(old_len));
             }
-            self.map_anon(pid, ret, ret.saturating_add(new_len), prot);
+            map(self, pid, ret, ret.saturating_add(new_len));
         }
     }
 
@@ -964,28 +990,15 @@ impl World {
             self.note("mremap of memory the trace never mapped (skipped)");
             return;
         };
-        let (old_len, new_len) = (page_up(old_len), page_up(new_len));
-        if ret == addr {
-            if new_len > old_len {
-                self.map_other(
-                    pid,
-                    addr.saturating_add(old_len),
-                    addr.saturating_add(new_len),
-                    kind,
-                );
-            } else if new_len < old_len {
-                self.unmap(
-                    pid,
-                    addr.saturating_add(new_len),
-                    addr.saturating_add(old_len),
-                );
-            }
-        } else {
-            if flags & MREMAP_DONTUNMAP == 0 {
-                self.unmap(pid, addr, addr.saturating_add(old_len));
-            }
-            self.map_other(pid, ret, ret.saturating_add(new_len), kind);
-        }
+        self.mremap_effect(
+            pid,
+            addr,
+            old_len,
+            new_len,
+            flags,
+            ret,
+            |m, pid, start, end| m.map_other(pid, start, end, kind),
+        );
     }
 
     fn madvise(&mut self, pid: i32, start: u64, len: u64, behavior: i64) {
