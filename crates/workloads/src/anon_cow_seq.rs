@@ -111,6 +111,7 @@ fn spread_cpus(m: &Machine, n: u32) -> Vec<mm::VcpuId> {
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Phase {
+    Setup,
     Map,
     Populate,
     Fork,
@@ -131,6 +132,10 @@ pub struct CowParent {
     fork_gap_ns: u64,
     /// The gap before the next fork has been spent.
     gap_done: bool,
+    /// `Some(nr_overcommit_hugepages)`: the region is a `MAP_HUGETLB`
+    /// mapping, and the parent first sets the pool's overcommit if given
+    /// (vm-scalability's `setup_hugetlb`); `None`: anonymous private memory.
+    hugetlb: Option<Option<u64>>,
 }
 
 impl CowParent {
@@ -145,7 +150,24 @@ impl CowParent {
             child_cpus: Vec::new(),
             fork_gap_ns: 0,
             gap_done: false,
+            hugetlb: None,
         }
+    }
+
+    /// The hugetlb variant: the region is mapped with `MAP_HUGETLB`, after
+    /// writing `nr_overcommit_hugepages = overcommit` if given.
+    pub fn hugetlb(size: u64, children: u32, overcommit: Option<u64>) -> CowParent {
+        CowParent {
+            hugetlb: Some(overcommit),
+            phase: Phase::Setup,
+            ..CowParent::new(size, children)
+        }
+    }
+
+    /// Spends `ns` before each fork after the first.
+    pub fn fork_gap(mut self, ns: u64) -> CowParent {
+        self.fork_gap_ns = ns;
+        self
     }
 }
 
@@ -153,13 +175,30 @@ impl Program for CowParent {
     fn next(&mut self, last: OpResult, _rng: &mut Rng) -> Option<Op> {
         loop {
             match self.phase {
+                Phase::Setup => {
+                    self.phase = Phase::Map;
+                    if let Some(Some(n)) = self.hugetlb {
+                        return Some(Op::SetHugepages {
+                            nr_hugepages: None,
+                            nr_overcommit_hugepages: Some(n),
+                        });
+                    }
+                }
                 Phase::Map => {
                     self.phase = Phase::Populate;
-                    return Some(Op::Mmap {
-                        len: self.size,
-                        hint: None,
-                        fixed: false,
-                        advice: None,
+                    return Some(match self.hugetlb {
+                        Some(_) => Op::MmapHugetlb {
+                            len: self.size,
+                            hint: None,
+                            fixed: false,
+                            noreserve: false,
+                        },
+                        None => Op::Mmap {
+                            len: self.size,
+                            hint: None,
+                            fixed: false,
+                            advice: None,
+                        },
                     });
                 }
                 Phase::Populate => {

@@ -45,11 +45,12 @@
 //! `ru_minflt`); the model populates with user writes, one fault per 2 MiB
 //! either way.
 
+use crate::anon_cow_seq::CowParent;
 use crate::params::{ParamError, Params};
 use crate::WorkloadDef;
 use mm::hugetlb::HPAGE_SIZE;
 use mm::types::PAGE_SIZE;
-use sim::{Machine, Op, OpResult, Program, Rng, TaskSpec};
+use sim::{Machine, TaskSpec};
 
 pub(crate) const DEF: WorkloadDef = WorkloadDef {
     name: "hugetlb-cow",
@@ -94,104 +95,7 @@ fn build(p: &Params, m: &Machine) -> Result<Vec<TaskSpec>, ParamError> {
     };
     let fork_gap_ns = p.int("fork_gap_ns", 0, 0..=1_000_000_000_000)? as u64;
     Ok(vec![TaskSpec::new(
-        Box::new(HugetlbCowParent {
-            size,
-            children,
-            overcommit,
-            fork_gap_ns,
-            gap_done: false,
-            forked: 0,
-            addr: 0,
-            phase: Phase::Setup,
-        }),
+        Box::new(CowParent::hugetlb(size, children, overcommit).fork_gap(fork_gap_ns)),
         mm::VcpuId(0),
     )])
-}
-
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Phase {
-    Setup,
-    Map,
-    Populate,
-    Fork,
-    Wait,
-    Done,
-}
-
-/// The parent process.
-struct HugetlbCowParent {
-    size: u64,
-    children: u32,
-    overcommit: Option<u64>,
-    /// Nanoseconds spent before each fork after the first.
-    fork_gap_ns: u64,
-    /// The gap before the next fork has been spent.
-    gap_done: bool,
-    forked: u32,
-    addr: u64,
-    phase: Phase,
-}
-
-impl Program for HugetlbCowParent {
-    fn next(&mut self, last: OpResult, _rng: &mut Rng) -> Option<Op> {
-        loop {
-            match self.phase {
-                Phase::Setup => {
-                    self.phase = Phase::Map;
-                    if let Some(n) = self.overcommit {
-                        return Some(Op::SetHugepages {
-                            nr_hugepages: None,
-                            nr_overcommit_hugepages: Some(n),
-                        });
-                    }
-                }
-                Phase::Map => {
-                    self.phase = Phase::Populate;
-                    return Some(Op::MmapHugetlb {
-                        len: self.size,
-                        hint: None,
-                        fixed: false,
-                        noreserve: false,
-                    });
-                }
-                Phase::Populate => {
-                    // usemem exits if mmap fails; so does the parent here.
-                    let OpResult::Mapped(Ok(addr)) = last else {
-                        return None;
-                    };
-                    self.addr = addr;
-                    self.phase = Phase::Fork;
-                    return Some(Op::Touch {
-                        bytes: PAGE_SIZE,
-                        addr,
-                        len: self.size,
-                        stride: PAGE_SIZE,
-                        write: true,
-                    });
-                }
-                Phase::Fork => {
-                    if self.forked == self.children {
-                        self.phase = Phase::Wait;
-                        continue;
-                    }
-                    if self.forked > 0 && self.fork_gap_ns > 0 && !self.gap_done {
-                        self.gap_done = true;
-                        return Some(Op::Compute {
-                            ns: self.fork_gap_ns,
-                        });
-                    }
-                    self.gap_done = false;
-                    self.forked += 1;
-                    return Some(Op::fork(crate::anon_cow_seq::CowChild::new(
-                        self.addr, self.size,
-                    )));
-                }
-                Phase::Wait => {
-                    self.phase = Phase::Done;
-                    return Some(Op::Wait);
-                }
-                Phase::Done => return None,
-            }
-        }
-    }
 }
