@@ -51,6 +51,7 @@ use std::ffi::{CString, OsStr, OsString};
 use std::fmt;
 use std::io::{self, Write};
 use std::os::unix::ffi::{OsStrExt, OsStringExt};
+use std::os::fd::{AsRawFd, RawFd};
 use std::os::unix::fs::{DirBuilderExt, MetadataExt};
 use std::path::{Path, PathBuf};
 use std::sync::{Mutex, MutexGuard};
@@ -205,6 +206,10 @@ pub struct Journal {
     owner: Owner,
     entries: Vec<(u64, Change)>,
     next_id: u64,
+    /// Descriptors open inside journalled state ([`HeldFile`]): closed (made
+    /// to point at `/dev/null`) before the state is undone at exit, since the
+    /// kernel refuses to remove a tracefs instance with a file open in it.
+    held_fds: Vec<RawFd>,
     /// Set once the changes were undone for good (the process is ending):
     /// nothing may be journalled after that.
     closed: bool,
@@ -218,6 +223,7 @@ impl Journal {
             owner,
             entries: Vec::new(),
             next_id: 1,
+            held_fds: Vec::new(),
             closed: false,
         }
     }
@@ -271,17 +277,41 @@ impl Journal {
         Some(c)
     }
 
-    /// Undoes every change, newest first, empties the journal and closes it
-    /// to new changes. Returns what was done.
+    /// Undoes every change, newest first, and closes the journal to new
+    /// changes. Changes whose undo failed stay in the journal file, for the
+    /// next mmlab process to retry once this one is gone. Returns what was
+    /// done.
     pub fn undo_all(&mut self) -> Undone {
         self.closed = true;
+        self.release_held_fds();
         let mut done = Vec::new();
-        while let Some((_, c)) = self.entries.pop() {
+        let mut failed = Vec::new();
+        while let Some((id, c)) = self.entries.pop() {
             let r = c.undo();
+            if r.is_err() {
+                failed.push((id, c.clone()));
+            }
             done.push((c, r));
         }
+        failed.reverse();
+        self.entries = failed;
         let _ = self.persist();
         done
+    }
+
+    /// Points every held descriptor at `/dev/null`: the files they had open
+    /// are closed, and the numbers stay taken (a thread still reading one
+    /// reads nothing, and never a file opened since under the same number).
+    fn release_held_fds(&mut self) {
+        let Ok(null) = std::fs::File::open("/dev/null") else {
+            return;
+        };
+        for fd in self.held_fds.drain(..) {
+            // SAFETY: dup2 onto a descriptor this process holds open (a
+            // HeldFile deregisters before it closes); it atomically replaces
+            // the open file behind the number.
+            unsafe { libc::dup2(null.as_raw_fd(), fd) };
+        }
     }
 
     fn persist(&self) -> io::Result<()> {
@@ -387,7 +417,20 @@ pub fn remove_tracefs_instance(dir: &Path) -> io::Result<()> {
             .open(dir.join(file))
             .and_then(|mut f| f.write_all(value.as_bytes()));
     }
-    std::fs::remove_dir(dir)
+    // The kernel refuses (EBUSY) while a file of the instance is open; the
+    // caller closed its own, so what remains is short-lived (a reader of
+    // another process, a file being closed): retry for a while.
+    let until = std::time::Instant::now() + std::time::Duration::from_secs(2);
+    loop {
+        match std::fs::remove_dir(dir) {
+            Err(e)
+                if e.raw_os_error() == Some(libc::EBUSY) && std::time::Instant::now() < until =>
+            {
+                std::thread::sleep(std::time::Duration::from_millis(5));
+            }
+            r => return r,
+        }
+    }
 }
 
 /// Whether `path` is a mount point of type `fstype` now.
@@ -451,6 +494,17 @@ fn kill_group(pgid: i32, start_time: u64) -> io::Result<()> {
         Some(t) if t == start_time => {
             // SAFETY: kill with plain integers.
             unsafe { libc::kill(-pgid, libc::SIGKILL) };
+            // A leader forked but not yet exec'd holds copies of its parent's
+            // descriptors (a tracefs instance's pipes, which keep the
+            // instance from being removed): wait until it has let go of
+            // them (a zombie has closed its files).
+            let until = std::time::Instant::now() + std::time::Duration::from_secs(5);
+            while process_start_time(pgid) == Some(start_time)
+                && !is_zombie(pgid)
+                && std::time::Instant::now() < until
+            {
+                std::thread::sleep(std::time::Duration::from_millis(2));
+            }
             return Ok(());
         }
         Some(_) => return Ok(()), // the pid is someone else's now
@@ -802,6 +856,48 @@ pub fn change<T, E: From<JournalError>>(
             let _ = undo(entry);
             Err(e)
         }
+    }
+}
+
+/// A file opened inside journalled state (a tracefs instance's
+/// `trace_pipe_raw`), which must be closed before that state can be undone:
+/// if the process is ending on a signal, the watcher closes it first
+/// (see [`Journal::undo_all`]).
+#[derive(Debug)]
+pub struct HeldFile {
+    file: std::fs::File,
+}
+
+impl HeldFile {
+    /// Opens `path` with `opts` and registers the descriptor, both under the
+    /// journal's lock (so that the watcher either sees it or has already
+    /// undone everything, and then this never returns).
+    pub fn open(opts: &std::fs::OpenOptions, path: &Path) -> io::Result<HeldFile> {
+        let mut g = global();
+        let file = opts.open(path)?;
+        g.as_mut()
+            .expect("initialised")
+            .held_fds
+            .push(file.as_raw_fd());
+        Ok(HeldFile { file })
+    }
+}
+
+impl io::Read for HeldFile {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        self.file.read(buf)
+    }
+}
+
+impl Drop for HeldFile {
+    fn drop(&mut self) {
+        let fd = self.file.as_raw_fd();
+        // Deregistered before the File closes the number.
+        global()
+            .as_mut()
+            .expect("initialised")
+            .held_fds
+            .retain(|&f| f != fd);
     }
 }
 

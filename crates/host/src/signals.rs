@@ -238,6 +238,16 @@ impl Drop for ForwardGuard {
     }
 }
 
+/// Sends `sig` to the process `pid` (a negative `pid`: to the process group
+/// `-pid`), as `kill(2)` does.
+pub fn send(pid: i32, sig: libc::c_int) -> std::io::Result<()> {
+    // SAFETY: kill with plain integers.
+    if unsafe { libc::kill(pid, sig) } != 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    Ok(())
+}
+
 /// Whether [`install`] ran in this process.
 pub fn installed() -> bool {
     OWNER_PID.load(Ordering::Relaxed) == std::process::id() as i32

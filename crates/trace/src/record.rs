@@ -70,7 +70,7 @@ use crate::sysinfo;
 use crate::tracefs::{
     parse_format, parse_page, EventFormat, FormatParseError, PageHeaderLayout, RbRecord,
 };
-use host::journal::{self, Change, Entry, JournalError};
+use host::journal::{self, Change, Entry, HeldFile, JournalError};
 
 pub use host::live::{find_tracefs, TRACEFS_PATHS};
 
@@ -234,20 +234,26 @@ fn tfs_err<'a>(path: &'a Path, op: &'static str) -> impl FnOnce(io::Error) -> Re
     }
 }
 
+/// Every access to a file of an instance holds the journal's lock
+/// (`host::journal::locked`): the kernel refuses to remove an instance while
+/// one of its files is open, so the signal watcher, which removes it under
+/// that lock, must never meet one open.
 fn write_file(path: &Path, value: &str) -> Result<(), RecordError> {
-    // tracefs control files take one write; O_TRUNC clears lists such as
-    // set_event_pid.
-    let mut f = OpenOptions::new()
-        .write(true)
-        .truncate(true)
-        .open(path)
-        .map_err(tfs_err(path, "open"))?;
-    f.write_all(value.as_bytes())
-        .map_err(tfs_err(path, "write"))
+    journal::locked(|| {
+        // tracefs control files take one write; O_TRUNC clears lists such
+        // as set_event_pid.
+        let mut f = OpenOptions::new()
+            .write(true)
+            .truncate(true)
+            .open(path)
+            .map_err(tfs_err(path, "open"))?;
+        f.write_all(value.as_bytes())
+            .map_err(tfs_err(path, "write"))
+    })
 }
 
 fn read_text(path: &Path) -> Result<String, RecordError> {
-    fs::read_to_string(path).map_err(tfs_err(path, "read"))
+    journal::locked(|| fs::read_to_string(path)).map_err(tfs_err(path, "read"))
 }
 
 /// Checks everything [`record`] needs without changing anything: root,
@@ -571,7 +577,7 @@ fn describe_status(status: i32) -> (String, Option<i32>, Option<i32>) {
 /// One CPU's `trace_pipe_raw` and the spool its pages go to.
 struct CpuReader {
     cpu: u32,
-    pipe: File,
+    pipe: HeldFile,
     /// Names the (unnamed) spool in errors.
     spool_path: PathBuf,
     spool: BufWriter<File>,
@@ -710,18 +716,21 @@ pub fn record(
         }
     }
     let mut decoder = Decoder::new(&formats);
-    let page_size = fs::read_to_string(dir.join("buffer_subbuf_size_kb"))
+    let page_size = journal::locked(|| fs::read_to_string(dir.join("buffer_subbuf_size_kb")))
         .ok()
         .and_then(|s| s.trim().parse::<usize>().ok())
         .map(|kb| kb * 1024)
         .unwrap_or(4096);
 
     // CPUs with a buffer, sorted by number.
-    let mut cpus: Vec<u32> = fs::read_dir(dir.join("per_cpu"))
-        .map_err(tfs_err(&dir, "list per_cpu of"))?
-        .flatten()
-        .filter_map(|e| e.file_name().to_str()?.strip_prefix("cpu")?.parse().ok())
-        .collect();
+    let mut cpus: Vec<u32> = journal::locked(|| {
+        fs::read_dir(dir.join("per_cpu")).map(|d| {
+            d.flatten()
+                .filter_map(|e| e.file_name().to_str()?.strip_prefix("cpu")?.parse().ok())
+                .collect()
+        })
+    })
+    .map_err(tfs_err(&dir, "list per_cpu of"))?;
     cpus.sort_unstable();
 
     let mut readers = Vec::with_capacity(cpus.len());
@@ -733,11 +742,13 @@ pub fn record(
         .flat_map(|d| cpus.iter().map(move |c| (c, *d)))
     {
         let p = idir.join(format!("per_cpu/cpu{cpu}/trace_pipe_raw"));
-        let pipe = OpenOptions::new()
-            .read(true)
-            .custom_flags(libc::O_NONBLOCK)
-            .open(&p)
-            .map_err(tfs_err(&p, "open"))?;
+        // Held: on a signal the watcher closes it before it removes the
+        // instance (the kernel refuses while a file of it is open).
+        let pipe = HeldFile::open(
+            OpenOptions::new().read(true).custom_flags(libc::O_NONBLOCK),
+            &p,
+        )
+        .map_err(tfs_err(&p, "open"))?;
         let spool_path = spool_dir.join(format!("(unnamed spool{tag} of cpu{cpu})"));
         let f = host::output::unnamed_file_in(spool_dir).map_err(|source| RecordError::Output {
             path: spool_path.clone(),
@@ -805,7 +816,7 @@ pub fn record(
         .flat_map(|d| cpus.iter().map(move |c| (c, *d)))
     {
         let text =
-            fs::read_to_string(idir.join(format!("per_cpu/cpu{cpu}/stats"))).unwrap_or_default();
+            read_text(&idir.join(format!("per_cpu/cpu{cpu}/stats"))).unwrap_or_default();
         for line in text.lines() {
             if let Some((k, v)) = line.split_once(':') {
                 if k.trim() == "overrun" || k.trim() == "dropped events" {
