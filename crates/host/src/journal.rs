@@ -50,8 +50,8 @@
 use std::ffi::{CString, OsStr, OsString};
 use std::fmt;
 use std::io::{self, Write};
-use std::os::unix::ffi::{OsStrExt, OsStringExt};
 use std::os::fd::{AsRawFd, RawFd};
+use std::os::unix::ffi::{OsStrExt, OsStringExt};
 use std::os::unix::fs::{DirBuilderExt, MetadataExt};
 use std::path::{Path, PathBuf};
 use std::sync::{Mutex, MutexGuard};

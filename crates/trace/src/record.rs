@@ -815,8 +815,7 @@ pub fn record(
         .iter()
         .flat_map(|d| cpus.iter().map(move |c| (c, *d)))
     {
-        let text =
-            read_text(&idir.join(format!("per_cpu/cpu{cpu}/stats"))).unwrap_or_default();
+        let text = read_text(&idir.join(format!("per_cpu/cpu{cpu}/stats"))).unwrap_or_default();
         for line in text.lines() {
             if let Some((k, v)) = line.split_once(':') {
                 if k.trim() == "overrun" || k.trim() == "dropped events" {
