@@ -346,27 +346,7 @@ fn real_main() -> Result<i32> {
     match cli.cmd {
         Cmd::Reproduce { name, out } => {
             let list: Vec<_> = match &name {
-                Some(n) => {
-                    // A name runs that experiment and its companions
-                    // (`pcp-autotune` runs `pcp-autotune-netperf` too).
-                    let group: Vec<_> = BUILTIN_EXPERIMENTS
-                        .iter()
-                        .filter(|(k, _)| {
-                            k == n
-                                || k.strip_prefix(n.as_str())
-                                    .is_some_and(|r| r.starts_with('-'))
-                        })
-                        .copied()
-                        .collect();
-                    if group.is_empty() {
-                        let names: Vec<_> = BUILTIN_EXPERIMENTS.iter().map(|(k, _)| *k).collect();
-                        bail!(
-                            "no built-in experiment \"{n}\"; built-in experiments: {}",
-                            names.join(", ")
-                        );
-                    }
-                    group
-                }
+                Some(n) => builtin_group(n, out.quiet)?,
                 None => BUILTIN_EXPERIMENTS.to_vec(),
             };
             check_out(out.out.as_deref())?;
@@ -473,6 +453,41 @@ fn real_main() -> Result<i32> {
         } => replay::validate_cmd(&file, seed, warm_pcp, mode)?,
     }
     Ok(0)
+}
+
+/// The built-in experiment named exactly `n` and its companions (the
+/// experiments named `n-…`: `thp-migration` runs `thp-migration-tiering`
+/// too), said on stderr. A name that is only a prefix is an error that lists
+/// the experiments it starts (`page`: page-churn, page-fault1).
+fn builtin_group(n: &str, quiet: bool) -> Result<Vec<(&'static str, &'static str)>> {
+    let names: Vec<&str> = BUILTIN_EXPERIMENTS.iter().map(|(k, _)| *k).collect();
+    if !names.contains(&n) {
+        let starting: Vec<&str> = names.iter().copied().filter(|k| k.starts_with(n)).collect();
+        if starting.is_empty() {
+            bail!(
+                "no built-in experiment \"{n}\"; built-in experiments: {}",
+                names.join(", ")
+            );
+        }
+        bail!(
+            "no built-in experiment is named \"{n}\"; the ones whose names start with it: {} \
+             (give the whole name)",
+            starting.join(", ")
+        );
+    }
+    let group: Vec<_> = BUILTIN_EXPERIMENTS
+        .iter()
+        .filter(|(k, _)| *k == n || k.strip_prefix(n).is_some_and(|r| r.starts_with('-')))
+        .copied()
+        .collect();
+    if group.len() > 1 && !quiet {
+        let rest: Vec<&str> = group.iter().map(|(k, _)| *k).filter(|k| *k != n).collect();
+        eprintln!(
+            "mmlab: {n}: also running its companion(s) {}",
+            rest.join(", ")
+        );
+    }
+    Ok(group)
 }
 
 fn run_and_print(exp: &Experiment, out: &OutputArgs) -> Result<serde_json::Value> {

@@ -73,5 +73,17 @@ pub fn build(name: &str, params: &Params, machine: &Machine) -> Result<Vec<TaskS
                 valid: WORKLOADS.iter().map(|w| w.name).collect(),
             })?;
     params.check_known(def.params.iter().map(|p| p.0))?;
-    (def.build)(params, machine)
+    let tasks = (def.build)(params, machine)?;
+    // A task bound to a vCPU the machine lacks is the workload's bug, not
+    // the user's; it is an error here rather than a panic in the engine.
+    let nr_cpus = machine.nr_cpus();
+    if let Some(t) = tasks.iter().find(|t| t.cpu.0 >= nr_cpus) {
+        return Err(ParamError::Machine {
+            what: format!(
+                "workload \"{name}\" binds a task to vCPU {} but the machine has {nr_cpus} CPUs",
+                t.cpu.0
+            ),
+        });
+    }
+    Ok(tasks)
 }

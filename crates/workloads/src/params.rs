@@ -40,6 +40,11 @@ pub enum ParamError {
         /// What is expected.
         expected: String,
     },
+    /// The workload does not fit the machine (whatever its parameters say).
+    Machine {
+        /// Why not.
+        what: String,
+    },
 }
 
 impl fmt::Display for ParamError {
@@ -62,6 +67,7 @@ impl fmt::Display for ParamError {
             ParamError::Invalid { name, expected } => {
                 write!(f, "parameter \"{name}\": expected {expected}")
             }
+            ParamError::Machine { what } => write!(f, "{what}"),
         }
     }
 }

@@ -97,7 +97,7 @@ pub(crate) const DEF: WorkloadDef = WorkloadDef {
         (
             "threads",
             "8",
-            "application threads, on the near node's first CPUs",
+            "application threads, on the near node's first CPUs (default 8, or one per CPU of a smaller near node)",
         ),
         (
             "page_size",
@@ -251,7 +251,13 @@ pub fn build_logged(
     }
     let near_cpus = m.nodes[near as usize].cpus;
     let first: u32 = m.nodes[..near as usize].iter().map(|n| n.cpus).sum();
-    let threads = p.int("threads", 8, 1..=near_cpus.max(1) as i64)? as u32;
+    // Eight threads where the near node has the CPUs, else one per CPU
+    // (each thread is bound to a CPU of its own).
+    let threads = p.int(
+        "threads",
+        8.min(near_cpus.max(1)) as i64,
+        1..=near_cpus.max(1) as i64,
+    )? as u32;
     let page = if huge { 2 << 20 } else { PAGE_SIZE };
     let chunk_mib = p.int("chunk_mib", 8, 2..=4096)? as u64;
     let chunk = chunk_mib << 20;
