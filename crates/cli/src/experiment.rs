@@ -469,13 +469,13 @@ pub fn host_memory_bytes() -> u64 {
 
 /// Refuses a kernel configuration the model cannot run on `machine`, with
 /// the limits of its knobs on that machine: a low watermark above an eighth
-/// of a zone under PCP auto-tuning (`mm::pcp::check_high_bounds`).
+/// of a zone under PCP auto-tuning (`mm::pcp::check_pageset_bounds`).
 pub fn check_fits_machine(machine: &Machine, config: &mm::knobs::KernelConfig) -> Result<()> {
     let layout = machine.memory_layout();
     let fits = |sysctl: &mm::page_alloc::VmSysctl| {
-        mm::pcp::check_high_bounds(&layout, sysctl, config.pcp).is_ok()
+        mm::pcp::check_pageset_bounds(&layout, sysctl, config.pcp).is_ok()
     };
-    let Err(e) = mm::pcp::check_high_bounds(&layout, &config.sysctl, config.pcp) else {
+    let Err(e) = mm::pcp::check_pageset_bounds(&layout, &config.sysctl, config.pcp) else {
         return Ok(());
     };
     // The largest value of each knob that fits, the other knobs as given

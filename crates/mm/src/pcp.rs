@@ -342,7 +342,7 @@ pub fn pageset_high_bounds(
 }
 
 /// A configuration whose PCP bounds would be out of order on a machine
-/// ([`check_high_bounds`]).
+/// ([`check_pageset_bounds`]).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct HighBoundsError {
     /// The zone, e.g. `node 0 Normal`.
@@ -384,7 +384,7 @@ impl std::fmt::Display for HighBoundsError {
 /// at run time) then moves `pcp->high` between the two bounds in turn. The
 /// model keeps `high_min <= high <= high_max` as an invariant and refuses
 /// such a configuration instead, with this error.
-pub fn check_high_bounds(
+pub fn check_pageset_bounds(
     layout: &crate::page_alloc::MemoryLayout,
     sysctl: &crate::page_alloc::VmSysctl,
     policy: PcpPolicy,
@@ -399,7 +399,7 @@ pub fn check_high_bounds(
             low,
             *pages,
             sysctl.percpu_pagelist_high_fraction,
-            policy.has(7),
+            policy.has(PcpPatch::TuneHigh),
             node_cpus,
         );
         if high_min > high_max {
