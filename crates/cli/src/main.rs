@@ -633,8 +633,15 @@ fn list_text() -> String {
     let _ = writeln!(s, "\nWorkloads:");
     for w in workloads::WORKLOADS {
         let _ = writeln!(s, "  {:<14} {}", w.name, w.summary);
-        for (p, d, h) in w.params {
-            let _ = writeln!(s, "      {p:<18} (default {d}) {h}");
+        for p in w.params {
+            let _ = writeln!(
+                s,
+                "      {:<18} (default {}; {}) {}",
+                p.name,
+                p.default_text(),
+                p.accepts_text(),
+                p.help
+            );
         }
     }
     let _ = writeln!(

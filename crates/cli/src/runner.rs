@@ -53,7 +53,8 @@ pub fn run_one(exp: &Experiment, k: &Kernel, w: &Workload, seed: u64) -> Result<
         workload: w.name.clone(),
         stats,
         vmstat: eng.pa.vmstat.clone(),
-        nr_runs: workloads::nr_runs(&w.kind, &w.params),
+        nr_runs: workloads::nr_runs(&w.kind, &w.params, &exp.machine)
+            .map_err(|e| anyhow!("workload \"{}\": {e}", w.name))?,
     })
 }
 
