@@ -203,10 +203,19 @@ pub fn run_experiment(exp: Experiment, opts: &RunOptions) -> Result<ExperimentRu
 pub fn run_each(
     source: Source,
     opts: &RunOptions,
+    each: impl FnMut(&ExperimentRun) -> Result<()>,
+) -> Result<ResultsDoc> {
+    run_loaded(load(source)?, opts, each)
+}
+
+/// Runs experiments already loaded, calling `each` as each one finishes.
+pub fn run_loaded(
+    exps: Vec<Experiment>,
+    opts: &RunOptions,
     mut each: impl FnMut(&ExperimentRun) -> Result<()>,
 ) -> Result<ResultsDoc> {
     let mut parts = Vec::new();
-    for exp in load(source)? {
+    for exp in exps {
         let run = run_experiment(exp, opts)?;
         each(&run)?;
         parts.push(run.to_results());

@@ -295,7 +295,9 @@ fn run_cmd(source: Source, out: &OutputArgs) -> Result<()> {
         let head = mmlab::results::ResultsDoc::new(Vec::new()).header_json();
         writeln!(stdout, "{head}")?;
     }
-    let doc = api::run_each(source, &out.run_options(), |run| {
+    let exps = api::load(source)?;
+    check_out(out.out.as_deref())?;
+    let doc = api::run_loaded(exps, &out.run_options(), |run| {
         match out.format {
             Format::Text | Format::Markdown => {
                 stdout.write_all(run.tables(out.format).as_bytes())?
@@ -411,6 +413,14 @@ fn real_main() -> Result<()> {
     Ok(())
 }
 
+/// Fails now, before any work, if `--out` could not be written at the end.
+fn check_out(path: Option<&Path>) -> Result<()> {
+    if let Some(p) = path {
+        host::output::check_writable(p, host::Mode::Shared)?;
+    }
+    Ok(())
+}
+
 fn trace_stats(path: &Path) -> Result<()> {
     let mut r = trace::TraceReader::open(path)?;
     let h = r.header().clone();
@@ -453,6 +463,7 @@ fn trace_stats(path: &Path) -> Result<()> {
 }
 
 fn replay_cmd(file: &Path, a: &ReplayArgs) -> Result<()> {
+    check_out(a.out.as_deref())?;
     replay::replay_cmd(
         file,
         a.experiment.as_deref(),
