@@ -254,13 +254,11 @@ fn a_gap_of_eleven_days_in_a_trace_costs_samples_per_event_not_per_second() {
     ]);
     assert!(o.status.success(), "{}", text(&o.stderr));
     let doc: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
-    let rows = doc["results"][0]["pcp_series"]["rows"]
-        .as_array()
-        .unwrap()
-        .len();
+    let run = &doc["experiments"][0]["runs"][0];
+    let rows = run["pcp_series"]["rows"].as_array().unwrap().len();
     // Two CPUs, one zone: a few samples around each event, not 950 400 each.
     assert!(rows < 1000, "{rows} PCP samples for 4 events");
-    assert!(doc["results"][0]["metrics"]["runtime_ns"].as_u64().unwrap() >= eleven_days);
+    assert!(run["metrics"]["runtime_ns"].as_u64().unwrap() >= eleven_days);
     assert!(
         start.elapsed() < Duration::from_secs(60),
         "{:?}",
@@ -294,7 +292,7 @@ fn replaying_on_fewer_cpus_than_recorded_says_so() {
         text(&o.stderr)
     );
     let doc: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
-    let w = doc["warnings"].as_array().unwrap();
+    let w = doc["experiments"][0]["warnings"].as_array().unwrap();
     assert!(
         w.iter().any(|w| w.as_str().unwrap().contains("c % 1")),
         "{w:?}"
