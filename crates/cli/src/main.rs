@@ -6,6 +6,7 @@
 mod aspace;
 mod bench;
 mod experiment;
+mod import;
 mod replay;
 mod report;
 mod runner;
@@ -167,14 +168,10 @@ enum Cmd {
         #[arg(required = true, last = true)]
         cmd: Vec<String>,
     },
-    /// Import a perf.data file recorded with the kmem/exceptions/syscalls tracepoints.
-    Import {
-        /// The perf.data file.
-        input: PathBuf,
-        /// The mmlab trace to write.
-        #[arg(short, long)]
-        output: PathBuf,
-    },
+    /// Import a perf.data file recorded with the kmem/exceptions/syscalls/sched tracepoints,
+    /// with the machine's /proc/zoneinfo (and /proc/vmstat, THP knobs) beside it.
+    #[command(after_help = import::AFTER_HELP)]
+    Import(import::ImportArgs),
     /// Summarize an mmlab trace: header, events per kind, lost events.
     TraceStats {
         /// The trace.
@@ -410,17 +407,7 @@ fn real_main() -> Result<()> {
                 eprintln!("  {k:<28} {n}");
             }
         }
-        Cmd::Import { input, output } => {
-            let sum = trace::perf::import(&input, &output)?;
-            eprintln!(
-                "mmlab import: {} events written to {}",
-                sum.nr_events,
-                output.display()
-            );
-            for line in sum.report() {
-                eprintln!("  {line}");
-            }
-        }
+        Cmd::Import(args) => import::import_cmd(&args)?,
         Cmd::TraceStats { file } => trace_stats(&file)?,
         Cmd::Replay { file, args } => replay_cmd(&file, &args)?,
         Cmd::Validate {
