@@ -863,7 +863,11 @@ impl World {
                 return Some(a);
             }
         }
-        let hint = if addr.is_multiple_of(PAGE_SIZE) { addr } else { 0 };
+        let hint = if addr.is_multiple_of(PAGE_SIZE) {
+            addr
+        } else {
+            0
+        };
         match p.mm.get_unmapped_area(&mut self.cx, l, hint) {
             Ok(a) => {
                 self.note("mmap without its exit or a PERF_RECORD_MMAP2 (placed by the model: the kernel's address is unknown)");

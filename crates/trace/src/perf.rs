@@ -23,7 +23,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
 use std::fs::File;
-use std::io::{BufReader, Read, Seek, Write};
+use std::io::{BufReader, Read, Seek};
 use std::path::{Path, PathBuf};
 
 use linux_perf_data::linux_perf_event_reader::{EventRecord, PerfEventType, RecordType};
@@ -728,38 +728,23 @@ pub fn import_with(
         source,
     })?;
     let header_source = input.display().to_string();
-    let io_err = |source| PerfImportError::Output {
-        path: output.to_path_buf(),
-        source: TraceError::Io { offset: 0, source },
-    };
     // The trace appears whole or not at all: an existing file of the same
     // name survives a failed import.
-    let (out, tmp) = crate::format::create_private_temp(output).map_err(io_err)?;
-    let result = import_from_with(
-        BufReader::new(f),
-        input,
-        &header_source,
-        std::io::BufWriter::new(out),
-        output,
-        opts,
-    )
-    .and_then(|(s, w)| {
-        w.into_inner()
-            .map_err(|e| io_err(e.into_error()))?
-            .sync_all()
-            .map_err(io_err)?;
-        std::fs::rename(&tmp, output).map_err(io_err)?;
-        Ok(s)
-    });
-    if result.is_err() {
-        let _ = std::fs::remove_file(&tmp);
-    }
-    result
+    let out = crate::format::TraceFile::create(output).map_err(|e| PerfImportError::Output {
+        path: output.to_path_buf(),
+        source: TraceError::Io {
+            offset: 0,
+            source: e.into(),
+        },
+    })?;
+    import_from_with(BufReader::new(f), input, &header_source, out, output, opts).map(|(s, _)| s)
 }
 
 /// Imports from any seekable reader into any writer; `input` and `output`
-/// only name them in errors. Returns the summary and the writer.
-pub fn import_from<R: Read + Seek, W: Write>(
+/// only name them in errors. Returns the summary and the writer, completed
+/// ([`crate::format::TraceSink::complete`]: a [`crate::format::TraceFile`]
+/// is renamed into place only when the whole import succeeded).
+pub fn import_from<R: Read + Seek, W: crate::format::TraceSink>(
     reader: R,
     input: &Path,
     source_name: &str,
@@ -777,7 +762,7 @@ pub fn import_from<R: Read + Seek, W: Write>(
 }
 
 /// [`import_from`] with options.
-pub fn import_from_with<R: Read + Seek, W: Write>(
+pub fn import_from_with<R: Read + Seek, W: crate::format::TraceSink>(
     reader: R,
     input: &Path,
     source_name: &str,
@@ -859,7 +844,7 @@ enum RecordError {
 /// The state of one import: the decoder, the writer, the counts, and the
 /// `mmap`/`brk` entries (their exits not recorded) held until the
 /// `PERF_RECORD_MMAP2` that says where they went, or the task's next event.
-struct Importer<W: Write> {
+struct Importer<W: crate::format::TraceSink> {
     decoder: Decoder,
     writer: TraceWriter<W>,
     attrs: Vec<(Option<u32>, String)>,
@@ -891,7 +876,7 @@ struct Importer<W: Write> {
     counters_after: Option<Counters>,
 }
 
-impl<W: Write> Importer<W> {
+impl<W: crate::format::TraceSink> Importer<W> {
     fn new(
         decoder: Decoder,
         writer: TraceWriter<W>,

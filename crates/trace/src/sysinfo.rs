@@ -436,9 +436,7 @@ pub type ThpStats = BTreeMap<String, BTreeMap<String, u64>>;
 /// Reads a copy of `/sys/kernel/mm/transparent_hugepage` (`cp -r`): the
 /// knobs (`enabled`, each `hugepages-<size>/enabled`) and the per-size
 /// statistics. `enabled` must be there and be a sysfs choice.
-pub fn read_thp_dir(
-    dir: &Path,
-) -> Result<(Knobs, ThpStats), String> {
+pub fn read_thp_dir(dir: &Path) -> Result<(Knobs, ThpStats), String> {
     let enabled = dir.join("enabled");
     let text = fs::read_to_string(&enabled).map_err(|e| {
         format!(
