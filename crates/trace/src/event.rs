@@ -178,6 +178,15 @@ event_kinds! {
     14 => PageFaultKernel "exceptions:page_fault_kernel" {
         address: u64 [addr], ip: u64 [u64], error_code: u64 [u64],
     },
+    /// The address space `execve()` set up for process `pid`: every mapping
+    /// the kernel made or grew while it loaded the program, in the order it
+    /// made them (see [`ExecVma`]). Follows the `sched_process_exec` event
+    /// of the same exec. Not a tracepoint: `mmlab record` takes the
+    /// kernel's `PERF_RECORD_MMAP2` records of the exec (perf's `mmap_data`
+    /// stream of the process tree); the perf.data importer takes the
+    /// `PERF_RECORD_MMAP2` records of a `perf record -d` file between the
+    /// exec's `PERF_RECORD_COMM` and its return to user space.
+    15 => ExecLayout "mmlab:exec_layout" { pid: i32 [i32], vmas: Vec<ExecVma> [exec_vmas] },
     /// perf's `PERF_RECORD_MMAP2` (or `PERF_RECORD_MMAP`): the kernel's
     /// account of a VMA after `mmap_region()`, `do_brk_flags()`,
     /// `mprotect_fixup()`, a stack expansion or an install of a special
@@ -188,8 +197,9 @@ event_kinds! {
     /// (for a `PERF_RECORD_MMAP` without them: `PROT_READ`, plus
     /// `PROT_EXEC` for an executable one, and `MAP_PRIVATE`). Records perf
     /// synthesized at the start from `/proc/PID/maps` (the address spaces
-    /// of processes that already existed) have time 0.
-    15 => MmapRecord "perf:mmap" {
+    /// of processes that already existed) have time 0. The importer puts
+    /// an exec's records into its [`EventKind::ExecLayout`] instead.
+    16 => MmapRecord "perf:mmap" {
         addr: u64 [addr], len: u64 [u64], pgoff: u64 [u64], prot: u32 [u32], flags: u32 [u32],
         filename: String [str],
     },
@@ -199,7 +209,31 @@ event_kinds! {
     /// is gone and before the ELF loader maps the new image (whose
     /// `PERF_RECORD_MMAP2` records follow). Only exec records and those perf
     /// synthesized at the start are kept.
-    16 => Comm "perf:comm" { comm: String [str], exec: bool [bool] },
+    17 => Comm "perf:comm" { comm: String [str], exec: bool [bool] },
+}
+
+/// One mapping made by `execve()`, with the fields of `PERF_RECORD_MMAP2`.
+///
+/// The kernel reports, in order: the stack once `setup_arg_pages()` has
+/// grown it (`[stack]`); the program's `PT_LOAD` segments (the first one
+/// over the whole image, which the loader then trims), each segment's
+/// `.bss` beyond its file part (`//anon`); the same for the interpreter;
+/// the vDSO and its data pages (`[vdso]`, `[vvar]`, `[vvar_vclock]`).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ExecVma {
+    /// First byte (page-aligned).
+    pub start: u64,
+    /// Length in bytes.
+    pub len: u64,
+    /// Page offset in the file (for anonymous memory, the kernel reports
+    /// the start address).
+    pub pgoff: u64,
+    /// `PROT_*` bits.
+    pub prot: u32,
+    /// `MAP_SHARED` or `MAP_PRIVATE`.
+    pub flags: u32,
+    /// The file's path, or `//anon`, `[stack]`, `[heap]`, `[vdso]`, ...
+    pub name: String,
 }
 
 impl EventKind {

@@ -32,16 +32,20 @@ use std::path::Path;
 
 use host::output::{AtomicFile, Mode, OutputError};
 
-use crate::event::{Event, EventKind, Header, Trailer};
+use crate::event::{Event, EventKind, ExecVma, Header, Trailer};
 
 /// The first eight bytes of every mmlab trace.
 pub const MAGIC: [u8; 8] = *b"MMLABTR\0";
-/// The format version this code writes and reads.
-pub const VERSION: u16 = 2;
-/// The oldest format version this code reads. Version 1 stored every system
-/// call's return value; version 2 adds the event kinds from perf records
-/// and lets a return value be absent.
+/// The format version this code writes. Version 2 added the `ExecLayout`
+/// event (kind 15); version 3 the perf records (`perf:mmap`, `perf:comm`)
+/// and system call results that may be absent (a presence flag before
+/// each `ret`). Older files read as before.
+pub const VERSION: u16 = 3;
+/// The oldest format version this code reads.
 pub const MIN_VERSION: u16 = 1;
+/// Most mappings one `ExecLayout` event may hold: a real exec makes a few
+/// dozen; a corrupted count must not allocate gigabytes.
+const MAX_EXEC_VMAS: u64 = 4096;
 /// The writer closes a chunk once its payload reaches this size. 64 KiB keeps
 /// the loss on damage small while the framing costs under 0.03 %.
 pub const CHUNK_TARGET_BYTES: usize = 64 * 1024;
@@ -290,8 +294,21 @@ impl FieldWriter<'_> {
         self.buf.extend_from_slice(&bytes[..len]);
     }
 
+    /// The mappings of an exec: their number (at most [`MAX_EXEC_VMAS`]),
+    /// then each one's fields.
+    pub(crate) fn exec_vmas(&mut self, vmas: &[ExecVma]) {
+        let n = vmas.len().min(MAX_EXEC_VMAS as usize);
+        put_varint(self.buf, n as u64);
+        for v in &vmas[..n] {
+            for x in [v.start, v.len, v.pgoff, v.prot as u64, v.flags as u64] {
+                put_varint(self.buf, x);
+            }
+            self.str(&v.name);
+        }
+    }
+
     /// A system call's return value, absent when its exit was not recorded:
-    /// a presence flag, then the value (version 2; version 1 had no flag).
+    /// a presence flag, then the value (version 3; before, no flag).
     pub(crate) fn ret(&mut self, v: &Option<i64>) {
         match v {
             Some(r) => {
@@ -667,8 +684,29 @@ impl FieldReader<'_, '_> {
         Ok(s)
     }
 
+    pub(crate) fn exec_vmas(&mut self, _what: &str) -> Result<Vec<ExecVma>, TraceError> {
+        let n = self.cur.varint("number of exec mappings")?;
+        if n > MAX_EXEC_VMAS {
+            return Err(self.cur.corrupt(format!(
+                "an exec layout of {n} mappings (at most {MAX_EXEC_VMAS})"
+            )));
+        }
+        let mut vmas = Vec::with_capacity(n as usize);
+        for _ in 0..n {
+            vmas.push(ExecVma {
+                start: self.cur.varint("mapping start")?,
+                len: self.cur.varint("mapping length")?,
+                pgoff: self.cur.varint("mapping pgoff")?,
+                prot: self.cur.u32("mapping prot")?,
+                flags: self.cur.u32("mapping flags")?,
+                name: self.str("mapping name")?,
+            });
+        }
+        Ok(vmas)
+    }
+
     pub(crate) fn ret(&mut self, what: &str) -> Result<Option<i64>, TraceError> {
-        if self.version < 2 {
+        if self.version < 3 {
             return self.cur.signed(what).map(Some);
         }
         match self.cur.u8(what)? {
@@ -1077,7 +1115,7 @@ mod tests {
             .map(|i| {
                 ts += next() % 5000;
                 let r = next();
-                let kind = match i % 17 {
+                let kind = match i % 18 {
                     0 => EventKind::PageAlloc {
                         pfn: r % (1 << 36),
                         order: (r % 11) as u32,
@@ -1168,6 +1206,19 @@ mod tests {
                         }
                         .to_string(),
                     },
+                    16 => EventKind::ExecLayout {
+                        pid: 101,
+                        vmas: (0..r % 4)
+                            .map(|k| ExecVma {
+                                start: 0x5555_0000_0000 + k * 0x1000,
+                                len: 0x1000,
+                                pgoff: k,
+                                prot: 5,
+                                flags: 2,
+                                name: "/usr/bin/prog".into(),
+                            })
+                            .collect(),
+                    },
                     15 => EventKind::Comm {
                         comm: format!("cc1-{}", r % 7),
                         exec: r & 2 != 0,
@@ -1256,7 +1307,7 @@ mod tests {
     }
 
     #[test]
-    fn version_1_records_have_a_result_without_a_presence_flag() {
+    fn version_1_and_2_records_have_a_result_without_a_presence_flag() {
         // munmap(0x1000, 0x2000) = -22 as version 1 wrote it: kind 6, ts
         // delta, cpu, pid, tid - pid, addr delta, len, ret (all varints).
         let mut b = vec![6u8];
@@ -1287,9 +1338,10 @@ mod tests {
                 ret: Some(-22)
             }
         );
-        // Read as version 2 the same bytes are damaged: the zigzag of -22
-        // (43) is no presence flag.
-        assert!(decode(2).is_err());
+        // Version 2 stored it the same way; read as version 3 the same
+        // bytes are damaged: the zigzag of -22 (43) is no presence flag.
+        assert_eq!(decode(2).expect("version 2").0, kind);
+        assert!(decode(3).is_err());
     }
 
     #[test]

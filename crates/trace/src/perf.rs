@@ -31,7 +31,8 @@ use linux_perf_data::{Feature, PerfFileReader, PerfFileRecord};
 
 use crate::decode::{Decoded, Decoder, RECORDED_EVENTS};
 use crate::event::{
-    Counters, Event, EventKind, Header, Knobs, Machine, TraceSource, Trailer, NR_EVENT_KINDS,
+    Counters, Event, EventKind, ExecVma, Header, Knobs, Machine, TraceSource, Trailer,
+    NR_EVENT_KINDS,
 };
 use crate::format::{TraceError, TraceWriter};
 use crate::sysinfo::ZoneinfoSnapshot;
@@ -874,6 +875,12 @@ struct Importer<W: crate::format::TraceSink> {
     drop_task: bool,
     /// For the trailer.
     counters_after: Option<Counters>,
+    /// Processes inside an exec (from its `PERF_RECORD_COMM` to its end):
+    /// the `Exec` event to write (made from the comm record when the
+    /// tracepoint was not recorded) and the mappings gathered so far.
+    execs: BTreeMap<i32, (Option<Event>, Vec<ExecVma>)>,
+    /// `perf record -d`: the exec's data, `.bss` and stack are reported.
+    mmap_data: bool,
 }
 
 impl<W: crate::format::TraceSink> Importer<W> {
@@ -904,6 +911,8 @@ impl<W: crate::format::TraceSink> Importer<W> {
             drop_mmap_data: opts.ignores("perf:mmap-data"),
             drop_task: opts.ignores("perf:task"),
             counters_after: opts.counters_after.clone(),
+            execs: BTreeMap::new(),
+            mmap_data: pre.mmap_data,
         }
     }
 
@@ -1048,21 +1057,14 @@ impl<W: crate::format::TraceSink> Importer<W> {
 
     /// Writes `ev`, after releasing what its task held; holds an entry-only
     /// `mmap` or `brk`; pairs a `PERF_RECORD_MMAP2` with the held call it
-    /// places.
+    /// places; gathers an exec's mappings into its `ExecLayout`.
     fn emit(&mut self, ev: Event) -> Result<(), RecordError> {
         if let EventKind::Comm { exec: true, comm } = &ev.kind {
-            if self.execs_from_records {
-                let exec = Event {
-                    kind: EventKind::Exec {
-                        pid: ev.tid,
-                        filename: comm.clone(),
-                    },
-                    ..ev.clone()
-                };
-                self.release(ev.tid)?;
-                self.write(&ev)?;
-                return self.write(&exec);
-            }
+            self.begin_exec(&ev, comm.clone());
+            return self.write(&ev);
+        }
+        if self.in_exec(&ev)? {
+            return Ok(());
         }
         if let EventKind::MmapRecord { addr, len, .. } = &ev.kind {
             if let Some(mut held) = self.held.remove(&ev.tid) {
@@ -1087,6 +1089,86 @@ impl<W: crate::format::TraceSink> Importer<W> {
             return Ok(());
         }
         self.write(&ev)
+    }
+
+    /// A `PERF_RECORD_COMM` of an exec: the kernel is in `begin_new_exec()`
+    /// for process `ev.pid`; the new image's `PERF_RECORD_MMAP2` records
+    /// follow until the exec returns to user space. Its `Exec` event is
+    /// made from this record when `sched_process_exec` was not recorded.
+    fn begin_exec(&mut self, ev: &Event, comm: String) {
+        let exec = self.execs_from_records.then(|| Event {
+            kind: EventKind::Exec {
+                pid: ev.tid,
+                filename: comm,
+            },
+            ..ev.clone()
+        });
+        self.execs.insert(ev.pid, (exec, Vec::new()));
+    }
+
+    /// An event of a process that is inside an exec: its mappings are
+    /// gathered (true: nothing to write now); its `sched_process_exec`, or
+    /// with that not recorded its first event back in user space, ends the
+    /// exec: the `Exec` event, then the `ExecLayout` of the gathered
+    /// mappings (with `perf record -d` only: without it the stack, data and
+    /// `.bss` are not reported, and a partial layout would mislead).
+    fn in_exec(&mut self, ev: &Event) -> Result<bool, RecordError> {
+        let Some((exec, vmas)) = self.execs.get_mut(&ev.pid) else {
+            return Ok(false);
+        };
+        match &ev.kind {
+            EventKind::MmapRecord {
+                addr,
+                len,
+                pgoff,
+                prot,
+                flags,
+                filename,
+            } => {
+                vmas.push(ExecVma {
+                    start: *addr,
+                    len: *len,
+                    pgoff: *pgoff,
+                    prot: *prot,
+                    flags: *flags,
+                    name: filename.clone(),
+                });
+                return Ok(true);
+            }
+            // The kernel's faults of the exec itself (the .bss cleared, the
+            // stack written) come before its end, as with the tracepoint.
+            EventKind::PageFaultKernel { .. } => return Ok(false),
+            EventKind::Exit { .. } => {
+                self.execs.remove(&ev.pid);
+                return Ok(false);
+            }
+            EventKind::Exec { .. } => {}
+            _ if exec.is_none() => return Ok(false),
+            _ => {}
+        }
+        let Some((exec, vmas)) = self.execs.remove(&ev.pid) else {
+            return Ok(false);
+        };
+        let ts_ns = ev.ts_ns.max(self.last_ts);
+        match exec {
+            Some(mut e) => {
+                e.ts_ns = ts_ns;
+                self.write(&e)?;
+            }
+            None => self.write(ev)?,
+        }
+        if self.mmap_data && !vmas.is_empty() {
+            self.write(&Event {
+                ts_ns,
+                cpu: ev.cpu,
+                pid: ev.pid,
+                tid: ev.tid,
+                kind: EventKind::ExecLayout { pid: ev.pid, vmas },
+            })?;
+        }
+        // The tracepoint's own Exec was written above; any other event
+        // still has to be.
+        Ok(matches!(ev.kind, EventKind::Exec { .. }))
     }
 
     /// Writes the event `tid` holds, unplaced, at the latest time written.

@@ -48,13 +48,16 @@ use std::sync::atomic::{AtomicBool, AtomicI32, Ordering};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
+mod exec_maps;
+
 use crate::decode::{Decoded, Decoder, RECORDED_EVENTS};
-use crate::event::{Header, TraceSource, Trailer, NR_EVENT_KINDS};
+use crate::event::{Event, EventKind, Header, TraceSource, Trailer, NR_EVENT_KINDS};
 use crate::format::{TraceError, TraceFile, TraceWriter};
 use crate::sysinfo;
 use crate::tracefs::{
     parse_format, parse_page, EventFormat, FormatParseError, PageHeaderLayout, RbRecord,
 };
+use exec_maps::{ExecMapsRecorder, ExecWindows};
 
 /// Where tracefs is looked for, in order.
 pub const TRACEFS_PATHS: [&str; 2] = ["/sys/kernel/tracing", "/sys/kernel/debug/tracing"];
@@ -743,6 +746,10 @@ pub fn record(
     let sigint = SigintGuard::install()?;
     let mut child = Child::spawn(&c_exe, &c_argv)?;
     CHILD_PID.store(child.pid, Ordering::SeqCst);
+    // What each exec maps (see `exec_maps`); without perf the trace has no
+    // exec layouts and says so.
+    let mut exec_windows = ExecWindows::default();
+    let mut exec_maps = ExecMapsRecorder::open(child.pid, &cpus);
     write_file(&dir.join("set_event_pid"), &child.pid.to_string())?;
     if let Some(kd) = &kmem_dir {
         write_file(&kd.join("tracing_on"), "1")?;
@@ -764,6 +771,9 @@ pub fn record(
             got += drain(r, &mut page)?;
         }
         nr_raw_bytes += got;
+        if let Ok(m) = exec_maps.as_mut() {
+            m.drain(&mut exec_windows);
+        }
         if let Some(status) = child.try_wait(false) {
             break status;
         }
@@ -780,6 +790,13 @@ pub fn record(
     for r in readers.iter_mut() {
         nr_raw_bytes += drain(r, &mut page)?;
     }
+    let exec_maps_error = match exec_maps {
+        Ok(mut m) => {
+            m.drain(&mut exec_windows);
+            None
+        }
+        Err(e) => Some(e),
+    };
     drop(sigint);
     let interrupted = INTERRUPTED.load(Ordering::SeqCst);
 
@@ -851,16 +868,36 @@ pub fn record(
         source,
     };
     let mut writer = TraceWriter::new(trace_file, &header).map_err(out_err)?;
-    let merged =
-        merge_spools(spools, layout, &mut decoder, &tgids, &mut writer).map_err(out_err)?;
+    let merged = merge_spools(
+        spools,
+        layout,
+        &mut decoder,
+        &tgids,
+        &mut exec_windows,
+        &mut writer,
+    )
+    .map_err(out_err)?;
     decoder.finish();
-    let nr_lost_events = nr_lost_stats.max(merged.nr_lost_in_pages);
+    let nr_lost_events = nr_lost_stats.max(merged.nr_lost_in_pages) + exec_windows.nr_lost;
+    let mut missing_event_kinds = Vec::new();
+    if let Some(e) = &exec_maps_error {
+        missing_event_kinds.push(format!(
+            "mmlab:exec_layout (perf_event_open for the exec mappings failed: {e})"
+        ));
+    }
+    let mut ignored = merged.ignored.clone();
+    if exec_windows.nr_malformed > 0 {
+        ignored.insert(
+            "malformed perf mapping records".to_string(),
+            exec_windows.nr_malformed,
+        );
+    }
     let trailer = Trailer {
         nr_events: 0,
         nr_lost_events,
         nr_unpaired_syscalls: decoder.nr_unpaired_syscalls,
-        ignored_events: merged.ignored.clone(),
-        missing_event_kinds: Vec::new(),
+        ignored_events: ignored.clone(),
+        missing_event_kinds,
         counters_after: Some(counters_after),
         exit_status: Some(exit_status.clone()),
         interrupted,
@@ -880,7 +917,7 @@ pub fn record(
         nr_events_by_kind,
         nr_lost_events,
         nr_unpaired_syscalls: decoder.nr_unpaired_syscalls,
-        ignored_events: merged.ignored,
+        ignored_events: ignored,
         nr_raw_bytes,
         nr_trace_bytes,
         exit_status,
@@ -956,11 +993,25 @@ impl SpoolStream {
     }
 }
 
+/// The `ExecLayout` event that follows `ev` if it is a `sched_process_exec`
+/// whose mappings were recorded: at the same time, on the same CPU.
+fn exec_layout(ev: &Event, windows: &mut ExecWindows) -> Option<Event> {
+    let EventKind::Exec { pid, .. } = ev.kind else {
+        return None;
+    };
+    let vmas = windows.take(pid, ev.ts_ns)?;
+    Some(Event {
+        kind: EventKind::ExecLayout { pid, vmas },
+        ..ev.clone()
+    })
+}
+
 fn merge_spools<W: Write>(
     spools: Vec<(u32, File)>,
     layout: PageHeaderLayout,
     decoder: &mut Decoder,
     tgids: &BTreeMap<i32, i32>,
+    exec_windows: &mut ExecWindows,
     writer: &mut TraceWriter<W>,
 ) -> Result<MergeStats, TraceError> {
     let io_err = |source| TraceError::Io { offset: 0, source };
@@ -1003,6 +1054,10 @@ fn merge_spools<W: Write>(
                 Decoded::Event(ev) => {
                     stats.by_kind[ev.kind.code() as usize] += 1;
                     writer.write(&ev)?;
+                    if let Some(layout) = exec_layout(&ev, exec_windows) {
+                        stats.by_kind[layout.kind.code() as usize] += 1;
+                        writer.write(&layout)?;
+                    }
                 }
                 Decoded::Ignored(name) => *stats.ignored.entry(name).or_default() += 1,
                 Decoded::Malformed(name) => {

@@ -142,11 +142,15 @@ fn without_mmap_records_the_model_places_entry_only_mmaps_and_says_so() {
     let m = replay(&out);
     assert!(note(&m, "mmap without its exit or a PERF_RECORD_MMAP2") >= 1);
     assert!(note(&m, "brk without its exit before the heap's start was known") >= 1);
-    // Unplaced memory is not invented: its faults pass through unchanged.
-    assert_eq!(
-        m.predicted_pgfault(),
-        replay(&import("all", &opts(&[])).1).predicted_pgfault()
-    );
+    // Unplaced memory is not invented: its faults pass through unchanged
+    // (and without the exec's mappings, no exec layout adds its argument
+    // pages).
+    let faults = events(&out)
+        .iter()
+        .filter(|e| matches!(e.kind, EventKind::PageFaultUser { .. }))
+        .count() as u64;
+    assert_eq!(m.predicted_pgfault(), faults);
+    assert_eq!(m.faults_sigsegv, 0);
     let _ = std::fs::remove_file(out);
 }
 
@@ -325,4 +329,39 @@ fn a_zoneinfo_of_another_machine_or_kernel_is_refused_naming_the_line() {
         what.contains("MemTotal") && what.contains("another machine"),
         "{what}"
     );
+}
+
+#[test]
+fn an_exec_s_mappings_become_its_exec_layout() {
+    let (_, out) = import("layout", &opts(&[]));
+    let ev = events(&out);
+    let i = ev
+        .iter()
+        .position(|e| matches!(e.kind, EventKind::Exec { .. }))
+        .expect("the exec");
+    // The layout follows the exec, as mmlab record writes it: the
+    // stack, the program's segments (and .bss), the interpreter's, the vDSO.
+    let EventKind::ExecLayout { vmas, .. } = &ev[i + 1].kind else {
+        panic!("no ExecLayout after the exec: {:?}", ev[i + 1]);
+    };
+    let names: Vec<&str> = vmas.iter().map(|v| v.name.as_str()).collect();
+    assert!(names.iter().any(|n| n.ends_with("/mini")), "{names:?}");
+    assert!(names.iter().any(|n| n.contains("ld-linux")), "{names:?}");
+    assert!(
+        names.contains(&"[stack]") && names.contains(&"[vdso]"),
+        "{names:?}"
+    );
+    let m = replay(&out);
+    assert_eq!(
+        m.faults_passthrough - m.faults_passthrough_file,
+        0,
+        "faults outside every mapping"
+    );
+    // Without -d the exec's data and stack are not reported: no layout.
+    let (_, nod) = import("layout-nod", &opts(&["perf:mmap-data"]));
+    assert!(!events(&nod)
+        .iter()
+        .any(|e| matches!(e.kind, EventKind::ExecLayout { .. })));
+    let _ = std::fs::remove_file(out);
+    let _ = std::fs::remove_file(nod);
 }
