@@ -544,11 +544,9 @@ pub fn run(config: &Config) -> Result<Report, NativeError> {
                 let ns = measure(
                     &src.as_slice()[..job.bytes],
                     &mut dst.as_mut_slice()[..job.bytes],
-                    job.chunk,
-                    job.batched,
+                    job,
                     method,
                     used,
-                    job.cold,
                     nr_trials,
                 )?;
                 let gbps: Vec<f64> = ns.iter().map(|t| job.bytes as f64 / t).collect();
@@ -603,21 +601,27 @@ fn host_best_of(rows: &[Row]) -> Option<&Row> {
 /// One thread's pieces of every chunk: (source, destination).
 type Pieces<'a> = Vec<(&'a [u8], &'a mut [u8])>;
 
-/// Copies `src` into `dst` with `method`, in chunks of `chunk` bytes, with one
-/// pinned thread per CPU in `cpus`, `nr_trials` times; returns worker 0's time
-/// per trial in ns. Each chunk is split over the threads, which wait for each
-/// other after each chunk; with `batched`, each thread copies a contiguous run
-/// of whole chunks and they wait once.
+/// Copies `src` into `dst` with `method`, in chunks of `job.chunk` bytes,
+/// with one pinned thread per CPU in `cpus`, `nr_trials` times; returns
+/// worker 0's time per trial in ns. Each chunk is split over the threads,
+/// which wait for each other after each chunk; with `job.batched`, each
+/// thread copies a contiguous run of whole chunks and they wait once; with
+/// `job.cold`, both buffers leave the cache before each trial. (`job.bytes`
+/// is not used: the slices' length is the size.)
 fn measure(
     src: &[u8],
     dst: &mut [u8],
-    chunk: usize,
-    batched: bool,
+    job: &Job,
     method: Method,
     cpus: &[usize],
-    cold: bool,
     nr_trials: usize,
 ) -> Result<Vec<f64>, NativeError> {
+    let Job {
+        chunk,
+        batched,
+        cold,
+        ..
+    } = *job;
     let n = cpus.len();
     let mut per_thread: Vec<Pieces> = (0..n).map(|_| Vec::new()).collect();
     let nr_chunks = src.len().div_ceil(chunk);
@@ -763,21 +767,23 @@ mod tests {
         for &m in Method::ALL {
             for batched in [false, true] {
                 let mut dst = vec![0u8; src.len() + 1];
-                measure(
-                    &src,
-                    &mut dst[1..],
-                    2 * PAGE_SIZE,
+                let job = Job {
+                    bytes: src.len(),
+                    chunk: 2 * PAGE_SIZE,
                     batched,
-                    m,
-                    &cpus,
-                    false,
-                    1,
-                )
-                .unwrap();
+                    cold: false,
+                };
+                measure(&src, &mut dst[1..], &job, m, &cpus, 1).unwrap();
                 assert_eq!(src, dst[1..], "{m:?} batched {batched}");
             }
             let mut dst = vec![0u8; src.len()];
-            measure(&src, &mut dst, src.len(), false, m, &cpus, true, 1).unwrap();
+            let job = Job {
+                bytes: src.len(),
+                chunk: src.len(),
+                batched: false,
+                cold: true,
+            };
+            measure(&src, &mut dst, &job, m, &cpus, 1).unwrap();
             assert_eq!(src, dst, "{m:?}");
         }
     }
