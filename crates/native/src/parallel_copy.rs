@@ -489,36 +489,7 @@ pub fn run(config: &Config) -> Result<Report, NativeError> {
         .threads
         .clone()
         .unwrap_or_else(|| (1..=cpus.len()).collect());
-    if config.jobs.is_empty()
-        || config.methods.is_empty()
-        || threads.is_empty()
-        || config.nr_trials_small == 0
-        || config.nr_trials_large == 0
-    {
-        return Err(NativeError::InvalidConfig {
-            what: "parallel_copy needs jobs, methods, thread counts and trials".into(),
-        });
-    }
-    if let Some(&t) = threads.iter().find(|&&t| t == 0 || t > cpus.len()) {
-        return Err(NativeError::InvalidConfig {
-            what: format!(
-                "{t} threads: must be 1..={} (the CPUs this process may use)",
-                cpus.len()
-            ),
-        });
-    }
-    if let Some(j) = config
-        .jobs
-        .iter()
-        .find(|j| j.bytes < PAGE_SIZE || j.chunk < PAGE_SIZE || j.bytes % j.chunk != 0)
-    {
-        return Err(NativeError::InvalidConfig {
-            what: format!(
-                "job of {} bytes in chunks of {}: at least 4 KiB, a whole number of chunks",
-                j.bytes, j.chunk
-            ),
-        });
-    }
+    config.check(&threads, cpus.len())?;
     let _affinity = AffinityGuard::save()?;
     let max_bytes = config
         .jobs
@@ -529,7 +500,6 @@ pub fn run(config: &Config) -> Result<Report, NativeError> {
     let src = HugeBuf::new(max_bytes, 0x3c)?;
     let mut dst = HugeBuf::new(max_bytes, 0)?;
     let thp = (src.thp_backed_bytes()?, dst.thp_backed_bytes()?);
-
     let mut rows = Vec::new();
     for job in &config.jobs {
         let nr_trials = if job.bytes <= PMD_SIZE {
@@ -540,32 +510,12 @@ pub fn run(config: &Config) -> Result<Report, NativeError> {
         for &method in &config.methods {
             let first = rows.len();
             for &n in &threads {
-                let used = &cpus[..n];
-                let ns = measure(
-                    &src.as_slice()[..job.bytes],
-                    &mut dst.as_mut_slice()[..job.bytes],
-                    job,
-                    method,
-                    used,
-                    nr_trials,
-                )?;
-                let gbps: Vec<f64> = ns.iter().map(|t| job.bytes as f64 / t).collect();
-                let summary = |xs: &[f64]| {
-                    Summary::of(xs).ok_or(NativeError::InvalidConfig {
-                        what: "no samples".into(),
-                    })
-                };
-                rows.push(Row {
-                    job: *job,
-                    method,
-                    nr_threads: n,
-                    cpus: used.to_vec(),
-                    copy_ns: summary(&ns)?,
-                    gbps: summary(&gbps)?,
-                    speedup_vs_1: 0.0,
-                    fraction_of_best: 0.0,
-                });
+                let src = &src.as_slice()[..job.bytes];
+                let dst = &mut dst.as_mut_slice()[..job.bytes];
+                rows.push(measure_row(src, dst, job, method, &cpus[..n], nr_trials)?);
             }
+            // Each thread count's speed-up over one thread, for this job
+            // and method.
             let cells = &mut rows[first..];
             let one = cells
                 .iter()
@@ -588,6 +538,71 @@ pub fn run(config: &Config) -> Result<Report, NativeError> {
         config: config.clone(),
         rows,
         thp_backed_bytes: thp,
+    })
+}
+
+impl Config {
+    /// Refuses a configuration that would measure nothing or more threads
+    /// than this process may run on (`nr_cpus`).
+    fn check(&self, threads: &[usize], nr_cpus: usize) -> Result<(), NativeError> {
+        if self.jobs.is_empty()
+            || self.methods.is_empty()
+            || threads.is_empty()
+            || self.nr_trials_small == 0
+            || self.nr_trials_large == 0
+        {
+            return Err(NativeError::InvalidConfig {
+                what: "parallel_copy needs jobs, methods, thread counts and trials".into(),
+            });
+        }
+        if let Some(&t) = threads.iter().find(|&&t| t == 0 || t > nr_cpus) {
+            return Err(NativeError::InvalidConfig {
+                what: format!("{t} threads: must be 1..={nr_cpus} (the CPUs this process may use)"),
+            });
+        }
+        if let Some(j) = self
+            .jobs
+            .iter()
+            .find(|j| j.bytes < PAGE_SIZE || j.chunk < PAGE_SIZE || j.bytes % j.chunk != 0)
+        {
+            return Err(NativeError::InvalidConfig {
+                what: format!(
+                    "job of {} bytes in chunks of {}: at least 4 KiB, a whole number of chunks",
+                    j.bytes, j.chunk
+                ),
+            });
+        }
+        Ok(())
+    }
+}
+
+/// One cell of the table: `job` copied with `method` by one thread on each
+/// of `cpus`, `nr_trials` times (speed-up and share of the best filled in
+/// later, once the other cells are known).
+fn measure_row(
+    src: &[u8],
+    dst: &mut [u8],
+    job: &Job,
+    method: Method,
+    cpus: &[usize],
+    nr_trials: usize,
+) -> Result<Row, NativeError> {
+    let ns = measure(src, dst, job, method, cpus, nr_trials)?;
+    let gbps: Vec<f64> = ns.iter().map(|t| job.bytes as f64 / t).collect();
+    let summary = |xs: &[f64]| {
+        Summary::of(xs).ok_or(NativeError::InvalidConfig {
+            what: "no samples".into(),
+        })
+    };
+    Ok(Row {
+        job: *job,
+        method,
+        nr_threads: cpus.len(),
+        cpus: cpus.to_vec(),
+        copy_ns: summary(&ns)?,
+        gbps: summary(&gbps)?,
+        speedup_vs_1: 0.0,
+        fraction_of_best: 0.0,
     })
 }
 
