@@ -67,6 +67,12 @@ impl<'a> Probe<'a> {
             run: Box::new(run),
         }
     }
+
+    /// The same probe under another name.
+    pub fn renamed(mut self, name: impl Into<String>) -> Probe<'a> {
+        self.name = name.into();
+        self
+    }
 }
 
 /// A probe's result over all rounds.

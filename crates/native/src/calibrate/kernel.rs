@@ -57,6 +57,22 @@ impl Region {
         self.ptr as usize
     }
 
+    /// The bytes (the mapping must be readable and writable).
+    pub fn as_mut_slice(&mut self) -> &mut [u8] {
+        // SAFETY: ptr..ptr+len is our live mapping; &mut self makes the
+        // borrow exclusive. The caller mapped it read-write.
+        unsafe { std::slice::from_raw_parts_mut(self.ptr, self.len) }
+    }
+
+    /// `madvise(MADV_DONTFORK)`: see [`crate::sys::HugeBuf::dont_fork`].
+    pub fn dont_fork(&self) -> Result<(), NativeError> {
+        // SAFETY: madvise on our own mapping only changes what fork copies.
+        if unsafe { libc::madvise(self.ptr.cast(), self.len, libc::MADV_DONTFORK) } != 0 {
+            return Err(NativeError::last_os("madvise(MADV_DONTFORK)", "region"));
+        }
+        Ok(())
+    }
+
     /// Unmaps now and returns the thread CPU ns the `munmap` took.
     pub fn unmap_timed(mut self) -> Result<u64, NativeError> {
         let mut rc = 0;
@@ -87,7 +103,8 @@ fn mprotect(addr: usize, len: usize, prot: libc::c_int) -> Result<(), NativeErro
     Ok(())
 }
 
-const RW: libc::c_int = libc::PROT_READ | libc::PROT_WRITE;
+/// `PROT_READ | PROT_WRITE`.
+pub const RW: libc::c_int = libc::PROT_READ | libc::PROT_WRITE;
 
 /// `getppid()` round trips: ns per call.
 pub fn syscall_probe<'a>() -> Probe<'a> {
@@ -130,19 +147,29 @@ pub fn mmap_munmap_probe<'a>() -> Probe<'a> {
     )
 }
 
-/// `mprotect` of one populated page between read-write and read-only,
-/// between `PROT_NONE` guards (so its VMA never merges): ns per call.
-pub fn mprotect_page_probe<'a>() -> Probe<'a> {
+/// `mprotect` of one page between read-write and read-only, between
+/// `PROT_NONE` guards (so its VMA never merges): ns per call. With
+/// `populated` the page is written first, so every call rewrites its PTE
+/// and flushes it from the TLB; without, there is no page table under it
+/// and nothing to rewrite or flush.
+pub fn mprotect_page_probe<'a>(populated: bool) -> Probe<'a> {
+    let what = if populated {
+        "populated"
+    } else {
+        "never touched"
+    };
     Probe::new(
-        "mprotect 1 page",
+        format!("mprotect 1 page, {what}"),
         "ns",
-        "2000 x mprotect of one populated page (RW <-> R, PROT_NONE guards both sides), thread CPU time",
-        || {
+        format!("2000 x mprotect of one {what} page (RW <-> R, PROT_NONE guards both sides), thread CPU time"),
+        move || {
             let guard = Region::new(3 * PAGE_SIZE, libc::PROT_NONE, false)?;
             let page = guard.addr() + PAGE_SIZE;
             mprotect(page, PAGE_SIZE, RW)?;
-            // SAFETY: the page was just made writable.
-            unsafe { std::ptr::write_volatile(page as *mut u8, 1) };
+            if populated {
+                // SAFETY: the page was just made writable.
+                unsafe { std::ptr::write_volatile(page as *mut u8, 1) };
+            }
             const N: u64 = 2000;
             let mut r = Ok(());
             let ns = cpu_ns_of(|| {
@@ -155,6 +182,41 @@ pub fn mprotect_page_probe<'a>() -> Probe<'a> {
                 }
             });
             r.map(|()| ns as f64 / N as f64)
+        },
+    )
+}
+
+/// `mprotect` of one populated page (as [`mprotect_page_probe`]) while
+/// another thread of this process spins in user space on CPU `b`, the
+/// caller pinned to `a`: every change of the page's protection must flush
+/// that CPU's TLB too (`flush_tlb_mm_range()` sends it an IPI and waits).
+/// ns per call.
+pub fn mprotect_ipi_probe<'a>(a: usize, b: usize) -> Probe<'a> {
+    Probe::new(
+        "mprotect 1 page, other CPU in the mm",
+        "ns",
+        format!("2000 x mprotect of one populated page (RW <-> R) on CPU {a} while a thread of the process spins on CPU {b}, thread CPU time"),
+        move || {
+            use std::sync::atomic::{AtomicBool, Ordering};
+            let stop = AtomicBool::new(false);
+            std::thread::scope(|s| {
+                let spinner = s.spawn(|| -> Result<(), NativeError> {
+                    crate::sys::pin_to_cpu(b)?;
+                    while !stop.load(Ordering::Relaxed) {
+                        std::hint::spin_loop();
+                    }
+                    Ok(())
+                });
+                crate::sys::pin_to_cpu(a)?;
+                // Let the spinner reach its CPU before timing.
+                std::thread::sleep(std::time::Duration::from_millis(2));
+                let r = mprotect_page_probe(true).run.as_mut()();
+                stop.store(true, Ordering::Relaxed);
+                spinner
+                    .join()
+                    .map_err(|_| NativeError::ThreadPanicked { what: "TLB spinner" })??;
+                r
+            })
         },
     )
 }
@@ -244,6 +306,48 @@ pub fn fork_pages_probe<'a>(small: usize, big: usize) -> Probe<'a> {
     )
 }
 
+/// Maps `bytes` with `MADV_HUGEPAGE`, writes one byte per 4 KiB and unmaps
+/// it again: the memory the next allocations get is then memory this
+/// guest's host has backed.
+///
+/// Why: a virtual machine with free page reporting (virtio-balloon
+/// `F_REPORTING`, `page_reporting_order` 9 here) hands free blocks of 2 MiB
+/// and more back to the host a few seconds after they are freed; the first
+/// touch of such a page then faults in the host too, which costs several
+/// times the guest's own fault (a 2 MiB THP fault took ~5 ms instead of
+/// ~0.1 ms). That is the hypervisor's cost, not the guest kernel's, and the
+/// model has no host: a measurement of the kernel's fault path warms the
+/// memory first.
+pub fn warm_memory(bytes: usize) -> Result<(), NativeError> {
+    // SAFETY: a fresh anonymous mapping at an address of the kernel's choosing.
+    let p = unsafe {
+        libc::mmap(
+            std::ptr::null_mut(),
+            bytes,
+            RW,
+            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE,
+            -1,
+            0,
+        )
+    };
+    if p == libc::MAP_FAILED {
+        return Err(NativeError::last_os("mmap", "memory warm-up"));
+    }
+    let r = Region {
+        ptr: p.cast(),
+        len: bytes,
+    };
+    // SAFETY: madvise on our own mapping only changes its THP eligibility;
+    // failure (no THP) leaves 4 KiB pages, which warm the memory as well.
+    unsafe { libc::madvise(p, bytes, libc::MADV_HUGEPAGE) };
+    for off in (0..bytes).step_by(PAGE_SIZE) {
+        // SAFETY: off < bytes, inside our read-write mapping.
+        unsafe { std::ptr::write_volatile(r.ptr.add(off), 1) };
+    }
+    drop(r);
+    Ok(())
+}
+
 /// How many VMAs this process has (lines of `/proc/self/maps`).
 pub fn nr_vmas() -> Result<usize, NativeError> {
     let p = "/proc/self/maps";
@@ -260,13 +364,15 @@ pub struct ManyVmas {
 }
 
 impl ManyVmas {
-    /// Makes `nr` VMAs (at least 2).
+    /// Makes about `nr` VMAs (at least 3): `PROT_READ` pages at odd
+    /// indices of a `PROT_NONE` reservation of `nr + 2` pages, so that the
+    /// first and the last are `PROT_NONE` guards.
     pub fn new(nr: usize) -> Result<ManyVmas, NativeError> {
-        let region = Region::new(nr * PAGE_SIZE, libc::PROT_NONE, false)?;
-        for i in (0..nr).step_by(2) {
+        let region = Region::new((nr + 2) * PAGE_SIZE, libc::PROT_NONE, false)?;
+        for i in (1..=nr).step_by(2) {
             mprotect(region.addr() + i * PAGE_SIZE, PAGE_SIZE, libc::PROT_READ)?;
         }
-        let probe_addr = region.addr() + ((nr / 2) & !1) * PAGE_SIZE;
+        let probe_addr = region.addr() + ((nr / 2) | 1) * PAGE_SIZE;
         Ok(ManyVmas { region, probe_addr })
     }
 
@@ -279,7 +385,7 @@ impl ManyVmas {
 /// ns per `mincore()` of one page at `addr` (`vma_lookup()` in the maple
 /// tree, then the page-table walk of one page).
 pub fn mincore_ns(addr: usize) -> Result<f64, NativeError> {
-    const N: u64 = 20_000;
+    const N: u64 = 50_000;
     let mut vec = [0u8; 1];
     let mut rc = 0;
     let ns = cpu_ns_of(|| {
