@@ -65,6 +65,9 @@ pub struct Opts {
     pub quiet: bool,
 }
 
+/// Rows of a text table, the header first.
+type Rows = Vec<Vec<String>>;
+
 /// How a cost's figure came about.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Kind {
@@ -203,9 +206,9 @@ pub struct Calibration {
     host: HostInfo,
     micro: Micro,
     derived: Vec<Derived>,
-    fit_rows: Vec<Vec<String>>,
+    fit_rows: Rows,
     regression: Option<String>,
-    check_rows: Vec<Vec<String>>,
+    check_rows: Rows,
     check_pass: (usize, usize),
     secs: f64,
 }
@@ -644,32 +647,14 @@ fn fit_costs(
         if samples.is_empty() {
             continue;
         }
-        let pages = p.timed_pages() as f64;
-        let (k, model_faults) = model_pattern_ns(mem, p, &base_known)?;
-        let mut cols = Vec::new();
-        for u in &unk {
-            let (t, scale) = u.column_table();
-            let (ns, _) = model_pattern_ns(mem, p, &t)?;
-            let user = p.timed_pages() as f64 * t.get(Cost::Touch) as f64;
-            cols.push((ns - user) / scale / pages);
-        }
-        let per: Vec<f64> = samples.iter().map(|s| s / pages).collect();
-        let med = Summary::of(&per).expect("samples").median;
+        let (eq, per, model_faults) = pattern_equation(mem, p, samples, &unk, &base_known)?;
         rows.push(vec![
             p.pattern.name.clone(),
-            fmt_num(med),
+            fmt_num(eq.live),
             "ns/page".into(),
             format!("{faults}/{model_faults}"),
         ]);
-        eqs.push((
-            Equation {
-                name: p.pattern.name.clone(),
-                live: med,
-                known: k / pages,
-                cols,
-            },
-            per,
-        ));
+        eqs.push((eq, per));
     }
     for (name, op) in [
         (names::MUNMAP_PAGES, RegionOp::Munmap),
@@ -728,6 +713,36 @@ fn fit_costs(
         );
     }
     Ok((rows, fitted, size_regression(&eqs)))
+}
+
+/// The equation of a fault pattern: its live ns per page (the median of
+/// `samples`, and each sample) against the model's charges; and the model's
+/// faults in the timed phases.
+fn pattern_equation(
+    mem: &HostMemory,
+    p: &LivePattern,
+    samples: &[f64],
+    unk: &[Unknown],
+    base_known: &CostTable,
+) -> Result<(Equation, Vec<f64>, u64)> {
+    let pages = p.timed_pages() as f64;
+    let (k, model_faults) = model_pattern_ns(mem, p, base_known)?;
+    let mut cols = Vec::new();
+    for u in unk {
+        let (t, scale) = u.column_table();
+        let (ns, _) = model_pattern_ns(mem, p, &t)?;
+        let user = pages * t.get(Cost::Touch) as f64;
+        cols.push((ns - user) / scale / pages);
+    }
+    let per: Vec<f64> = samples.iter().map(|s| s / pages).collect();
+    let live = Summary::of(&per).expect("samples").median;
+    let eq = Equation {
+        name: p.pattern.name.clone(),
+        live,
+        known: k / pages,
+        cols,
+    };
+    Ok((eq, per, model_faults))
 }
 
 /// The equation of a region operation: live ns per page against the
@@ -860,7 +875,7 @@ fn check(
     table: &CostTable,
     pats: &[LivePattern],
     live: &[Result<(Vec<f64>, u64), String>],
-) -> Result<(Vec<Vec<String>>, (usize, usize))> {
+) -> Result<(Rows, (usize, usize))> {
     let mut rows = vec![vec![
         "pattern (not fitted)".to_string(),
         "live ms".into(),

@@ -330,7 +330,7 @@ pub fn run_pattern(p: &LivePattern) -> Result<(f64, u64), NativeError> {
     }
     // Memory the host has backed, as the kernel's cost is what is measured
     // (kernel::warm_memory says why); twice the region for a fork's copies.
-    let copies = 1 + p.pattern.steps.iter().any(|s| *s == Step::ForkWriter) as usize;
+    let copies = 1 + p.pattern.steps.contains(&Step::ForkWriter) as usize;
     kernel::warm_memory(copies * p.pattern.len_bytes + (4 << 20))?;
     let r = native::faults::run_locked(&p.pattern, &lock);
     guard.restore()?;

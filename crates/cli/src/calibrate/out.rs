@@ -3,7 +3,6 @@
 use super::{Calibration, Kind};
 use anyhow::{Context, Result};
 use native::calibrate::Outcome;
-use std::io::Write;
 use std::path::Path;
 
 /// Today's date (UTC), `YYYY-MM-DD`, from the system clock (days since the
@@ -186,38 +185,11 @@ pub fn profile_toml(c: &Calibration, name: &str, check_mib: usize) -> String {
     s
 }
 
-/// Writes `text` to `path` whole or not at all: a new file of an
-/// unpredictable name beside it (`O_EXCL`), synced, then renamed over it.
+/// Writes `text` to `path` whole or not at all (`host::output`: an
+/// unpredictable temporary beside it, synced, renamed over it).
 pub fn write_atomically(path: &Path, text: &str) -> Result<()> {
-    let dir = path
-        .parent()
-        .filter(|d| !d.as_os_str().is_empty())
-        .unwrap_or(Path::new("."));
-    let base = path
-        .file_name()
-        .map(|n| n.to_string_lossy().into_owned())
-        .unwrap_or_default();
-    let mut rnd = [0u8; 8];
-    std::fs::File::open("/dev/urandom")
-        .and_then(|mut f| std::io::Read::read_exact(&mut f, &mut rnd))
-        .context("cannot read /dev/urandom for a temporary name")?;
-    let tmp = dir.join(format!(".{base}.{:016x}.tmp", u64::from_ne_bytes(rnd)));
-    let write = || -> std::io::Result<()> {
-        let mut f = std::fs::OpenOptions::new()
-            .write(true)
-            .create_new(true)
-            .open(&tmp)?;
-        f.write_all(text.as_bytes())?;
-        f.sync_all()
-    };
-    if let Err(e) = write() {
-        let _ = std::fs::remove_file(&tmp);
-        return Err(e).with_context(|| format!("cannot write {}", tmp.display()));
-    }
-    std::fs::rename(&tmp, path).with_context(|| {
-        let _ = std::fs::remove_file(&tmp);
-        format!("cannot rename {} to {}", tmp.display(), path.display())
-    })
+    host::output::write_atomic(path, text.as_bytes(), host::output::Mode::Shared)
+        .with_context(|| format!("cannot write {}", path.display()))
 }
 
 #[cfg(test)]
