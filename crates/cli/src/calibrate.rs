@@ -415,6 +415,12 @@ fn measured_costs(
         &mut put,
     );
     put(handoff(micro, base, host), known);
+    for (cost, name, how) in [
+        (Cost::WorkqueueQueue, names::WAKER, "queue_work_on() to another CPU ends in wake_up_process() of its kworker: timed as the waker's side of a futex wake of a thread parked on the other CPU (try_to_wake_up() and the IPI), without insert_work()'s list add"),
+        (Cost::WorkqueueWakeup, names::WAKE_LATENCY, "a task woken on another CPU that was idle for 1 ms, from the wake call to the task running (a futex wake of a parked thread)"),
+    ] {
+        one(cost, name, how, known, &mut put);
+    }
     put(vma_level(micro, base, host), known);
     for d in vmacache(micro, base, host) {
         put(d, known);
@@ -605,7 +611,7 @@ fn not_measurable(c: Cost) -> &'static str {
             "page migration needs two NUMA nodes to be timed from user space (move_pages() to the page's own node is a no-op)"
         }
         Cost::WorkqueueQueue | Cost::WorkqueueWakeup => {
-            "no user-space operation queues kernel work on another CPU"
+            "this process may run on one CPU only: no wake-up of another CPU to time"
         }
         Cost::DmaSubmit | Cost::DmaCompletion => "no DMA engine is reachable from user space",
         _ => "no probe for it yet",

@@ -23,6 +23,8 @@ pub mod names {
     pub const COPY_ALL: &str = "copy_page cold, all CPUs at once";
     pub const LOCK: &str = "spin lock round, uncontended";
     pub const HANDOFF: &str = "spin lock hand-off";
+    pub const WAKER: &str = "wake-up, waker's side";
+    pub const WAKE_LATENCY: &str = "wake-up latency";
     pub const DRAM: &str = "DRAM load (pointer chase)";
     pub const TOUCH: &str = "user store per mapped 4 KiB page";
     pub const MINCORE_FEW: &str = "mincore, this process's VMAs";
@@ -121,11 +123,18 @@ pub fn run_micro(rounds: usize, progress: &mut dyn FnMut(&str)) -> Result<Micro,
     if let Some((a, b)) = pairs.iter().find_map(|p| p.1) {
         probes.push(hw::handoff_probe(a, b).renamed(names::HANDOFF));
         probes.push(kernel::mprotect_ipi_probe(a, b).renamed(names::MPROTECT1_IPI));
+        probes.push(hw::wake_probe(a, b, hw::WakeSide::Waker));
+        probes.push(hw::wake_probe(a, b, hw::WakeSide::Latency));
     }
     probes.extend(kernel_probes(budget));
     let mut outcomes = run_interleaved(probes, rounds, |n| progress(n));
     if pairs.iter().all(|p| p.1.is_none()) {
-        for n in [names::HANDOFF, names::MPROTECT1_IPI] {
+        for n in [
+            names::HANDOFF,
+            names::MPROTECT1_IPI,
+            names::WAKER,
+            names::WAKE_LATENCY,
+        ] {
             outcomes.push(skipped(n, "this process may run on one CPU only"));
         }
     }

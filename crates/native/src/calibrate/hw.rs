@@ -385,6 +385,81 @@ pub fn handoff_probe<'a>(a: usize, b: usize) -> Probe<'a> {
     )
 }
 
+/// Which side of a cross-CPU wake-up a [`wake_probe`] times.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum WakeSide {
+    /// The waker's CPU time in the wake call (`futex(FUTEX_WAKE)`:
+    /// `try_to_wake_up()` queueing the task on the other CPU and the IPI
+    /// that kicks it), as `queue_work_on()` ends in the same
+    /// `wake_up_process()`.
+    Waker,
+    /// Wall time from the wake call to the woken thread running on the
+    /// other CPU, after that CPU had been idle for a millisecond.
+    Latency,
+}
+
+/// Wakes a thread parked on CPU `b` from CPU `a`, 100 times with a
+/// millisecond between wake-ups (so the sleeper's CPU can go idle): the
+/// 10th percentile of `side`'s ns, as on a shared host the other CPU is
+/// often busy with other work, which delays the woken thread.
+pub fn wake_probe<'a>(a: usize, b: usize, side: WakeSide) -> Probe<'a> {
+    let (name, how) = match side {
+        WakeSide::Waker => ("wake-up, waker's side", format!("thread CPU time of unpark() (futex wake) of a thread parked on CPU {b}, from CPU {a}, 10th percentile of 100 with 1 ms between")),
+        WakeSide::Latency => ("wake-up latency", format!("wall time from unpark() on CPU {a} to the thread parked on CPU {b} running, 10th percentile of 100 with 1 ms between")),
+    };
+    Probe::new(name, "ns", how, move || wake_ns(a, b, side))
+}
+
+fn wake_ns(a: usize, b: usize, side: WakeSide) -> Result<f64, NativeError> {
+    use std::sync::atomic::AtomicBool;
+    const N: usize = 100;
+    let base = Instant::now();
+    let woke = Arc::new(AtomicU64::new(0));
+    let stop = Arc::new(AtomicBool::new(false));
+    let (w2, s2) = (woke.clone(), stop.clone());
+    let sleeper = std::thread::spawn(move || -> Result<(), NativeError> {
+        pin_to_cpu(b)?;
+        while !s2.load(Ordering::Acquire) {
+            std::thread::park();
+            w2.store(base.elapsed().as_nanos() as u64, Ordering::Release);
+        }
+        Ok(())
+    });
+    pin_to_cpu(a)?;
+    let mut per = Vec::with_capacity(N);
+    for _ in 0..N {
+        std::thread::sleep(std::time::Duration::from_millis(1));
+        woke.store(0, Ordering::Release);
+        let t0 = base.elapsed().as_nanos() as u64;
+        let c0 = crate::sys::thread_cpu_ns();
+        sleeper.thread().unpark();
+        let c1 = crate::sys::thread_cpu_ns();
+        let deadline = Instant::now() + std::time::Duration::from_millis(100);
+        let mut at = 0;
+        while at == 0 && Instant::now() < deadline {
+            at = woke.load(Ordering::Acquire);
+            std::hint::spin_loop();
+        }
+        per.push(match side {
+            WakeSide::Waker => (c1 - c0) as f64,
+            WakeSide::Latency => at.saturating_sub(t0) as f64,
+        });
+    }
+    stop.store(true, Ordering::Release);
+    sleeper.thread().unpark();
+    sleeper.join().map_err(|_| NativeError::ThreadPanicked {
+        what: "wake-up sleeper",
+    })??;
+    per.retain(|&x| x > 0.0);
+    if per.is_empty() {
+        return Err(NativeError::InvalidConfig {
+            what: "the sleeper never woke".into(),
+        });
+    }
+    per.sort_by(f64::total_cmp);
+    Ok(per[per.len() / 10])
+}
+
 /// A dependent load chain through a random cyclic permutation of the cache
 /// lines of a THP-backed buffer (no TLB misses to speak of): ns per load.
 pub struct Chase {
@@ -494,6 +569,20 @@ mod tests {
         let (x, y) = a.split_at_mut(PAGE_SIZE);
         copy_4k(x, y);
         assert!(a.iter().all(|&b| b == 7));
+    }
+
+    #[test]
+    fn a_wake_up_takes_time_on_both_sides() {
+        let cpus = crate::sys::allowed_cpus().unwrap();
+        if cpus.len() < 2 {
+            eprintln!("SKIPPED (cannot run here): one CPU");
+            return;
+        }
+        let _g = crate::sys::AffinityGuard::save().unwrap();
+        let waker = wake_ns(cpus[0], cpus[1], WakeSide::Waker).unwrap();
+        let latency = wake_ns(cpus[0], cpus[1], WakeSide::Latency).unwrap();
+        eprintln!("wake-up: waker {waker} ns, latency {latency} ns");
+        assert!(waker > 0.0 && latency > 0.0);
     }
 
     #[test]
