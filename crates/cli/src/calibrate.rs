@@ -192,8 +192,13 @@ fn unknowns(base: &CostTable) -> Vec<Unknown> {
         Unknown::single(Cost::PteCopy),
         // munmap charges both once per page, and nothing else times either.
         group(&[Cost::PteZap, Cost::FreePagesEntry]),
-        group(&[Cost::AllocPagesEntry, Cost::WatermarkCheck, Cost::PcpListOp]),
+        // Every page a fault storm allocates comes through both the PCP
+        // lists and (in refills) the buddy lists, so no pattern here tells
+        // the allocator's steps apart: one unknown, the base ratios kept.
         group(&[
+            Cost::AllocPagesEntry,
+            Cost::WatermarkCheck,
+            Cost::PcpListOp,
             Cost::BuddyListOp,
             Cost::BuddyMergeStep,
             Cost::BuddySplitStep,
