@@ -349,7 +349,13 @@ fn measured(cost: Cost, ns: f64, m: &[&Measurement], host: &HostInfo, how: &str)
 
 fn estimate(cost: Cost, base: &Profile, why: &str) -> Derived {
     let e = &base.entries[cost.key()];
-    let old = e.source.strip_prefix("estimate: ").unwrap_or(&e.source);
+    // A base made by an earlier calibration already says why: keep its
+    // figure's own source only.
+    let mut old = e.source.as_str();
+    if let Some(rest) = old.strip_prefix("estimate (mmlab calibrate cannot measure it here: ") {
+        old = rest.split_once("): ").map_or(rest, |(_, src)| src);
+    }
+    let old = old.strip_prefix("estimate: ").unwrap_or(old);
     Derived {
         cost,
         ns: e.ns,
@@ -539,7 +545,10 @@ fn c2c(micro: &Micro, base: &Profile, host: &HostInfo) -> Vec<Derived> {
     v.push(estimate(
         Cost::DramRemote,
         base,
-        &format!("{} NUMA node(s): no remote DRAM", native_nodes()),
+        &format!(
+            "{} NUMA node on this host, so no remote DRAM",
+            native_nodes()
+        ),
     ));
     v
 }
@@ -619,6 +628,20 @@ fn not_measurable(c: Cost) -> &'static str {
             "this process may run on one CPU only: no wake-up of another CPU to time"
         }
         Cost::DmaSubmit | Cost::DmaCompletion => "no DMA engine is reachable from user space",
+        Cost::FaultEntry
+        | Cost::ClearPage
+        | Cost::PteSet
+        | Cost::PteCopy
+        | Cost::PteZap
+        | Cost::FreePagesEntry
+        | Cost::AllocPagesEntry
+        | Cost::WatermarkCheck
+        | Cost::PcpListOp
+        | Cost::BuddyListOp
+        | Cost::BuddyMergeStep
+        | Cost::BuddySplitStep => {
+            "the fit gave it no positive value on this run, or its patterns could not run (see the fit table)"
+        }
         _ => "no probe for it yet",
     }
 }
