@@ -192,17 +192,12 @@ fn unknowns(base: &CostTable) -> Vec<Unknown> {
         Unknown::single(Cost::PteCopy),
         // munmap charges both once per page, and nothing else times either.
         group(&[Cost::PteZap, Cost::FreePagesEntry]),
-        // Every page a fault storm allocates comes through both the PCP
-        // lists and (in refills) the buddy lists, so no pattern here tells
-        // the allocator's steps apart: one unknown, the base ratios kept.
-        group(&[
-            Cost::AllocPagesEntry,
-            Cost::WatermarkCheck,
-            Cost::PcpListOp,
-            Cost::BuddyListOp,
-            Cost::BuddyMergeStep,
-            Cost::BuddySplitStep,
-        ]),
+        // The allocator's steps outside the zone lock. The buddy steps
+        // (under it) stay out of the fit: every page of a fault storm goes
+        // through both, so the fit cannot tell them apart, and charging the
+        // fault's other per-page work under the zone lock would invent
+        // contention on a many-CPU machine.
+        group(&[Cost::AllocPagesEntry, Cost::WatermarkCheck, Cost::PcpListOp]),
     ]
 }
 
@@ -636,11 +631,11 @@ fn not_measurable(c: Cost) -> &'static str {
         | Cost::FreePagesEntry
         | Cost::AllocPagesEntry
         | Cost::WatermarkCheck
-        | Cost::PcpListOp
-        | Cost::BuddyListOp
-        | Cost::BuddyMergeStep
-        | Cost::BuddySplitStep => {
+        | Cost::PcpListOp => {
             "the fit gave it no positive value on this run, or its patterns could not run (see the fit table)"
+        }
+        Cost::BuddyListOp | Cost::BuddyMergeStep | Cost::BuddySplitStep => {
+            "every page of a live fault storm goes through both the PCP and the buddy lists, so no pattern separates the buddy steps (under the zone lock) from the rest of the allocation, and no tracepoint times the zone lock's hold"
         }
         _ => "no probe for it yet",
     }
