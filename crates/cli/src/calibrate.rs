@@ -32,12 +32,12 @@ mod fit;
 mod live;
 mod out;
 
+use crate::fault_model::{run_model_opts, ModelOpts};
 use anyhow::{bail, Context, Result};
 use fit::{Equation, RegionOp, Unknown};
 use live::{names, LivePattern, Micro};
 use mm::cost::{Cost, CostTable};
 use mm::knobs::{KnobValue, Preset};
-use mmlab::fault_model::{run_model_opts, ModelOpts};
 use native::calibrate::{fmt_num, HostInfo, Measurement};
 use native::stats::Summary;
 use sim::profile::Profile;
@@ -218,6 +218,11 @@ pub fn run(opts: &Opts) -> Result<()> {
     let t0 = Instant::now();
     if opts.base.validate().is_err() {
         bail!("the base profile is not complete");
+    }
+    if let Some(path) = &opts.out {
+        // A file that cannot be written fails now, not after minutes of work.
+        host::output::check_writable(path, host::output::Mode::Shared)
+            .with_context(|| format!("cannot write {}", path.display()))?;
     }
     let host = HostInfo::probe();
     let mem = host_memory();

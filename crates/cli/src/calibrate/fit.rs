@@ -17,6 +17,7 @@
 //! operation cannot be told apart: they form a group whose members keep
 //! their previous values' ratio and are scaled by one fitted factor.
 
+use crate::fault_model::ModelOpts;
 use mm::cost::{Cost, CostTable, Cx};
 use mm::knobs::{KernelConfig, KnobValue, Preset};
 use mm::memory::{exit_mmap, fork, handle_mm_fault, MmGlobal};
@@ -24,7 +25,6 @@ use mm::mprotect::Prot;
 use mm::page_alloc::{MemoryLayout, NodeLayout, PageAlloc};
 use mm::vma::{Advice, MmStruct};
 use mm::{SimTime, VcpuId};
-use mmlab::fault_model::ModelOpts;
 
 /// An operation on a populated region of 4 KiB pages whose model time is
 /// compared with the live kernel's.
