@@ -224,7 +224,8 @@ mmlab calibrate --quick                 a smoke run (well under a minute), no fi
         /// Runs of each check pattern (the median counts).
         #[arg(long, default_value_t = 5, value_parser = clap::value_parser!(u32).range(1..))]
         check_runs: u32,
-        /// A short run for CI: 2 rounds, 16 MiB fits, 64 MiB checks, one run each.
+        /// A short run for CI: 2 rounds, 16 MiB fits, 64 MiB checks, one run each, and the
+        /// model on a machine just large enough for each pattern (not the host's memory).
         #[arg(long)]
         quick: bool,
         /// No progress on stderr.
@@ -468,6 +469,7 @@ fn real_main() -> Result<i32> {
                 name,
                 out: output,
                 quiet,
+                host_sized_model: !quick,
             })?;
         }
         Cmd::Record {
