@@ -62,7 +62,7 @@ fn region_world(opts: &ModelOpts, pages: u64) -> Result<RegionWorld, String> {
         .map_err(|e| format!("mm_alloc: {e:?}"))?;
     let len = pages * 4096;
     let addr = mm
-        .mmap(&mut pa, &mut cx, 0, len, false)
+        .mmap(&mut pa, &mut cx, 0, len, mm::vma::MapFlags::NONE)
         .map_err(|e| format!("mmap: {e}"))?;
     mm.madvise(&mut pa, &mut cx, addr, len, Advice::NoHugePage)
         .map_err(|e| format!("madvise: {e}"))?;
