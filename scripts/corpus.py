@@ -16,6 +16,13 @@ and print predicted vs live for every (program, configuration).
     scripts/corpus.py table [--markdown]
         prints predicted vs live from the two JSON files (no root needed).
 
+With --no-aslr each command runs under `setarch -R` (no address-space
+randomization, inherited by every child), in the recording and in the live
+runs alike, so that every run has the recorded layout; the data go to
+live-noaslr.json, predictions-noaslr.json and traces-noaslr/. With ASLR (the
+default) the layout, and with it how many large folios fit each mapping,
+changes from run to run.
+
 Live counts are per process, not system-wide: page faults are the workload's
 `ru_minflt + ru_majflt` (`wait4()`, as `mmlab record` reaps it), and the
 per-size `anon_fault_alloc` is the workload's own large-folio fault
@@ -155,14 +162,19 @@ def build():
                    cwd=ROOT, check=True)
 
 
-def argv_of(p, python):
-    return [a.replace("{python}", python) for a in p[3]]
+def argv_of(p, python, no_aslr):
+    argv = [a.replace("{python}", python) for a in p[3]]
+    return (["setarch", "-R"] if no_aslr else []) + argv
 
 
-def run_once(p, inputs, python, trace):
+def suffix(args):
+    return "-noaslr" if getattr(args, "no_aslr", False) else ""
+
+
+def run_once(p, inputs, python, trace, no_aslr):
     if p[4]:
         subprocess.run(p[4], cwd=inputs, check=True, stdout=subprocess.DEVNULL)
-    cmd = [mmlab(), "record", "-o", trace, "--"] + argv_of(p, python)
+    cmd = [mmlab(), "record", "-o", trace, "--"] + argv_of(p, python, no_aslr)
     # Python randomizes its string hashes per run, which moves its dicts'
     # memory from run to run; a fixed seed makes the runs comparable.
     env = dict(os.environ, PYTHONHASHSEED="0")
@@ -204,8 +216,9 @@ def measure(args):
                             capture_output=True, text=True, check=True).stdout.strip()
     inputs = tempfile.mkdtemp(prefix="mmlab-corpus-")
     subprocess.run([sys.executable, os.path.join(ROOT, "scripts", "corpus_inputs.py"), inputs], check=True)
-    os.makedirs(os.path.join(DATA, "traces"), exist_ok=True)
-    live = load("live.json", {"programs": {}})
+    sfx = suffix(args)
+    os.makedirs(os.path.join(DATA, "traces" + sfx), exist_ok=True)
+    live = load(f"live{sfx}.json", {"programs": {}})
     progs = [p for p in PROGRAMS if not args.programs or p[0] in args.programs.split(",")]
     configs = args.configs.split(",") if args.configs else list(CONFIGS)
     kernel = os.uname().release
@@ -217,15 +230,15 @@ def measure(args):
                     runs = []
                     for i in range(args.runs):
                         t = os.path.join(inputs, "run.mmtrace")
-                        runs.append(run_once(p, inputs, python, t))
+                        runs.append(run_once(p, inputs, python, t, args.no_aslr))
                         if cfg == "4k" and i == 0:
-                            keep_recording(p[0], t)
+                            keep_recording(p[0], t, sfx)
                         os.unlink(t)
                     entry = summarize(runs)
                     entry["date"] = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%MZ")
                     entry["kernel"] = kernel
                     live["programs"].setdefault(p[0], {})[cfg] = entry
-                    store("live.json", live)
+                    store(f"live{sfx}.json", live)
                     print(f"{cfg:6} {p[0]:8} faults {entry['faults']['mean']:.0f} "
                           f"[{entry['faults']['min']}..{entry['faults']['max']}]", flush=True)
     finally:
@@ -237,9 +250,9 @@ def measure(args):
 MAX_COMMITTED_BYTES = 512 << 10
 
 
-def keep_recording(name, trace):
-    shutil.copy(trace, os.path.join(DATA, "traces", name + ".mmtrace"))
-    small = os.path.join(DATA, "recordings", name + ".mmtrace")
+def keep_recording(name, trace, sfx):
+    shutil.copy(trace, os.path.join(DATA, "traces" + sfx, name + ".mmtrace"))
+    small = os.path.join(DATA, "recordings" + sfx, name + ".mmtrace")
     if os.path.getsize(trace) <= MAX_COMMITTED_BYTES:
         os.makedirs(os.path.dirname(small), exist_ok=True)
         shutil.copy(trace, small)
@@ -247,8 +260,8 @@ def keep_recording(name, trace):
         os.unlink(small)
 
 
-def recording(name):
-    for d in ("traces", "recordings"):
+def recording(name, sfx):
+    for d in ("traces" + sfx, "recordings" + sfx):
         t = os.path.join(DATA, d, name + ".mmtrace")
         if os.path.exists(t):
             return t
@@ -272,10 +285,11 @@ def summarize(runs):
 
 def predict(args):
     exp = os.path.join(ROOT, "examples", "replay-folio-configs.toml")
+    sfx = suffix(args)
     preds = {"experiment": "examples/replay-folio-configs.toml", "programs": {}}
-    live = load("live.json", {"programs": {}})
+    live = load(f"live{sfx}.json", {"programs": {}})
     for p in PROGRAMS:
-        t = recording(p[0])
+        t = recording(p[0], sfx)
         if t is None:
             print(f"{p[0]}: no recording; run `corpus.py measure` first", file=sys.stderr)
             continue
@@ -298,18 +312,18 @@ def predict(args):
             "outside_trace": recorded - kernels["4k"]["pgfault"],
             "recorded": doc["aspace"]["recorded"],
         }
-    store("predictions.json", preds)
+    store(f"predictions{sfx}.json", preds)
 
 
 def pct(model, live):
     return 100.0 * (model - live) / live if live else 0.0
 
 
-def rows():
+def rows(sfx=""):
     """(program, config, live faults, spread, predicted, error %, per-size
     [(kb, live, model)]) for every pair that has both."""
-    live = load("live.json", {"programs": {}})["programs"]
-    preds = load("predictions.json", {"programs": {}})["programs"]
+    live = load(f"live{sfx}.json", {"programs": {}})["programs"]
+    preds = load(f"predictions{sfx}.json", {"programs": {}})["programs"]
     out = []
     for p in PROGRAMS:
         name = p[0]
@@ -332,7 +346,7 @@ def rows():
 
 
 def table(args):
-    rs = rows()
+    rs = rows(suffix(args))
     if not rs:
         sys.exit("no data: scripts/corpus/live.json and predictions.json are missing")
     md = args.markdown
@@ -375,9 +389,12 @@ def main():
     m.add_argument("--runs", type=int, default=3)
     m.add_argument("--programs", default="")
     m.add_argument("--configs", default="")
-    sub.add_parser("predict", help="replay the 4k recordings under every configuration")
+    m.add_argument("--no-aslr", action="store_true")
+    pr = sub.add_parser("predict", help="replay the 4k recordings under every configuration")
+    pr.add_argument("--no-aslr", action="store_true")
     t = sub.add_parser("table", help="predicted vs live")
     t.add_argument("--markdown", action="store_true")
+    t.add_argument("--no-aslr", action="store_true")
     args = ap.parse_args()
     {"measure": measure, "predict": predict, "table": table}[args.cmd](args)
 
