@@ -77,6 +77,8 @@ PROGRAMS = [
     ("perl", "Perl interpreter: hash, sort, regex", True, ["perl", "workload.pl"], None),
     ("java", "JVM (javac in-process, JIT, GC threads)", True, ["java", "Workload.java"], None),
     ("gzip", "gzip -6 compressor, 12 MB of text", True, ["gzip", "-6", "-c", "text.txt"], None),
+    ("exec_folios", "micro-test: .bss, .data, brk heap and stack of scripts/corpus/exec_folios.c", False,
+     ["sh", "-c", "for m in bss bssr data brk; do ./exec_folios $m; done; ./exec_folios stack 256"], None),
 ]
 
 # Configuration name -> (transparent_hugepage/enabled, {size KiB: enabled},

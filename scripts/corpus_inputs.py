@@ -6,6 +6,7 @@ usage: corpus_inputs.py DIR
 """
 import os
 import random
+import subprocess
 import sys
 
 def c_project(d, nfiles=40):
@@ -172,6 +173,8 @@ def main():
     text_file(os.path.join(d, "small.txt"), 2 << 20, 3)
     numbers_file(os.path.join(d, "numbers.txt"), 1_500_000, 2)
     scripts(d)
+    src = os.path.join(os.path.dirname(os.path.abspath(__file__)), "corpus", "exec_folios.c")
+    subprocess.run(["gcc", "-O1", "-o", os.path.join(d, "exec_folios"), src], check=True)
 
 if __name__ == "__main__":
     main()

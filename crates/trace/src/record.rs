@@ -66,13 +66,14 @@ use std::time::{Duration, Instant};
 mod exec_maps;
 
 use crate::decode::{Decoded, Decoder, RECORDED_EVENTS};
-use crate::event::{Event, EventKind, Header, TraceSource, Trailer, NR_EVENT_KINDS};
+use crate::event::{Header, TraceSource, Trailer, NR_EVENT_KINDS};
+use crate::exec_layout::{exec_layout_event, ExecWindows};
 use crate::format::{TraceError, TraceFile, TraceWriter};
 use crate::sysinfo;
 use crate::tracefs::{
     parse_format, parse_page, EventFormat, FormatParseError, PageHeaderLayout, RbRecord,
 };
-use exec_maps::{ExecMapsRecorder, ExecWindows};
+use exec_maps::ExecMapsRecorder;
 use host::journal::{self, Change, Entry, HeldFile, JournalError};
 
 pub use host::live::{find_tracefs, TRACEFS_PATHS};
@@ -1163,19 +1164,6 @@ impl SpoolStream {
     }
 }
 
-/// The `ExecLayout` event that follows `ev` if it is a `sched_process_exec`
-/// whose mappings were recorded: at the same time, on the same CPU.
-fn exec_layout(ev: &Event, windows: &mut ExecWindows) -> Option<Event> {
-    let EventKind::Exec { pid, .. } = ev.kind else {
-        return None;
-    };
-    let vmas = windows.take(pid, ev.ts_ns)?;
-    Some(Event {
-        kind: EventKind::ExecLayout { pid, vmas },
-        ..ev.clone()
-    })
-}
-
 fn merge_spools<W: Write>(
     spools: Vec<(u32, File)>,
     layout: PageHeaderLayout,
@@ -1224,7 +1212,7 @@ fn merge_spools<W: Write>(
                 Decoded::Event(ev) => {
                     stats.by_kind[ev.kind.code() as usize] += 1;
                     writer.write(&ev)?;
-                    if let Some(layout) = exec_layout(&ev, exec_windows) {
+                    if let Some(layout) = exec_layout_event(&ev, exec_windows) {
                         stats.by_kind[layout.kind.code() as usize] += 1;
                         writer.write(&layout)?;
                     }
