@@ -124,9 +124,15 @@ class LiveKernel:
     """Holds the lock, undoes a journal left by a killed run, and puts the
     defaults back on every way out of the block."""
 
+    # The descriptor of the held lock, lent to the `mmlab record` children
+    # (which take the lock themselves): see host::lock::LEND_ENV.
+    held_fd = None
+
     def __enter__(self):
         self.fd = os.open(LOCK, os.O_RDWR | os.O_CREAT, 0o644)
         fcntl.flock(self.fd, fcntl.LOCK_EX)
+        os.set_inheritable(self.fd, True)
+        LiveKernel.held_fd = self.fd
         if os.path.exists(JOURNAL):
             restore_defaults()
             os.unlink(JOURNAL)
@@ -145,6 +151,7 @@ class LiveKernel:
         finally:
             for s, h in self.old.items():
                 signal.signal(s, h)
+            LiveKernel.held_fd = None
             fcntl.flock(self.fd, fcntl.LOCK_UN)
             os.close(self.fd)
         return False
@@ -180,8 +187,12 @@ def run_once(p, inputs, python, trace, no_aslr):
     # Python randomizes its string hashes per run, which moves its dicts'
     # memory from run to run; a fixed seed makes the runs comparable.
     env = dict(os.environ, PYTHONHASHSEED="0")
-    r = subprocess.run(cmd, cwd=inputs, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-                       text=True)
+    fds = ()
+    if LiveKernel.held_fd is not None:
+        env["MMLAB_LIVE_LOCK_FD"] = str(LiveKernel.held_fd)
+        fds = (LiveKernel.held_fd,)
+    r = subprocess.run(cmd, cwd=inputs, env=env, pass_fds=fds, stdout=subprocess.DEVNULL,
+                       stderr=subprocess.PIPE, text=True)
     if r.returncode != 0:
         raise RuntimeError(f"{p[0]}: mmlab record failed: {r.stderr.strip()[-400:]}")
     out = subprocess.run([fault_counts(), trace], check=True, capture_output=True, text=True).stdout
@@ -347,10 +358,28 @@ def rows(sfx=""):
     return out
 
 
+def matrix(rs):
+    """One row per program, one column per configuration: the live mean,
+    and the prediction's error."""
+    cfgs = list(CONFIGS)
+    print("| program | " + " | ".join(cfgs) + " |")
+    print("| --- |" + " ---: |" * len(cfgs))
+    by = {}
+    for name, held, cfg, f, model, err, _ in rs:
+        by.setdefault((name, held), {})[cfg] = f"{f['mean']:.0f} ({err:+.1f} %)"
+    for (name, held), cells in by.items():
+        label = name + (" (held out)" if held else "")
+        print(f"| {label} | " + " | ".join(cells.get(c, "-") for c in cfgs) + " |")
+
+
 def table(args):
     rs = rows(suffix(args))
     if not rs:
         sys.exit("no data: scripts/corpus/live.json and predictions.json are missing")
+    if args.matrix:
+        matrix(rs)
+        summary(rs)
+        return
     md = args.markdown
     if md:
         print("| program | config | live faults (mean [min..max], n) | predicted | error | anon_fault_alloc by size: live / predicted |")
@@ -396,6 +425,7 @@ def main():
     pr.add_argument("--no-aslr", action="store_true")
     t = sub.add_parser("table", help="predicted vs live")
     t.add_argument("--markdown", action="store_true")
+    t.add_argument("--matrix", action="store_true", help="one row per program (markdown)")
     t.add_argument("--no-aslr", action="store_true")
     args = ap.parse_args()
     {"measure": measure, "predict": predict, "table": table}[args.cmd](args)
