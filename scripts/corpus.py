@@ -309,8 +309,10 @@ def predict(args):
         r = subprocess.run([mmlab(), "replay", t, "--experiment", exp, "--mode", "aspace",
                             "--format", "json", "--quiet"], capture_output=True, text=True, check=True)
         doc = json.loads(r.stdout)
+        # The results document (docs/results-schema.md): one experiment.
+        aspace = doc["experiments"][0]["aspace"] if "experiments" in doc else doc["aspace"]
         kernels = {}
-        for k in doc["aspace"]["kernels"]:
+        for k in aspace["kernels"]:
             kernels[k["kernel"]] = {
                 "pgfault": k["pgfault"],
                 "faults_passthrough": k["faults_passthrough"],
@@ -323,7 +325,7 @@ def predict(args):
             "kernels": kernels,
             "recorded_faults": recorded,
             "outside_trace": recorded - kernels["4k"]["pgfault"],
-            "recorded": doc["aspace"]["recorded"],
+            "recorded": aspace["recorded"],
         }
     store(f"predictions{sfx}.json", preds)
 

@@ -96,7 +96,9 @@ fn recordings_replay_to_predictions(sfx: &str) {
         assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
         let doc: Value = serde_json::from_slice(&o.stdout).expect("json");
         let want = &preds["programs"][name]["kernels"];
-        for k in doc["aspace"]["kernels"].as_array().expect("kernels") {
+        // The results document: one experiment, its mode (b) replay.
+        let aspace = &doc["experiments"][0]["aspace"];
+        for k in aspace["kernels"].as_array().expect("kernels") {
             let kname = k["kernel"].as_str().expect("name");
             assert_eq!(
                 k["pgfault"], want[kname]["pgfault"],
