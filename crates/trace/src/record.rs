@@ -641,8 +641,8 @@ pub fn record(
         .parent()
         .filter(|p| !p.as_os_str().is_empty())
         .unwrap_or(Path::new("."));
-    let mut tracing = Tracing::set_up(opts, spool_dir)?;
     let (c_exe, c_argv) = command_line(cmd, args)?;
+    let mut tracing = Tracing::set_up(opts, spool_dir)?;
     let machine = sysinfo::read_machine();
     let knobs = sysinfo::read_knobs();
     let kernel_release = sysinfo::read_kernel_release();
@@ -709,6 +709,9 @@ fn command_line(cmd: &str, args: &[String]) -> Result<(CString, Vec<CString>), R
 /// The tracefs side of a recording: the instances (removed on drop), the
 /// event formats, and one reader per CPU and instance.
 struct Tracing {
+    /// Declared (and so dropped) first: the kernel refuses to remove an
+    /// instance while one of its files is open.
+    readers: Vec<CpuReader>,
     /// The system-wide kmem instance, when asked for; declared (and so
     /// dropped) before the first one, whose drop may unmount tracefs.
     kmem_instance: Instance,
@@ -721,7 +724,6 @@ struct Tracing {
     decoder: Decoder,
     page_size: usize,
     cpus: Vec<u32>,
-    readers: Vec<CpuReader>,
 }
 
 /// A command run under tracing.
