@@ -114,6 +114,7 @@
 //! processes' address spaces, side maps and VMA caches, and the pending
 //! forks: it grows with live state, not with the trace's length.
 
+use mm::Vaddr;
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
 
@@ -523,7 +524,7 @@ impl World {
             .mmap(
                 &mut self.pa,
                 &mut self.cx,
-                start,
+                Vaddr(start),
                 end - start,
                 mm::vma::MapFlags::FIXED,
             )
@@ -535,7 +536,7 @@ impl World {
         let prot = Prot((prot & PROT_ACCESS) as u32);
         if prot != Prot::RW
             && p.mm
-                .mprotect(&mut self.pa, &mut self.cx, start, end - start, prot)
+                .mprotect(&mut self.pa, &mut self.cx, Vaddr(start), end - start, prot)
                 .is_err()
         {
             self.note("anonymous mappings the model could not protect (left read-write)");
@@ -550,7 +551,8 @@ impl World {
             return;
         }
         p.other.remove(start, end);
-        let _ = p.mm.munmap(&mut self.pa, &mut self.cx, start, end - start);
+        let _ =
+            p.mm.munmap(&mut self.pa, &mut self.cx, Vaddr(start), end - start);
     }
 
     fn map_other(&mut self, pid: i32, start: u64, end: u64, kind: Kind) {
@@ -852,7 +854,7 @@ impl World {
             return;
         }
         self.out.faults_replayed += 1;
-        if memory::access_ok(&mut p.mm, addr, write) {
+        if memory::access_ok(&mut p.mm, Vaddr(addr), write) {
             self.out.faults_absorbed += 1;
             return;
         }
@@ -889,7 +891,7 @@ impl World {
             &mut self.g,
             &mut p.mm,
             task,
-            addr,
+            Vaddr(addr),
             write,
         );
         self.out.fault_ns += self.cx.compute_ns();
@@ -928,7 +930,7 @@ impl World {
             }
             return;
         }
-        if p.mm.brk(&mut self.pa, &mut self.cx, brk) == new {
+        if p.mm.brk(&mut self.pa, &mut self.cx, Vaddr(brk)) == Vaddr(new) {
             return;
         }
         // The model answered otherwise: the kernel's break is the truth.
@@ -936,7 +938,7 @@ impl World {
             p.mm.start_brk = new;
         }
         let old = p.mm.brk;
-        let forced = p.mm.brk(&mut self.pa, &mut self.cx, new) != new;
+        let forced = p.mm.brk(&mut self.pa, &mut self.cx, Vaddr(new)) != Vaddr(new);
         if forced {
             p.mm.brk = new;
         }
@@ -1010,7 +1012,7 @@ impl World {
         let mut refused = 0;
         for (s, e) in runs {
             if p.mm
-                .mprotect(&mut self.pa, &mut self.cx, s, e - s, prot)
+                .mprotect(&mut self.pa, &mut self.cx, Vaddr(s), e - s, prot)
                 .is_err()
             {
                 refused += 1;
@@ -1045,7 +1047,15 @@ impl World {
         let r = if ret == addr && f & (MREMAP_FIXED as u32 | MREMAP_DONTUNMAP as u32) == 0 {
             // Resized in place: so must the model.
             let f = MremapFlags(f & !MremapFlags::MAYMOVE.0);
-            p.mm.mremap(&mut self.pa, &mut self.cx, addr, old_len, new_len, f, 0)
+            p.mm.mremap(
+                &mut self.pa,
+                &mut self.cx,
+                Vaddr(addr),
+                old_len,
+                new_len,
+                f,
+                Vaddr(0),
+            )
         } else if ret >= MMAP_MIN_ADDR {
             if f & MREMAP_FIXED as u32 != 0 && ret != new_addr {
                 Err(mm::vma::Errno::Inval)
@@ -1053,12 +1063,20 @@ impl World {
                 let f = MremapFlags(f)
                     .or(MremapFlags::MAYMOVE)
                     .or(MremapFlags::FIXED);
-                p.mm.mremap(&mut self.pa, &mut self.cx, addr, old_len, new_len, f, ret)
+                p.mm.mremap(
+                    &mut self.pa,
+                    &mut self.cx,
+                    Vaddr(addr),
+                    old_len,
+                    new_len,
+                    f,
+                    Vaddr(ret),
+                )
             }
         } else {
             Err(mm::vma::Errno::Inval)
         };
-        if r == Ok(ret) {
+        if r == Ok(Vaddr(ret)) {
             return;
         }
         let prot = Self::prot_of(&p.mm, addr);
@@ -1166,7 +1184,8 @@ impl World {
             return;
         };
         let start = page_down(start);
-        let _ = p.mm.madvise(&mut self.pa, &mut self.cx, start, len, advice);
+        let _ =
+            p.mm.madvise(&mut self.pa, &mut self.cx, Vaddr(start), len, advice);
     }
 
     fn fork(&mut self, parent: i32, child: i32) {
