@@ -476,11 +476,29 @@ fn knob_value(v: &toml::Value) -> Option<KnobValue> {
     }
 }
 
+/// The most NUMA nodes a machine may have: Linux's `MAX_NUMNODES` at the
+/// largest `CONFIG_NODES_SHIFT` x86-64 accepts (10, `arch/x86/Kconfig`).
+pub const MAX_NUMNODES: u32 = 1 << 10;
+
 /// The longest idle tail accepted: an hour.
 pub const MAX_IDLE_TAIL_S: u64 = 3600;
 
+/// A smaller host to check machines against, when set (the fuzzer's memory
+/// budget); 0: the real host.
+static HOST_MEMORY_OVERRIDE: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+
+/// Makes [`host_memory_bytes`] report `bytes` (0: the real host again), so
+/// that validation refuses machines that would not fit a fuzzer's budget.
+pub fn set_host_memory_override(bytes: u64) {
+    HOST_MEMORY_OVERRIDE.store(bytes, std::sync::atomic::Ordering::Relaxed);
+}
+
 /// Host memory in bytes (from /proc/meminfo; 16 GiB if unreadable).
 pub fn host_memory_bytes() -> u64 {
+    let o = HOST_MEMORY_OVERRIDE.load(std::sync::atomic::Ordering::Relaxed);
+    if o > 0 {
+        return o;
+    }
     std::fs::read_to_string("/proc/meminfo")
         .ok()
         .and_then(|s| {
@@ -590,6 +608,14 @@ impl Experiment {
         let m = &f.machine;
         if m.nodes == 0 {
             bail!("{origin}: machine.nodes = 0: a machine needs at least one node");
+        }
+        // Checked before the nodes are built: 2^31 of them asked for 32 GiB.
+        if m.nodes > MAX_NUMNODES {
+            bail!(
+                "{origin}: machine.nodes = {}: at most {MAX_NUMNODES} (MAX_NUMNODES with \
+                 CONFIG_NODES_SHIFT = 10, the largest x86-64 Linux allows)",
+                m.nodes
+            );
         }
         let machine = Machine {
             name: m.name.clone(),

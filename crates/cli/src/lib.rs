@@ -16,6 +16,8 @@
 //!   `tests/model_vs_live.rs`.
 //! - [`calibrate`]: `mmlab calibrate`, the host's costs measured and fitted.
 //! - [`output`]: atomic file writes and closed-pipe handling.
+//! - [`fuzz`]: seeded fuzzing of experiments, traces and perf.data files
+//!   (`mmlab fuzz`).
 
 pub mod api;
 pub mod aspace;
@@ -24,6 +26,7 @@ pub mod calibrate;
 pub mod csv_out;
 pub mod experiment;
 pub mod fault_model;
+pub mod fuzz;
 pub mod import;
 pub mod metrics;
 pub mod output;

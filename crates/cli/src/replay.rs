@@ -143,7 +143,7 @@ pub fn replay_experiment(
         .find(|(n, _)| *n == DEFAULT_PROFILE)
         .ok_or_else(|| anyhow!("no built-in profile {DEFAULT_PROFILE}"))?;
     let profile = experiment::parse_profile(text, DEFAULT_PROFILE)?;
-    let kernel = recorded_kernel(header)?;
+    let kernel = recorded_kernel(header).map_err(|e| anyhow!("{}: {e}", trace.display()))?;
     experiment::check_fits_machine(&machine, &kernel.config).map_err(|e| {
         anyhow!(
             "{}: the recorded knobs on the recorded machine: {e}",
@@ -259,7 +259,7 @@ pub enum ReplayMode {
 
 /// Mode (a) of a trace, or why it cannot run: `Ok(None)` when the trace has
 /// no allocator events and the mode was not asked for by name.
-fn open_alloc(trace: &Path, mode: ReplayMode) -> Result<Option<Prepared>> {
+pub(crate) fn open_alloc(trace: &Path, mode: ReplayMode) -> Result<Option<Prepared>> {
     if mode == ReplayMode::Aspace {
         return Ok(None);
     }
@@ -273,7 +273,7 @@ fn open_alloc(trace: &Path, mode: ReplayMode) -> Result<Option<Prepared>> {
 }
 
 /// The trace's header, read without replaying anything.
-fn read_header(trace: &Path) -> Result<Header> {
+pub(crate) fn read_header(trace: &Path) -> Result<Header> {
     let r = trace::TraceReader::open(trace).map_err(|e| anyhow!("{}: {e}", trace.display()))?;
     Ok(r.header().clone())
 }
@@ -298,7 +298,7 @@ pub fn replay_cmd(
     };
     let min_cpus = prep
         .as_ref()
-        .and_then(|p| p.recorded.cpus.last().map(|c| c + 1))
+        .and_then(|p| p.recorded.cpus.last().map(|c| c.saturating_add(1)))
         .unwrap_or(1);
     let exp = replay_experiment(trace, &header, min_cpus, exp_file)?;
     let fold = cpu_fold_warning(&header, min_cpus, &exp);
@@ -548,7 +548,7 @@ pub fn validate_cmd(trace: &Path, seed: Option<u64>, warm: bool, mode: ReplayMod
     };
     let min_cpus = prep
         .as_ref()
-        .and_then(|p| p.recorded.cpus.last().map(|c| c + 1))
+        .and_then(|p| p.recorded.cpus.last().map(|c| c.saturating_add(1)))
         .unwrap_or(1);
     let exp = replay_experiment(trace, &header, min_cpus, None)?;
     let seed = seed.unwrap_or(exp.seed);

@@ -23,6 +23,18 @@ pub struct RunOpts<'a> {
 
 /// Runs one kernel on one workload.
 pub fn run_one(exp: &Experiment, k: &Kernel, w: &Workload, seed: u64) -> Result<RunResult> {
+    run_one_within(exp, k, w, seed, None).map(|(r, _)| r)
+}
+
+/// [`run_one`] that stops after `event_budget` engine events, if given;
+/// the flag says whether it did (the fuzzer's liveness check).
+pub fn run_one_within(
+    exp: &Experiment,
+    k: &Kernel,
+    w: &Workload,
+    seed: u64,
+    event_budget: Option<u64>,
+) -> Result<(RunResult, bool)> {
     let layout = exp.machine.memory_layout();
     let mut pa = PageAlloc::new(&layout, k.config.sysctl, k.config.pcp);
     // Each CPU's share of its node's last-level cache (patch 2 of the PCP
@@ -47,8 +59,11 @@ pub fn run_one(exp: &Experiment, k: &Kernel, w: &Workload, seed: u64) -> Result<
     for t in tasks {
         eng.spawn(t);
     }
+    if let Some(b) = event_budget {
+        eng.set_event_budget(b);
+    }
     let stats = eng.run();
-    Ok(RunResult {
+    let result = RunResult {
         kernel: k.name.clone(),
         workload: w.name.clone(),
         stats,
@@ -56,7 +71,8 @@ pub fn run_one(exp: &Experiment, k: &Kernel, w: &Workload, seed: u64) -> Result<
         nr_runs: workloads::nr_runs(&w.kind, &w.params, &exp.machine)
             .map_err(|e| anyhow!("workload \"{}\": {e}", w.name))?,
         seed,
-    })
+    };
+    Ok((result, eng.budget_exhausted()))
 }
 
 /// Runs every (kernel, workload) pair with every seed; results come back

@@ -396,7 +396,11 @@ impl Vcpu {
     /// True if the vCPU neither has an event queued nor runs a task: it
     /// needs an event to notice new work.
     fn idle(&self) -> bool {
-        !self.active && self.current.is_none()
+        // A vCPU with segments left and no event queued waits for a lock
+        // (its grant schedules it): it is not idle, even when the task
+        // whose exit it is playing is gone (`current` is None). Kicking it
+        // replayed its `Lock` segment: queued twice, it waited on itself.
+        !self.active && self.current.is_none() && self.pos >= self.segs.len()
     }
 }
 
@@ -558,6 +562,11 @@ pub struct Engine {
     /// vCPUs whose vmstat timer is paused until the next operation starts
     /// anywhere (see [`Engine::vmstat_timer`]).
     timers_paused: Vec<VcpuId>,
+    /// Events left before [`Engine::run`] gives up (a fuzzer's liveness
+    /// budget); `None`: no limit.
+    event_budget: Option<u64>,
+    /// The budget ran out: the run stopped with tasks still live.
+    budget_exhausted: bool,
     /// Lock statistics and busy time when the last task ended: the run's
     /// figures, before any idle tail.
     at_last_task: Option<(Vec<LockStats>, u64)>,
@@ -632,6 +641,8 @@ impl Engine {
             last_op_start: SimTime::default(),
             last_pcp_sample: Vec::new(),
             timers_paused: Vec::new(),
+            event_budget: None,
+            budget_exhausted: false,
             at_last_task: None,
             last_task_end: SimTime::default(),
             cache: None,
@@ -819,6 +830,13 @@ impl Engine {
                 .push(SimTime(VMSTAT_INTERVAL_NS), Event::VmstatTimer(v));
         }
         while let Some((t, event)) = self.queue.pop() {
+            if let Some(left) = self.event_budget.as_mut() {
+                if *left == 0 {
+                    self.budget_exhausted = true;
+                    break;
+                }
+                *left -= 1;
+            }
             match event {
                 Event::Run(v) => self.step(v, t),
                 Event::VmstatTimer(v) => self.vmstat_timer(v, t),
@@ -839,11 +857,24 @@ impl Engine {
             .map(|i| i.0)
             .collect();
         assert!(
-            stuck.is_empty(),
+            stuck.is_empty() || self.budget_exhausted,
             "deadlock: tasks {stuck:?} never finished (waiting on a channel nobody sends to)"
         );
         self.sum_stats();
         self.stats.clone()
+    }
+
+    /// Makes [`Engine::run`] stop after `events` events, with tasks still
+    /// live if they need more ([`Engine::budget_exhausted`]). A fuzzer uses
+    /// it to tell a run that is merely long from one that never ends: its
+    /// inputs are sized so that every run ends well within the budget.
+    pub fn set_event_budget(&mut self, events: u64) {
+        self.event_budget = Some(events);
+    }
+
+    /// Whether the last [`Engine::run`] stopped at the event budget.
+    pub fn budget_exhausted(&self) -> bool {
+        self.budget_exhausted
     }
 
     /// Sums what the vCPUs and tasks counted into the run's statistics.

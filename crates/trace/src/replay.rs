@@ -336,7 +336,7 @@ impl Prepared {
                     gfp_flags,
                 } => {
                     rec.allocs += 1;
-                    rec.pages_allocated += 1u64 << order.min(63);
+                    rec.pages_allocated = rec.pages_allocated.saturating_add(1u64 << order.min(63));
                     if order > MAX_ORDER as u32 {
                         rec.unsupported_order += 1;
                         continue;

@@ -133,6 +133,10 @@ struct Kbuild {
     held: Vec<Block>,
     slab: Vec<Block>,
     stack: Vec<Block>,
+    /// Stack allocations tried for this job, failed ones included: a fork
+    /// goes on with the pages it got (counting only successes retried a
+    /// failing allocation forever when memory ran out).
+    nr_stack_tried: usize,
     pgd: Option<Block>,
     pending: For,
 }
@@ -148,6 +152,7 @@ impl Kbuild {
             held: Vec::new(),
             slab: Vec::new(),
             stack: Vec::new(),
+            nr_stack_tried: 0,
             pgd: None,
             pending: For::User,
         }
@@ -177,7 +182,8 @@ impl Program for Kbuild {
                     if self.job == self.p.jobs {
                         return None;
                     }
-                    if self.stack.len() < KERNEL_STACK_PAGES {
+                    if self.nr_stack_tried < KERNEL_STACK_PAGES {
+                        self.nr_stack_tried += 1;
                         return self.alloc(For::Stack, Gfp::KERNEL, 0);
                     }
                     let half = self.p.pages_per_job / 2;
@@ -240,6 +246,7 @@ impl Program for Kbuild {
                 Phase::ExitPgd => {
                     // The PGD is the last, lone high-order free of the exit.
                     self.job += 1;
+                    self.nr_stack_tried = 0;
                     self.phase = Phase::ForkStack;
                     if let Some(b) = self.pgd.take() {
                         return Some(Op::FreePages { block: b });
