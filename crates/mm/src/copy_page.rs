@@ -138,6 +138,9 @@ pub struct NumaHw {
     pub dma_channels: u32,
     /// Copy rate of one DMA channel.
     pub dma_channel_mbps: u64,
+    /// Line fill buffers of one core (0: not given; the thread rate is then
+    /// `thread_copy_mbps` scaled by the SLIT distance).
+    pub line_fill_buffers: u32,
 }
 
 impl NumaHw {
@@ -152,6 +155,7 @@ impl NumaHw {
             link_mbps: u64::MAX / 4096,
             dma_channels: 0,
             dma_channel_mbps: 0,
+            line_fill_buffers: 0,
         }
     }
 }
@@ -431,6 +435,7 @@ mod tests {
             link_mbps: 20_000,
             dma_channels: 4,
             dma_channel_mbps: 1000,
+            line_fill_buffers: 0,
         }
     }
 

@@ -140,6 +140,31 @@ costs! {
     /// From the last DMA transfer's end to the waiter running again (the
     /// completion interrupt or poll, and the wake-up).
     DmaCompletion = "dma_completion_ns",
+    /// Reading a cache line last written by this CPU's SMT sibling (the
+    /// line is in the shared L1/L2 of the core).
+    C2cSmt = "c2c_smt_ns",
+    /// Reading a cache line last written by another core that shares this
+    /// CPU's last-level cache (a core-to-core transfer within the LLC).
+    C2cSameLlc = "c2c_same_llc_ns",
+    /// Reading a cache line last written by a core of the same socket but
+    /// another LLC (another CCX on AMD; equal to `c2c_same_llc_ns` where a
+    /// socket has one LLC).
+    C2cOtherLlc = "c2c_other_llc_ns",
+    /// Reading a cache line last written by a core of the other socket.
+    C2cOtherSocket = "c2c_other_socket_ns",
+    /// Load-to-use latency of a line from this node's DRAM (idle system).
+    DramLocal = "dram_local_ns",
+    /// Load-to-use latency of a line from another node's DRAM (idle system).
+    DramRemote = "dram_remote_ns",
+    /// The instructions of one buddy free-list operation, without the cache
+    /// misses on the lines it touches: used instead of `buddy_list_op_ns`
+    /// when the model tracks who last wrote those lines
+    /// ([`crate::cacheline`]), which then charges each line's transfer.
+    BuddyListInsn = "buddy_list_insn_ns",
+    /// Running another task on this CPU and coming back: two context
+    /// switches (`schedule()` to a kworker and back), as when a caller
+    /// queues a work item on its own CPU and waits for it (`flush_work()`).
+    ContextSwitch = "context_switch_ns",
 }
 
 /// A table of nanoseconds per [`Cost`], indexed by the cost.
