@@ -10,7 +10,7 @@ mod replay;
 mod report;
 mod runner;
 
-use anyhow::{bail, Context, Result};
+use anyhow::{bail, Result};
 use clap::{Parser, Subcommand};
 use experiment::Experiment;
 use report::Format;
@@ -332,6 +332,7 @@ fn real_main() -> Result<()> {
                 }
                 None => BUILTIN_EXPERIMENTS.to_vec(),
             };
+            check_out(out.out.as_deref())?;
             let mut docs = Vec::new();
             for (n, text) in list {
                 let exp = Experiment::parse(text, Path::new(&format!("experiments/{n}.toml")))?;
@@ -348,6 +349,7 @@ fn real_main() -> Result<()> {
         }
         Cmd::Run { file, out } => {
             let exp = Experiment::load(&file)?;
+            check_out(out.out.as_deref())?;
             let doc = run_and_print(&exp, &out)?;
             if let Some(path) = &out.out {
                 write_atomically(path, &doc)?;
@@ -460,14 +462,20 @@ fn run_and_print(exp: &Experiment, out: &OutputArgs) -> Result<serde_json::Value
     Ok(doc)
 }
 
-/// Writes `doc` to `path` through a temporary file and a rename, so that a
-/// reader never sees half a document and a failure leaves the old one.
+/// Writes `doc` to `path` through an unpredictable temporary file and a
+/// rename (`host::output`), so that a reader never sees half a document and
+/// a failure leaves the old one.
 fn write_atomically(path: &Path, doc: &serde_json::Value) -> Result<()> {
-    let tmp = path.with_extension("json.tmp");
     let text = serde_json::to_string_pretty(doc)? + "\n";
-    std::fs::write(&tmp, text).with_context(|| format!("cannot write {}", tmp.display()))?;
-    std::fs::rename(&tmp, path)
-        .with_context(|| format!("cannot rename {} to {}", tmp.display(), path.display()))?;
+    host::output::write_atomic(path, text.as_bytes(), host::Mode::Shared)?;
+    Ok(())
+}
+
+/// Fails now, before any work, if `--out` could not be written at the end.
+fn check_out(path: Option<&Path>) -> Result<()> {
+    if let Some(p) = path {
+        host::output::check_writable(p, host::Mode::Shared)?;
+    }
     Ok(())
 }
 
@@ -513,6 +521,7 @@ fn trace_stats(path: &Path) -> Result<()> {
 }
 
 fn replay_cmd(file: &Path, a: &ReplayArgs) -> Result<()> {
+    check_out(a.out.as_deref())?;
     replay::replay_cmd(
         file,
         a.experiment.as_deref(),

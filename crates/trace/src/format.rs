@@ -26,10 +26,11 @@
 //! damage is. Memory stays bounded by one chunk ([`MAX_CHUNK_BYTES`]).
 
 use std::fmt;
-use std::fs::{File, OpenOptions};
+use std::fs::File;
 use std::io::{self, BufReader, BufWriter, Read, Write};
-use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
 use std::path::Path;
+
+use host::output::{AtomicFile, Mode, OutputError};
 
 use crate::event::{Event, EventKind, Header, Trailer};
 
@@ -373,26 +374,78 @@ pub struct TraceWriter<W: Write> {
     nr_bytes: u64,
 }
 
-impl TraceWriter<BufWriter<File>> {
-    /// Creates (or truncates) `path` with mode 0600, since a trace shows
-    /// addresses and the commands a user ran, and writes the header.
+impl TraceWriter<TraceFile> {
+    /// Starts the trace file `path` (see [`TraceFile`]) and writes the header.
+    /// The file appears at `path` when [`TraceWriter::finish`] returns `Ok`.
     pub fn create(path: &Path, header: &Header) -> Result<Self, TraceError> {
-        let file = create_private(path).map_err(|source| TraceError::Io { offset: 0, source })?;
-        TraceWriter::new(BufWriter::with_capacity(256 * 1024, file), header)
+        let file = TraceFile::create(path).map_err(|e| TraceError::Io {
+            offset: 0,
+            source: e.into(),
+        })?;
+        TraceWriter::new(file, header)
     }
 }
 
-/// Opens `path` for writing with mode 0600, also when it already existed
-/// with a wider mode.
-pub(crate) fn create_private(path: &Path) -> io::Result<File> {
-    let file = OpenOptions::new()
-        .write(true)
-        .create(true)
-        .truncate(true)
-        .mode(0o600)
-        .open(path)?;
-    file.set_permissions(std::fs::Permissions::from_mode(0o600))?;
-    Ok(file)
+/// Where a [`TraceWriter`] writes: what [`TraceWriter::finish`] does last.
+pub trait TraceSink: Write {
+    /// Makes the written bytes final (by default, flushes them).
+    fn complete(&mut self) -> io::Result<()> {
+        self.flush()
+    }
+}
+
+impl TraceSink for Vec<u8> {}
+impl TraceSink for io::Sink {}
+impl TraceSink for File {}
+impl<W: Write> TraceSink for BufWriter<W> {}
+
+/// A trace file being written: owner-only (mode 0600, since a trace shows
+/// the commands a user ran and the addresses of their processes), written
+/// to an unpredictable temporary file beside `path` and renamed over it when
+/// the trace is complete ([`host::output`]). Until then an existing file at
+/// `path` is untouched; dropped before, nothing is left behind.
+pub struct TraceFile {
+    out: Option<BufWriter<AtomicFile>>,
+}
+
+impl TraceFile {
+    /// Checks `path` (not a directory, in a directory that exists and is
+    /// writable) and creates the temporary file. Call before the work that
+    /// produces the trace.
+    pub fn create(path: &Path) -> Result<TraceFile, OutputError> {
+        let f = AtomicFile::create(path, Mode::Private)?;
+        Ok(TraceFile {
+            out: Some(BufWriter::with_capacity(256 * 1024, f)),
+        })
+    }
+
+    fn out(&mut self) -> io::Result<&mut BufWriter<AtomicFile>> {
+        self.out
+            .as_mut()
+            .ok_or_else(|| io::Error::other("the trace file is already complete"))
+    }
+}
+
+impl Write for TraceFile {
+    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        self.out()?.write(buf)
+    }
+
+    fn flush(&mut self) -> io::Result<()> {
+        self.out()?.flush()
+    }
+}
+
+impl TraceSink for TraceFile {
+    /// Flushes, `fsync`s and renames the trace into place.
+    fn complete(&mut self) -> io::Result<()> {
+        let out = self
+            .out
+            .take()
+            .ok_or_else(|| io::Error::other("completed twice"))?;
+        let file = out.into_inner().map_err(|e| e.into_error())?;
+        file.commit().map_err(io::Error::from)
+    }
 }
 
 impl<W: Write> TraceWriter<W> {
@@ -458,9 +511,13 @@ impl<W: Write> TraceWriter<W> {
         self.state = DeltaState::default();
         Ok(())
     }
+}
 
+impl<W: TraceSink> TraceWriter<W> {
     /// Writes the last chunk and the trailer (with `nr_events` filled in),
-    /// flushes, and returns the output and the total bytes written.
+    /// completes the sink ([`TraceSink::complete`]: a [`TraceFile`] is
+    /// renamed into place), and returns the output and the total bytes
+    /// written.
     pub fn finish(mut self, trailer: &Trailer) -> Result<(W, u64), TraceError> {
         self.flush_chunk()?;
         let mut trailer = trailer.clone();
@@ -478,7 +535,7 @@ impl<W: Write> TraceWriter<W> {
         frame.extend_from_slice(&json);
         self.out
             .write_all(&frame)
-            .and_then(|()| self.out.flush())
+            .and_then(|()| self.out.complete())
             .map_err(|source| TraceError::Io { offset, source })?;
         self.nr_bytes += frame.len() as u64;
         Ok((self.out, self.nr_bytes))
@@ -1390,6 +1447,7 @@ mod tests {
 
     #[test]
     fn written_file_is_private_to_its_owner() {
+        use std::os::unix::fs::PermissionsExt;
         let dir = std::env::temp_dir().join(format!("mmlab-trace-mode-{}", std::process::id()));
         std::fs::create_dir_all(&dir).expect("temp dir");
         let path = dir.join("t.mmtrace");

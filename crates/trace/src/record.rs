@@ -19,10 +19,16 @@
 //! 3. Fork the child, which waits on a pipe; put its pid in
 //!    `set_event_pid`; turn tracing on; let the child exec the command.
 //! 4. Until the child exits, copy pages from every CPU's `trace_pipe_raw`
-//!    to spool files beside the output (memory stays constant).
+//!    to spool files in the output's directory (memory stays constant). The
+//!    spools have no name (`O_TMPFILE`, [`host::output::unnamed_file_in`]):
+//!    nobody can guess or replace them, and a kill leaves none behind.
 //! 5. Turn tracing off, drain the buffers, read the lost-event counters,
 //!    snapshot the kernel's counters, remove the instance.
-//! 6. Merge the per-CPU spools by `(timestamp, cpu)` into the mmlab trace.
+//! 6. Merge the per-CPU spools by `(timestamp, cpu)` into the mmlab trace,
+//!    written to a temporary file created in step 1 (so that an output that
+//!    cannot be written fails before the command runs) and renamed over the
+//!    output when complete ([`TraceFile`]): a failed or killed recording
+//!    leaves an existing file at the output untouched.
 //!
 //! # Ctrl-C
 //!
@@ -34,7 +40,7 @@ use std::collections::BTreeMap;
 use std::ffi::CString;
 use std::fmt;
 use std::fs::{self, File, OpenOptions};
-use std::io::{self, BufReader, BufWriter, Read, Write};
+use std::io::{self, BufReader, BufWriter, Read, Seek, Write};
 use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
@@ -44,7 +50,7 @@ use std::time::{Duration, Instant};
 
 use crate::decode::{Decoded, Decoder, RECORDED_EVENTS};
 use crate::event::{Header, TraceSource, Trailer, NR_EVENT_KINDS};
-use crate::format::{create_private, TraceError, TraceWriter};
+use crate::format::{TraceError, TraceFile, TraceWriter};
 use crate::sysinfo;
 use crate::tracefs::{
     parse_format, parse_page, EventFormat, FormatParseError, PageHeaderLayout, RbRecord,
@@ -140,7 +146,7 @@ pub enum RecordError {
         path: PathBuf,
         source: FormatParseError,
     },
-    /// The output (or a spool file beside it) could not be written.
+    /// The output (or a spool file in its directory) could not be written.
     Output { path: PathBuf, source: TraceError },
 }
 
@@ -545,6 +551,7 @@ fn describe_status(status: i32) -> (String, Option<i32>) {
 struct CpuReader {
     cpu: u32,
     pipe: File,
+    /// Names the (unnamed) spool in errors.
     spool_path: PathBuf,
     spool: BufWriter<File>,
 }
@@ -599,6 +606,19 @@ pub fn record(
     if euid != 0 {
         return Err(RecordError::NotRoot { euid });
     }
+    // The output first: one that cannot be written fails before anything
+    // runs, and an existing file stays as it is until the trace is complete.
+    let trace_file = TraceFile::create(output).map_err(|e| RecordError::Output {
+        path: output.to_path_buf(),
+        source: TraceError::Io {
+            offset: 0,
+            source: e.into(),
+        },
+    })?;
+    let spool_dir = output
+        .parent()
+        .filter(|p| !p.as_os_str().is_empty())
+        .unwrap_or(Path::new("."));
     if find_tracefs().is_none() && opts.mount_tracefs {
         let at = PathBuf::from(TRACEFS_PATHS[0]);
         mount_tracefs(&at)?;
@@ -692,7 +712,6 @@ pub fn record(
         .collect();
     cpus.sort_unstable();
 
-    let spool_base = output.as_os_str().to_owned();
     let mut readers = Vec::with_capacity(cpus.len());
     let instance_dirs: Vec<(&Path, &str)> = std::iter::once((dir.as_path(), ""))
         .chain(kmem_dir.as_deref().map(|d| (d, ".kmem")))
@@ -707,10 +726,8 @@ pub fn record(
             .custom_flags(libc::O_NONBLOCK)
             .open(&p)
             .map_err(tfs_err(&p, "open"))?;
-        let mut sp = spool_base.clone();
-        sp.push(format!("{tag}.cpu{cpu}.spool"));
-        let spool_path = PathBuf::from(sp);
-        let f = create_private(&spool_path).map_err(|source| RecordError::Output {
+        let spool_path = spool_dir.join(format!("(unnamed spool{tag} of cpu{cpu})"));
+        let f = host::output::unnamed_file_in(spool_dir).map_err(|source| RecordError::Output {
             path: spool_path.clone(),
             source: TraceError::Io { offset: 0, source },
         })?;
@@ -721,7 +738,6 @@ pub fn record(
             spool: BufWriter::with_capacity(1 << 20, f),
         });
     }
-    let spools = SpoolFiles(readers.iter().map(|r| r.spool_path.clone()).collect());
 
     let counters_before = sysinfo::read_counters();
     let sigint = SigintGuard::install()?;
@@ -789,22 +805,24 @@ pub fn record(
         BTreeMap::new()
     };
 
-    // Close the pipes and spools, then remove the instance before the
-    // (possibly long) merge, so that tracing is off as early as possible.
-    let mut spool_paths = Vec::with_capacity(readers.len());
+    // Close the pipes and flush the spools, then remove the instance before
+    // the (possibly long) merge, so that tracing is off as early as possible.
+    let mut spools = Vec::with_capacity(readers.len());
     for r in readers {
         let CpuReader {
             cpu,
             pipe,
             spool_path,
-            mut spool,
+            spool,
         } = r;
         drop(pipe);
-        spool.flush().map_err(|source| RecordError::Output {
+        let spool_err = |source| RecordError::Output {
             path: spool_path.clone(),
             source: TraceError::Io { offset: 0, source },
-        })?;
-        spool_paths.push((cpu, spool_path));
+        };
+        let mut f = spool.into_inner().map_err(|e| spool_err(e.into_error()))?;
+        f.seek(io::SeekFrom::Start(0)).map_err(spool_err)?;
+        spools.push((cpu, f));
     }
     kmem_instance.cleanup();
     instance.cleanup();
@@ -832,9 +850,9 @@ pub fn record(
         path: output.to_path_buf(),
         source,
     };
-    let mut writer = TraceWriter::create(output, &header).map_err(out_err)?;
+    let mut writer = TraceWriter::new(trace_file, &header).map_err(out_err)?;
     let merged =
-        merge_spools(&spool_paths, layout, &mut decoder, &tgids, &mut writer).map_err(out_err)?;
+        merge_spools(spools, layout, &mut decoder, &tgids, &mut writer).map_err(out_err)?;
     decoder.finish();
     let nr_lost_events = nr_lost_stats.max(merged.nr_lost_in_pages);
     let trailer = Trailer {
@@ -851,7 +869,6 @@ pub fn record(
     };
     let nr_events = writer.nr_events();
     let (_, nr_trace_bytes) = writer.finish(&trailer).map_err(out_err)?;
-    drop(spools);
     let mut nr_events_by_kind = BTreeMap::new();
     for (code, n) in merged.by_kind.iter().enumerate() {
         if *n > 0 {
@@ -872,17 +889,6 @@ pub fn record(
         command_wall,
         postprocess_wall: post_started.elapsed(),
     })
-}
-
-/// Removes the spool files on every way out.
-struct SpoolFiles(Vec<PathBuf>);
-
-impl Drop for SpoolFiles {
-    fn drop(&mut self) {
-        for p in &self.0 {
-            let _ = fs::remove_file(p);
-        }
-    }
 }
 
 /// Parses `saved_tgids` (`tid tgid` lines).
@@ -950,20 +956,19 @@ impl SpoolStream {
     }
 }
 
-fn merge_spools(
-    spools: &[(u32, PathBuf)],
+fn merge_spools<W: Write>(
+    spools: Vec<(u32, File)>,
     layout: PageHeaderLayout,
     decoder: &mut Decoder,
     tgids: &BTreeMap<i32, i32>,
-    writer: &mut TraceWriter<BufWriter<File>>,
+    writer: &mut TraceWriter<W>,
 ) -> Result<MergeStats, TraceError> {
     let io_err = |source| TraceError::Io { offset: 0, source };
     let mut stats = MergeStats::default();
     let mut streams = Vec::with_capacity(spools.len());
-    for (cpu, path) in spools {
-        let f = File::open(path).map_err(io_err)?;
+    for (cpu, f) in spools {
         streams.push(SpoolStream {
-            cpu: *cpu,
+            cpu,
             input: BufReader::with_capacity(1 << 20, f),
             page: Vec::new(),
             records: Vec::new(),
