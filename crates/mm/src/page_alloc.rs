@@ -958,6 +958,11 @@ impl PageAlloc {
         }
     }
 
+    /// The machine's CPU topology, if the cache-line model is on.
+    pub fn cpu_topology(&self) -> Option<CpuTopology> {
+        self.zones.first()?.lines.as_ref().map(|l| l.topo)
+    }
+
     /// `node_distance(a, b)`: 10 for a node to itself, larger further away.
     pub fn node_distance(&self, a: NodeId, b: NodeId) -> u32 {
         let n = self.layout.nodes.len();
