@@ -4,6 +4,7 @@
 //! reports.
 
 mod aspace;
+mod bands;
 mod bench;
 mod experiment;
 mod replay;
@@ -125,6 +126,12 @@ enum Cmd {
     Reproduce {
         /// A built-in experiment's name.
         name: Option<String>,
+        /// Then the fifteen headline figures of the seeds beside the model's,
+        /// each with its band: the range it takes when every estimated input
+        /// of its profile (a cost with a `band`) moves to either end, one at
+        /// a time (a few minutes on 2 cores).
+        #[arg(long)]
+        bands: bool,
         #[command(flatten)]
         out: OutputArgs,
     },
@@ -307,7 +314,7 @@ fn main() {
 fn real_main() -> Result<()> {
     let cli = Cli::parse();
     match cli.cmd {
-        Cmd::Reproduce { name, out } => {
+        Cmd::Reproduce { name, bands, out } => {
             let list: Vec<_> = match &name {
                 Some(n) => {
                     // A name runs that experiment and its companions
@@ -345,6 +352,21 @@ fn real_main() -> Result<()> {
                     serde_json::Value::Array(docs)
                 };
                 write_atomically(path, &doc)?;
+            }
+            if bands {
+                let opts = runner::RunOpts {
+                    seed: 0,
+                    quiet: out.quiet,
+                    jobs: out.jobs.unwrap_or_else(|| {
+                        std::thread::available_parallelism().map_or(1, |n| n.get())
+                    }),
+                };
+                let b = bands::headline_bands(opts, true)?;
+                if out.format == Format::Json {
+                    println!("{}", serde_json::to_string_pretty(&bands::json(&b))?);
+                } else {
+                    println!("{}", bands::table(&b, true));
+                }
             }
         }
         Cmd::Run { file, out } => {

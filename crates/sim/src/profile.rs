@@ -67,7 +67,7 @@ impl TopologyProfile {
         }
         if self.threads_per_core == 0
             || self.cores_per_llc == 0
-            || cpus % self.threads_per_core != 0
+            || !cpus.is_multiple_of(self.threads_per_core)
         {
             return Err(format!(
                 "topology: threads_per_core = {} and cores_per_llc = {} must be positive and divide the node's {cpus} CPUs",
