@@ -42,6 +42,7 @@ use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::{FileTypeExt, OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 
+use crate::journal::Entry;
 use crate::rand::random_u64;
 
 /// Who may read an output.
@@ -130,6 +131,9 @@ pub struct AtomicFile {
     target: PathBuf,
     file: Option<File>,
     kind: Kind,
+    /// The temporary file's entry in the process's journal
+    /// ([`crate::journal`]): a signal or the next run after a kill removes it.
+    entry: Option<Entry>,
 }
 
 /// How many names are tried before giving up (each collision is a 1 in 2^64
@@ -143,6 +147,10 @@ impl AtomicFile {
     /// Call this before the work that produces the output, so that an
     /// unwritable output fails at once.
     pub fn create(target: &Path, mode: Mode) -> Result<AtomicFile, OutputError> {
+        Self::create_inner(target, mode, true)
+    }
+
+    fn create_inner(target: &Path, mode: Mode, journal: bool) -> Result<AtomicFile, OutputError> {
         let dir = parent_dir(target);
         let Some(name) = target.file_name() else {
             return Err(OutputError::new(
@@ -181,10 +189,16 @@ impl AtomicFile {
         }
         let (file, tmp) = create_temp_beside(dir, name.as_bytes(), mode)
             .map_err(|e| OutputError::new(target, "create a temporary file in its directory", e))?;
+        let entry = if journal {
+            crate::journal::record_temp(&absolute(&tmp))
+        } else {
+            None
+        };
         Ok(AtomicFile {
             target: target.to_path_buf(),
             file: Some(file),
             kind: Kind::Replace { tmp },
+            entry,
         })
     }
 
@@ -199,6 +213,7 @@ impl AtomicFile {
             target: target.to_path_buf(),
             file: Some(file),
             kind: Kind::Stream,
+            entry: None,
         })
     }
 
@@ -242,6 +257,9 @@ impl AtomicFile {
         })?;
         // The rename happened: nothing is left to remove on drop.
         self.kind = Kind::Stream;
+        if let Some(e) = self.entry.take() {
+            crate::journal::forget(e);
+        }
         sync_dir(parent_dir(&target));
         Ok(())
     }
@@ -263,6 +281,9 @@ impl Drop for AtomicFile {
             self.file = None;
             let _ = std::fs::remove_file(tmp);
         }
+        if let Some(e) = self.entry.take() {
+            crate::journal::forget(e);
+        }
     }
 }
 
@@ -272,6 +293,21 @@ pub fn write_atomic(target: &Path, bytes: &[u8], mode: Mode) -> Result<(), Outpu
     f.write_all(bytes)
         .map_err(|e| OutputError::new(target, "write the temporary file", e))?;
     f.commit()
+}
+
+/// [`write_atomic`] for the journal itself (which must not journal its own
+/// temporary file), owner-only.
+pub(crate) fn write_unjournalled(target: &Path, bytes: &[u8]) -> io::Result<()> {
+    let mut f = AtomicFile::create_inner(target, Mode::Private, false)?;
+    f.write_all(bytes)?;
+    f.commit()?;
+    Ok(())
+}
+
+/// `path` made absolute against the current directory, so that a journal
+/// entry still names it after a `chdir` or from another process.
+fn absolute(path: &Path) -> PathBuf {
+    std::path::absolute(path).unwrap_or_else(|_| path.to_path_buf())
 }
 
 /// Fails now if `target` could not be written later: it is a directory, its

@@ -10,6 +10,7 @@
 pub mod cacheline;
 pub mod copy_page;
 pub mod cost;
+pub mod exec;
 pub mod hugetlb;
 pub mod knobs;
 pub mod memory;

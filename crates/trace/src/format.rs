@@ -32,12 +32,19 @@ use std::path::Path;
 
 use host::output::{AtomicFile, Mode, OutputError};
 
-use crate::event::{Event, EventKind, Header, Trailer};
+use crate::event::{Event, EventKind, ExecVma, Header, Trailer};
 
 /// The first eight bytes of every mmlab trace.
 pub const MAGIC: [u8; 8] = *b"MMLABTR\0";
-/// The format version this code writes and reads.
-pub const VERSION: u16 = 1;
+/// The format version this code writes. Version 2 added the
+/// `ExecLayout` event (kind 15); version 1 files, which cannot hold one,
+/// read as before.
+pub const VERSION: u16 = 2;
+/// The oldest format version this code reads.
+pub const MIN_VERSION: u16 = 1;
+/// Most mappings one `ExecLayout` event may hold: a real exec makes a few
+/// dozen; a corrupted count must not allocate gigabytes.
+const MAX_EXEC_VMAS: u64 = 4096;
 /// The writer closes a chunk once its payload reaches this size. 64 KiB keeps
 /// the loss on damage small while the framing costs under 0.03 %.
 pub const CHUNK_TARGET_BYTES: usize = 64 * 1024;
@@ -101,7 +108,7 @@ impl fmt::Display for TraceError {
                 String::from_utf8_lossy(found)
             ),
             TraceError::UnsupportedVersion { found, supported } => {
-                write!(f, "mmlab trace version {found} is not supported (this build reads {supported})")
+                write!(f, "mmlab trace version {found} is not supported (this build reads {MIN_VERSION} to {supported})")
             }
             TraceError::Truncated { offset, record, expected } => write!(
                 f,
@@ -357,6 +364,22 @@ fn encode_event(buf: &mut Vec<u8>, st: &mut DeltaState, ev: &Event) {
             buf.extend_from_slice(&bytes[..len]);
         }
         EventKind::Exit { pid } => put_signed(buf, *pid as i64),
+        EventKind::ExecLayout { pid, vmas } => {
+            put_signed(buf, *pid as i64);
+            let n = vmas.len().min(MAX_EXEC_VMAS as usize);
+            put_varint(buf, n as u64);
+            for v in &vmas[..n] {
+                put_varint(buf, v.start);
+                put_varint(buf, v.len);
+                put_varint(buf, v.pgoff);
+                put_varint(buf, v.prot as u64);
+                put_varint(buf, v.flags as u64);
+                let bytes = v.name.as_bytes();
+                let len = bytes.len().min(MAX_FILENAME_BYTES as usize);
+                put_varint(buf, len as u64);
+                buf.extend_from_slice(&bytes[..len]);
+            }
+        }
     }
 }
 
@@ -639,6 +662,39 @@ impl Cursor<'_> {
         Ok(st.address)
     }
 
+    /// A length-prefixed string of at most [`MAX_FILENAME_BYTES`].
+    fn string(&mut self, what: &str) -> Result<String, TraceError> {
+        let len = self.varint(what)?;
+        if len > MAX_FILENAME_BYTES || self.pos + len as usize > self.bytes.len() {
+            return Err(self.corrupt(format!("{what} of {len} bytes does not fit the chunk")));
+        }
+        let bytes = &self.bytes[self.pos..self.pos + len as usize];
+        self.pos += len as usize;
+        Ok(String::from_utf8_lossy(bytes).into_owned())
+    }
+
+    fn exec_layout(&mut self) -> Result<EventKind, TraceError> {
+        let pid = self.i32("pid")?;
+        let n = self.varint("number of exec mappings")?;
+        if n > MAX_EXEC_VMAS {
+            return Err(self.corrupt(format!(
+                "an exec layout of {n} mappings (at most {MAX_EXEC_VMAS})"
+            )));
+        }
+        let mut vmas = Vec::with_capacity(n as usize);
+        for _ in 0..n {
+            vmas.push(ExecVma {
+                start: self.varint("mapping start")?,
+                len: self.varint("mapping length")?,
+                pgoff: self.varint("mapping pgoff")?,
+                prot: self.u32("mapping prot")?,
+                flags: self.u32("mapping flags")?,
+                name: self.string("mapping name")?,
+            });
+        }
+        Ok(EventKind::ExecLayout { pid, vmas })
+    }
+
     fn decode_event(&mut self, st: &mut DeltaState) -> Result<Event, TraceError> {
         let code = self.u8("event kind")?;
         st.ts_ns = st.ts_ns.wrapping_add(self.signed("timestamp")? as u64);
@@ -726,26 +782,16 @@ impl Cursor<'_> {
                 parent: self.i32("parent")?,
                 child: self.i32("child")?,
             },
-            12 => {
-                let pid = self.i32("pid")?;
-                let len = self.varint("filename length")?;
-                if len > MAX_FILENAME_BYTES || self.pos + len as usize > self.bytes.len() {
-                    return Err(self.corrupt(format!(
-                        "exec filename of {len} bytes does not fit the chunk"
-                    )));
-                }
-                let bytes = &self.bytes[self.pos..self.pos + len as usize];
-                self.pos += len as usize;
-                EventKind::Exec {
-                    pid,
-                    filename: String::from_utf8_lossy(bytes).into_owned(),
-                }
-            }
+            12 => EventKind::Exec {
+                pid: self.i32("pid")?,
+                filename: self.string("exec filename")?,
+            },
+            15 => self.exec_layout()?,
             13 => EventKind::Exit {
                 pid: self.i32("pid")?,
             },
             other => {
-                return Err(self.corrupt(format!("unknown event kind {other} (expected 0..=13)")))
+                return Err(self.corrupt(format!("unknown event kind {other} (expected 0..=15)")))
             }
         };
         Ok(Event {
@@ -856,7 +902,7 @@ impl<R: Read> TraceReader<R> {
             });
         }
         let version = u16::from_le_bytes([head[8], head[9]]);
-        if version != VERSION {
+        if !(MIN_VERSION..=VERSION).contains(&version) {
             return Err(TraceError::UnsupportedVersion {
                 found: version,
                 supported: VERSION,
