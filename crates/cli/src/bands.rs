@@ -244,9 +244,10 @@ pub const HEADLINES: &[Headline] = &[
 fn as_f64(v: MetricValue) -> f64 {
     match v {
         MetricValue::Int(i) => i as f64,
-        MetricValue::Pct(x) | MetricValue::Rate(x) | MetricValue::SmallPct(x) => x,
-        #[allow(unreachable_patterns)]
-        _ => f64::NAN,
+        MetricValue::Pct(x)
+        | MetricValue::Rate(x)
+        | MetricValue::SmallPct(x)
+        | MetricValue::Gbps(x) => x,
     }
 }
 
