@@ -1300,6 +1300,7 @@ impl Engine {
             } => self.op_move_pages(c, &pages, nodes.as_deref(), flags),
             Op::SetMempolicy { preferred } => OpResult::Sys(self.op_set_mempolicy(c, preferred)),
             Op::Sleep { ns } => return self.op_sleep(c, ns),
+            Op::KernelWork { ns } => self.op_kernel_work(c, ns),
             Op::Wait => {
                 if !self.op_wait(c) {
                     return false;
@@ -1372,6 +1373,13 @@ impl Engine {
         let vc = &mut self.vcpus[c.v];
         vc.segs.push(Seg::Compute(ns));
         vc.user_ns += ns;
+        OpResult::Done
+    }
+
+    /// Kernel work the model does not play step by step: system time (busy
+    /// time of the task that is not user time).
+    fn op_kernel_work(&mut self, c: OpCtx, ns: u64) -> OpResult {
+        self.vcpus[c.v].segs.push(Seg::Compute(ns));
         OpResult::Done
     }
 

@@ -58,6 +58,7 @@
 //! anonymous-memory part of a build's kernel time only.
 
 use crate::params::{ParamError, Params};
+use crate::recorded_build;
 use crate::WorkloadDef;
 use mm::types::PAGE_SIZE;
 use sim::{Machine, Op, OpResult, Program, Rng, TaskSpec};
@@ -79,9 +80,14 @@ pub(crate) const DEF: WorkloadDef = WorkloadDef {
             "compiler processes each slot runs one after another",
         ),
         (
+            "job_sizes",
+            "uniform",
+            "how much a job allocates: uniform (job_mib ± 50 %) or recorded (the recorded build's processes)",
+        ),
+        (
             "job_mib",
             "32",
-            "mean MiB a job allocates and writes (uniform in ±50 %; estimate)",
+            "with job_sizes = uniform: mean MiB a job allocates and writes (uniform in ±50 %; estimate)",
         ),
         (
             "work_per_page_ns",
@@ -97,6 +103,11 @@ pub(crate) const DEF: WorkloadDef = WorkloadDef {
             "free_pct",
             "20",
             "% of allocations followed by a free: munmap, MADV_DONTNEED or brk shrink (estimate)",
+        ),
+        (
+            "other_sys_permille",
+            "0",
+            "kernel time the model does not play (exec, file faults, read/write, ...), in ‰ of user time",
         ),
     ],
     build,
@@ -118,21 +129,27 @@ const MAX_HEAP_REQUEST: u64 = 256 << 10;
 
 #[derive(Clone, Copy, Debug)]
 struct JobParams {
-    job_bytes: u64,
+    /// Mean bytes a job allocates (uniform in ± 50 %), or `None` for the
+    /// recorded build's processes.
+    job_bytes: Option<u64>,
     work_per_page_ns: u64,
     mmap_pct: u32,
     free_pct: u32,
+    other_sys_permille: u64,
 }
 
 fn build(p: &Params, m: &Machine) -> Result<Vec<TaskSpec>, ParamError> {
     let nr_cpus = m.nr_cpus() as i64;
     let tasks = p.int("tasks", 8.min(nr_cpus), 1..=nr_cpus)? as u32;
     let jobs = p.int("jobs", 4, 1..=100_000)? as u32;
+    let uniform = p.choice("job_sizes", "uniform", &["uniform", "recorded"])? == "uniform";
+    let job_bytes = (p.int("job_mib", 32, 1..=65_536)? as u64) << 20;
     let jp = JobParams {
-        job_bytes: (p.int("job_mib", 32, 1..=65_536)? as u64) << 20,
+        job_bytes: uniform.then_some(job_bytes),
         work_per_page_ns: p.int("work_per_page_ns", 49_000, 0..=1_000_000_000)? as u64,
         mmap_pct: p.int("mmap_pct", 30, 0..=100)? as u32,
         free_pct: p.int("free_pct", 20, 0..=100)? as u32,
+        other_sys_permille: p.int("other_sys_permille", 0, 0..=100_000)? as u64,
     };
     // Spread the slots over the machine, as the scheduler spreads busy
     // tasks over idle cores.
@@ -213,9 +230,15 @@ impl CompileJob {
         });
         self.allocated += len;
         if self.p.work_per_page_ns > 0 {
-            self.pending.push_back(Op::Compute {
-                ns: pages * self.p.work_per_page_ns,
-            });
+            let ns = pages * self.p.work_per_page_ns;
+            self.pending.push_back(Op::Compute { ns });
+            // The kernel's share of that work which the model does not
+            // play: the program's file faults, reads and writes, its part
+            // of exec and exit.
+            let sys = ns * self.p.other_sys_permille / 1000;
+            if sys > 0 {
+                self.pending.push_back(Op::KernelWork { ns: sys });
+            }
         }
     }
 
@@ -319,8 +342,10 @@ impl Program for CompileJob {
         self.awaiting = Await::Nothing;
         if !self.started {
             self.started = true;
-            let half = self.p.job_bytes / 2;
-            self.target = half + rng.below(self.p.job_bytes + 1);
+            self.target = match self.p.job_bytes {
+                Some(b) => b / 2 + rng.below(b + 1),
+                None => recorded_build::draw_process_pages(|m| rng.below(m)) * PAGE_SIZE,
+            };
             self.awaiting = Await::StartBrk;
             return Some(Op::Brk { brk: 0 });
         }
