@@ -38,24 +38,34 @@
 //!
 //! # Where the parameters come from
 //!
-//! - `work_per_page_ns` = 49 µs: measured on this host kind, one page
-//!   allocation per 49 µs of CPU time while building C code (`make -j2`,
-//!   ../shared/reference/LIVE-KERNEL.md, "Tracing a real workload"; the same
-//!   figure as the `kbuild` workload).
+//! A kernel build recorded on this host ([`crate::recorded_build`],
+//! `docs/kbuild-recording.md`):
+//!
+//! - `job_sizes = "recorded"`: a job allocates what one of the recorded
+//!   build's processes allocated (drawn from their page counts: most jobs
+//!   are small, `sh` or the `gcc` driver, most memory is in the `cc1`s at
+//!   ~40 MiB each). `job_mib` (32, an estimate) is the `uniform`
+//!   alternative's mean.
+//! - `work_per_page_ns` = 26 280: the build's user time per anonymous page.
+//! - `other_sys_permille` = 133: the kernel time the model does not play
+//!   (exec, file-backed faults, the page cache, file system calls,
+//!   scheduling), in ‰ of user time: the recorded system time less the
+//!   model's anonymous-memory part of it on this host's profile. Added as
+//!   system time in proportion to each job's user time; large anonymous
+//!   folios do not change it.
 //! - The glibc constants (128 KiB mmap threshold, top pad and trim
 //!   threshold) are glibc's documented defaults (mallopt(3)).
-//! - `job_mib` = 32, `mmap_pct` = 30, `free_pct` = 20 and the request-size
-//!   ranges are estimates: a `cc1` compiling a kernel C file peaks at tens
-//!   of MiB; how its memory splits between brk and mmap, and how much it
-//!   gives back before exit, were not measured. `jobs` is chosen small
-//!   enough to run in seconds. None was tuned to the seed's result.
+//! - `mmap_pct` = 30, `free_pct` = 20 and the request-size ranges are
+//!   estimates: how a process's memory splits between brk and mmap, and how
+//!   much it gives back before exit, were not measured. None was tuned to
+//!   the seed's result.
 //!
 //! Deviations: a job is a process of its own from the start; make's
-//! `fork()` and the `exec()` that throws the copy away are not modelled
+//! `fork()` and the `exec()` that throws the copy away are not played
 //! (the engine binds tasks to vCPUs without migration, so a make parent
-//! waiting on one vCPU would serialize behind its children). No file I/O,
-//! page cache, or the `as`/driver processes: kernel time here is the
-//! anonymous-memory part of a build's kernel time only.
+//! waiting on one vCPU would serialize behind its children); their kernel
+//! time, with that of file I/O and the page cache, is in
+//! `other_sys_permille`, not played step by step.
 
 use crate::params::{ParamError, Params};
 use crate::recorded_build;
@@ -81,7 +91,7 @@ pub(crate) const DEF: WorkloadDef = WorkloadDef {
         ),
         (
             "job_sizes",
-            "uniform",
+            "recorded",
             "how much a job allocates: uniform (job_mib ± 50 %) or recorded (the recorded build's processes)",
         ),
         (
@@ -91,7 +101,7 @@ pub(crate) const DEF: WorkloadDef = WorkloadDef {
         ),
         (
             "work_per_page_ns",
-            "49000",
+            "26280",
             "user time per page allocated (measured: see the module doc)",
         ),
         (
@@ -106,7 +116,7 @@ pub(crate) const DEF: WorkloadDef = WorkloadDef {
         ),
         (
             "other_sys_permille",
-            "0",
+            "133",
             "kernel time the model does not play (exec, file faults, read/write, ...), in ‰ of user time",
         ),
     ],
@@ -142,14 +152,22 @@ fn build(p: &Params, m: &Machine) -> Result<Vec<TaskSpec>, ParamError> {
     let nr_cpus = m.nr_cpus() as i64;
     let tasks = p.int("tasks", 8.min(nr_cpus), 1..=nr_cpus)? as u32;
     let jobs = p.int("jobs", 4, 1..=100_000)? as u32;
-    let uniform = p.choice("job_sizes", "uniform", &["uniform", "recorded"])? == "uniform";
+    let uniform = p.choice("job_sizes", "recorded", &["uniform", "recorded"])? == "uniform";
     let job_bytes = (p.int("job_mib", 32, 1..=65_536)? as u64) << 20;
     let jp = JobParams {
         job_bytes: uniform.then_some(job_bytes),
-        work_per_page_ns: p.int("work_per_page_ns", 49_000, 0..=1_000_000_000)? as u64,
+        work_per_page_ns: p.int(
+            "work_per_page_ns",
+            recorded_build::USER_NS_PER_ANON_PAGE as i64,
+            0..=1_000_000_000,
+        )? as u64,
         mmap_pct: p.int("mmap_pct", 30, 0..=100)? as u32,
         free_pct: p.int("free_pct", 20, 0..=100)? as u32,
-        other_sys_permille: p.int("other_sys_permille", 0, 0..=100_000)? as u64,
+        other_sys_permille: p.int(
+            "other_sys_permille",
+            recorded_build::OTHER_SYS_PERMILLE as i64,
+            0..=100_000,
+        )? as u64,
     };
     // Spread the slots over the machine, as the scheduler spreads busy
     // tasks over idle cores.
