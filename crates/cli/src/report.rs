@@ -122,6 +122,22 @@ pub const METRICS: &[(&str, &str)] = &[
         "order mix: bytes allocated as folios of 128 KiB to 2 MiB (PMD THP included), %",
     ),
     (
+        "fault_mix_4k_pct",
+        "order mix by count: anonymous faults that allocated a 4 KiB folio, % of the faults that allocated one (seed 004's bucket mix)",
+    ),
+    (
+        "fault_mix_16k_pct",
+        "order mix by count: faults that allocated a 16 KiB folio, %",
+    ),
+    (
+        "fault_mix_32k_pct",
+        "order mix by count: faults that allocated a 32 KiB folio, %",
+    ),
+    (
+        "fault_mix_64k_pct",
+        "order mix by count: faults that allocated a 64 KiB folio, %",
+    ),
+    (
         "vmacache_hit_pct",
         "vmacache_find hits, % of vmacache_find calls",
     ),
@@ -242,6 +258,10 @@ impl RunResult {
             "mix_32k_pct" => self.mix(3..=3),
             "mix_64k_pct" => self.mix(4..=4),
             "mix_large_pct" => self.mix(5..=HPAGE_PMD_ORDER),
+            "fault_mix_4k_pct" => self.fault_mix(0),
+            "fault_mix_16k_pct" => self.fault_mix(2),
+            "fault_mix_32k_pct" => self.fault_mix(3),
+            "fault_mix_64k_pct" => self.fault_mix(4),
             "vmacache_hit_pct" => pct(
                 self.vmstat.get(VmEvent::VMACACHE_FIND_HITS),
                 self.vmstat.get(VmEvent::VMACACHE_FIND_CALLS),
@@ -307,6 +327,14 @@ impl RunResult {
         let pages = |o: u8| self.vmstat.mthp(o, MthpStat::AnonFaultAlloc) << o;
         let all: u64 = (0..=HPAGE_PMD_ORDER).filter(|&o| o != 1).map(pages).sum();
         pct(orders.map(pages).sum(), all)
+    }
+
+    /// The share of anonymous faults that allocated a folio of `order`, by
+    /// count (not by bytes, as [`Self::mix`]).
+    fn fault_mix(&self, order: u8) -> MetricValue {
+        let n = |o: u8| self.vmstat.mthp(o, MthpStat::AnonFaultAlloc);
+        let all: u64 = (0..=HPAGE_PMD_ORDER).filter(|&o| o != 1).map(n).sum();
+        pct(n(order), all)
     }
 }
 
