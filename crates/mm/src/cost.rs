@@ -364,9 +364,15 @@ impl Cx {
 
     /// User accesses to `[phys, phys + len)`: recorded when memory traffic
     /// is, otherwise nothing (their cost is the caller's [`Cost::Touch`]).
+    ///
+    /// Reads of the zero page or the huge zero page (marker pfns outside
+    /// simulated memory) are not recorded: one page every process shares,
+    /// taken to stay in the reader's caches. Deviation: a read sweep of a
+    /// huge zero page larger than the L2 would miss there on hardware.
     #[inline]
     pub fn user_access(&mut self, phys: u64, len: u32, write: bool) {
-        if self.record_mem && len > 0 {
+        let zero_page = phys >> crate::types::PAGE_SHIFT >= crate::memory::HUGE_ZERO_PFN.0;
+        if self.record_mem && len > 0 && !zero_page {
             self.segs
                 .push(Seg::Mem(MemAccess::User { phys, len, write }));
         }

@@ -29,13 +29,23 @@
 //! 18 on each node, as the kernel's fork balancing spreads them over idle
 //! cores and sockets).
 //!
+//! `fork_size` (default: `size`) is how much the parent maps and populates,
+//! of which the children write the first `size` bytes (the parent reads the
+//! rest rather than writing it: a read fault maps the zero page, or the huge
+//! zero page, without the clearing that would cost the simulation time, and
+//! fork copies a zero-page entry at the cost of any other). vm-scalability's
+//! region is a share of the machine's memory, and the time the parent's
+//! forks take copying its page tables spreads the children over it: child
+//! `k` starts `k` forks after the first, so that the children do not all
+//! read the same source page at the same moment. A region of the seed's
+//! size for the fork and a smaller one for the children's writes keeps that
+//! stagger, as the model's fork costs it, while the children's run stays
+//! short.
+//!
 //! `fork_gap_ns` is time the parent spends before each fork after the first
-//! (default 0). It stands for what forking a region larger than the
-//! simulated one costs: vm-scalability's region is a share of the machine's
-//! memory, and the time its forks take spreads the children over it, so
-//! that they do not all read the same source page at the same moment. It
-//! runs as the parent's `Compute`, so it counts in `user_ns` (the same for
-//! every kernel).
+//! (default 0): an explicit stagger, for experiments that do not use
+//! `fork_size`. It runs as the parent's `Compute`, so it counts in
+//! `user_ns` (the same for every kernel).
 //!
 //! Each access writes the whole 4 KiB page (`usemem` writes every word),
 //! one translation per page: without the cache model this costs what one
@@ -51,7 +61,12 @@ pub(crate) const DEF: WorkloadDef = WorkloadDef {
     summary:
         "vm-scalability anon-cow-seq: a parent populates memory, forked children write it (COW)",
     params: &[
-        ("size", "64MiB", "bytes the parent maps and populates"),
+        ("size", "64MiB", "bytes of the region each child writes"),
+        (
+            "fork_size",
+            "size",
+            "bytes the parent maps, populates and forks (at least size; the children write the first size bytes)",
+        ),
         (
             "children",
             "one per CPU, less one",
@@ -75,7 +90,9 @@ fn build(p: &Params, m: &Machine) -> Result<Vec<TaskSpec>, ParamError> {
     let nr_cpus = m.nr_cpus();
     let size = p.size("size", 64 << 20, PAGE_SIZE..=1 << 40)?;
     let children = p.int("children", (nr_cpus as i64 - 1).max(1), 1..=65_536)? as u32;
+    let fork_size = p.size("fork_size", size, size..=1 << 40)?;
     let mut parent = CowParent::new(size, children);
+    parent.fork_size = fork_size;
     parent.fork_gap_ns = p.int("fork_gap_ns", 0, 0..=1_000_000_000_000)? as u64;
     if p.choice("placement", "next", &["next", "spread"])? == "spread" {
         parent.child_cpus = spread_cpus(m, children);
@@ -114,6 +131,8 @@ enum Phase {
     Setup,
     Map,
     Populate,
+    /// The part of the region beyond `size`, read only.
+    PopulateRest,
     Fork,
     Wait,
     Done,
@@ -122,6 +141,8 @@ enum Phase {
 /// The parent process.
 pub struct CowParent {
     size: u64,
+    /// Bytes mapped, populated and forked (at least `size`).
+    fork_size: u64,
     children: u32,
     forked: u32,
     addr: u64,
@@ -143,6 +164,7 @@ impl CowParent {
     pub fn new(size: u64, children: u32) -> CowParent {
         CowParent {
             size,
+            fork_size: size,
             children,
             forked: 0,
             addr: 0,
@@ -188,13 +210,13 @@ impl Program for CowParent {
                     self.phase = Phase::Populate;
                     return Some(match self.hugetlb {
                         Some(_) => Op::MmapHugetlb {
-                            len: self.size,
+                            len: self.fork_size,
                             hint: None,
                             fixed: false,
                             noreserve: false,
                         },
                         None => Op::Mmap {
-                            len: self.size,
+                            len: self.fork_size,
                             hint: None,
                             fixed: false,
                             advice: None,
@@ -206,7 +228,7 @@ impl Program for CowParent {
                         return None;
                     };
                     self.addr = addr;
-                    self.phase = Phase::Fork;
+                    self.phase = Phase::PopulateRest;
                     return Some(Op::Touch {
                         addr,
                         len: self.size,
@@ -214,6 +236,23 @@ impl Program for CowParent {
                         bytes: PAGE_SIZE,
                         write: true,
                     });
+                }
+                Phase::PopulateRest => {
+                    self.phase = Phase::Fork;
+                    // Read, not written: a read fault maps the (huge) zero
+                    // page without clearing anything, and fork copies its
+                    // page-table entry as it copies a written page's
+                    // (copy_huge_pmd(): a deposited table and the PMD),
+                    // which is all this part of the region is for.
+                    if self.fork_size > self.size && self.hugetlb.is_none() {
+                        return Some(Op::Touch {
+                            addr: self.addr + self.size,
+                            len: self.fork_size - self.size,
+                            stride: PAGE_SIZE,
+                            bytes: 1,
+                            write: false,
+                        });
+                    }
                 }
                 Phase::Fork => {
                     if self.forked == self.children {
