@@ -13,22 +13,36 @@
 //!
 //! A profile gives a `band = [low, high]` for every figure that is an
 //! estimate or a bound (a `[costs.*]` entry, or `line_fill_buffers` and
-//! `link_mbps` of `[numa]`). For each headline the band is the range of the
-//! headline when each banded input alone is set to its low and then its high
-//! end (one at a time, the rest at their central values), plus the corners
-//! of the two inputs that moved it most together. A headline whose band
-//! stays on the published figure's side of "no change" keeps its
-//! conclusion whatever those inputs are; one whose band crosses it does not.
+//! `link_mbps` of `[numa]`). A headline's band is the range it takes when
+//! those inputs move across their bands:
 //!
-//! Deviation from the issue's plan: no Latin-hypercube sample yet (the
-//! corners of the two strongest inputs stand in for interactions).
+//! - one at a time: each input alone at its low and then its high end, the
+//!   others at their central values (which input moves the headline most
+//!   is reported as its "widest input");
+//! - together, by a small Latin-hypercube sample ([`LHS_SAMPLES`] points:
+//!   every input's band cut into that many equal strata, each stratum used
+//!   once, at its middle, the strata of different inputs paired by seeded
+//!   permutations), so that inputs that push the same way are seen acting
+//!   together.
+//!
+//! A headline whose band stays on the published figure's side of "no
+//! change" keeps its conclusion whatever those inputs are; one whose band
+//! crosses it does not. Without `--bands` only the central values are
+//! computed, from the runs `reproduce` makes anyway.
 
+use crate::api::BUILTIN_EXPERIMENTS;
 use crate::experiment::Experiment;
-use crate::report::{MetricValue, RunResult};
+use crate::report::RunResult;
 use crate::runner::{run_experiment, RunOpts};
-use crate::BUILTIN_EXPERIMENTS;
 use anyhow::{anyhow, Result};
+use serde::{Deserialize, Serialize};
 use std::path::Path;
+
+/// Points of the Latin-hypercube sample.
+pub const LHS_SAMPLES: usize = 8;
+/// The seed of the sample's permutations (any fixed number: the sample is
+/// part of the result and must not change between runs).
+const LHS_SEED: u64 = 14;
 
 /// How a headline's value is computed from the runs.
 #[derive(Clone, Copy, Debug)]
@@ -65,12 +79,13 @@ pub struct Headline {
     pub published: f64,
 }
 
+/// A headline: `[kernel, base]` are the kernel whose figure it is and the
+/// one it is compared with (`""` for none).
 const fn h(
     name: &'static str,
     experiment: &'static str,
     workload: &'static str,
-    kernel: &'static str,
-    base: &'static str,
+    [kernel, base]: [&'static str; 2],
     metric: &'static str,
     value: Value,
     published: f64,
@@ -93,8 +108,7 @@ pub const HEADLINES: &[Headline] = &[
         "000 anon-cow-seq throughput, target-last (%)",
         "huge-copy-order",
         "anon-cow-seq",
-        "target-last",
-        "sequential",
+        ["target-last", "sequential"],
         "throughput",
         Value::ChangePct,
         16.6,
@@ -103,8 +117,7 @@ pub const HEADLINES: &[Headline] = &[
         "000 anon-w-seq throughput, target-last (%)",
         "huge-copy-order",
         "anon-w-seq",
-        "target-last",
-        "sequential",
+        ["target-last", "sequential"],
         "throughput",
         Value::ChangePct,
         28.3,
@@ -113,8 +126,7 @@ pub const HEADLINES: &[Headline] = &[
         "001 1x4K, 4.x single (GB/s)",
         "thp-migration",
         "1x4K",
-        "4.x single",
-        "",
+        ["4.x single", ""],
         "migrate_gbps",
         Value::Abs,
         0.06,
@@ -123,8 +135,7 @@ pub const HEADLINES: &[Headline] = &[
         "001 512x4K, 4.x single (GB/s)",
         "thp-migration",
         "512x4K",
-        "4.x single",
-        "",
+        ["4.x single", ""],
         "migrate_gbps",
         Value::Abs,
         0.98,
@@ -133,8 +144,7 @@ pub const HEADLINES: &[Headline] = &[
         "001 1x2M, 4.x single (GB/s)",
         "thp-migration",
         "1x2M",
-        "4.x single",
-        "",
+        ["4.x single", ""],
         "migrate_gbps",
         Value::Abs,
         2.97,
@@ -143,8 +153,7 @@ pub const HEADLINES: &[Headline] = &[
         "001 1x2M, 8 threads (GB/s)",
         "thp-migration",
         "1x2M",
-        "mt-8",
-        "",
+        ["mt-8", ""],
         "migrate_gbps",
         Value::Abs,
         8.58,
@@ -153,8 +162,7 @@ pub const HEADLINES: &[Headline] = &[
         "002 first-slot share of hits, pfn (%)",
         "vmacache",
         "ebizzy",
-        "pfn (4.18)",
-        "",
+        ["pfn (4.18)", ""],
         "vmacache_first_slot_pct",
         Value::Abs,
         25.0,
@@ -163,8 +171,7 @@ pub const HEADLINES: &[Headline] = &[
         "002 first-slot share of hits, pmd (%)",
         "vmacache",
         "ebizzy",
-        "pmd (4.19)",
-        "",
+        ["pmd (4.19)", ""],
         "vmacache_first_slot_pct",
         Value::Abs,
         70.0,
@@ -173,8 +180,7 @@ pub const HEADLINES: &[Headline] = &[
         "003 kbuild zone lock, base (%)",
         "pcp-autotune",
         "kbuild",
-        "base",
-        "",
+        ["base", ""],
         "zone_lock_pct",
         Value::Abs,
         43.6,
@@ -183,8 +189,7 @@ pub const HEADLINES: &[Headline] = &[
         "003 kbuild build time, patch9 (%)",
         "pcp-autotune",
         "kbuild",
-        "patch9",
-        "base",
+        ["patch9", "base"],
         "runtime_ns",
         Value::ChangePct,
         -14.1,
@@ -193,8 +198,7 @@ pub const HEADLINES: &[Headline] = &[
         "003 lmbench UNIX score, patch3 (%)",
         "pcp-autotune-lmbench",
         "lmbench-unix",
-        "patch3",
-        "base",
+        ["patch3", "base"],
         "runtime_ns",
         Value::InverseChangePct,
         101.6,
@@ -203,8 +207,7 @@ pub const HEADLINES: &[Headline] = &[
         "003 netperf zone lock, base (%)",
         "pcp-autotune-netperf",
         "netperf",
-        "base",
-        "",
+        ["base", ""],
         "zone_lock_pct",
         Value::Abs,
         2.0,
@@ -213,8 +216,7 @@ pub const HEADLINES: &[Headline] = &[
         "004 kbuild -j8 kernel time, v2 (%)",
         "large-anon-folios",
         "kernel-compile-j8",
-        "anonfolio-lkml-v2",
-        "baseline-4k",
+        ["anonfolio-lkml-v2", "baseline-4k"],
         "sys_ns",
         Value::ChangePct,
         -38.6,
@@ -223,8 +225,7 @@ pub const HEADLINES: &[Headline] = &[
         "004 kbuild -j8 real time, v2 (%)",
         "large-anon-folios",
         "kernel-compile-j8",
-        "anonfolio-lkml-v2",
-        "baseline-4k",
+        ["anonfolio-lkml-v2", "baseline-4k"],
         "runtime_ns",
         Value::ChangePct,
         -4.8,
@@ -233,23 +234,12 @@ pub const HEADLINES: &[Headline] = &[
         "004 page faults, simple-order / v1",
         "large-anon-folios-order-mix",
         "speedometer",
-        "anonfolio-lkml-v2-simple-order",
-        "anonfolio-lkml-v1",
+        ["anonfolio-lkml-v2-simple-order", "anonfolio-lkml-v1"],
         "pgfault",
         Value::Ratio,
         2.75,
     ),
 ];
-
-fn as_f64(v: MetricValue) -> f64 {
-    match v {
-        MetricValue::Int(i) => i as f64,
-        MetricValue::Pct(x)
-        | MetricValue::Rate(x)
-        | MetricValue::SmallPct(x)
-        | MetricValue::Gbps(x) => x,
-    }
-}
 
 impl Headline {
     /// The headline's value in `results` (NaN if a run is missing).
@@ -258,7 +248,8 @@ impl Headline {
             results
                 .iter()
                 .find(|r| r.kernel == k && r.workload == self.workload)
-                .map_or(f64::NAN, |r| as_f64(r.metric(self.metric)))
+                .and_then(|r| r.metric(self.metric))
+                .map_or(f64::NAN, |v| v.as_f64())
         };
         let x = get(self.kernel);
         match self.value {
@@ -280,14 +271,128 @@ impl Headline {
     }
 }
 
-/// One uncertain input of a profile: its key, central value and band.
+/// How a headline's value is formed, as the results document names it.
+fn value_name(v: Value) -> &'static str {
+    match v {
+        Value::Abs => "absolute",
+        Value::ChangePct => "change_pct",
+        Value::InverseChangePct => "inverse_change_pct",
+        Value::Ratio => "ratio",
+    }
+}
+
+/// One headline in a results document (its `headlines` array): the
+/// published figure, the model's, and, with `--bands`, the range the
+/// model's takes over its profile's uncertain inputs.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct HeadlineResult {
+    /// Seed and figure.
+    pub name: String,
+    /// The built-in experiment, workload and kernel the figure comes from.
+    pub experiment: String,
+    pub workload: String,
+    pub kernel: String,
+    /// The kernel it is compared with (`null` for an absolute figure).
+    pub base: Option<String>,
+    /// The metric.
+    pub metric: String,
+    /// `absolute`, `change_pct` ((kernel / base − 1) × 100),
+    /// `inverse_change_pct` ((base / kernel − 1) × 100: a score that is the
+    /// inverse of a time) or `ratio` (kernel / base).
+    pub value: String,
+    /// The published figure.
+    pub published: f64,
+    /// The model's figure at the profile's central values (`null` if a run
+    /// it needs is missing).
+    pub model: Option<f64>,
+    /// `[low, high]`: the union of the two bands below (`null` without
+    /// `--bands`).
+    pub band: Option<[f64; 2]>,
+    /// The range over each banded input alone at either end of its band.
+    pub band_one_at_a_time: Option<[f64; 2]>,
+    /// The range over the Latin-hypercube sample of all banded inputs.
+    pub band_sample: Option<[f64; 2]>,
+    /// The input that moved the figure most on its own: `key [low, high]`.
+    pub widest_input: Option<String>,
+    /// Within ±30 % of the published figure, with the same direction (for
+    /// a change or a ratio).
+    pub within_30pct: bool,
+    /// For a change or a ratio: the band stays on the published figure's
+    /// side of "no change" (`null` without a band, or for an absolute
+    /// figure).
+    pub band_keeps_direction: Option<bool>,
+}
+
+/// Rounds to 4 decimals, so that documents do not carry float noise.
+fn round(x: f64) -> f64 {
+    (x * 10_000.0).round() / 10_000.0
+}
+
+impl Headline {
+    /// This headline with the model's central value `model` and no band.
+    fn result(&self, model: f64) -> HeadlineResult {
+        let model = model.is_finite().then(|| round(model));
+        let mut r = HeadlineResult {
+            name: self.name.to_string(),
+            experiment: self.experiment.to_string(),
+            workload: self.workload.to_string(),
+            kernel: self.kernel.to_string(),
+            base: (!self.base.is_empty()).then(|| self.base.to_string()),
+            metric: self.metric.to_string(),
+            value: value_name(self.value).to_string(),
+            published: self.published,
+            model,
+            band: None,
+            band_one_at_a_time: None,
+            band_sample: None,
+            widest_input: None,
+            within_30pct: false,
+            band_keeps_direction: None,
+        };
+        r.within_30pct = model.is_some_and(|m| self.within(m));
+        r
+    }
+
+    /// Within ±30 % of the published figure and on its side of "no
+    /// change": for a change, the changes themselves are compared.
+    fn within(&self, model: f64) -> bool {
+        let p = self.published;
+        match self.neutral() {
+            Some(n) => {
+                let (dp, dm) = (p - n, model - n);
+                dp.signum() == dm.signum() && (dm - dp).abs() <= 0.3 * dp.abs()
+            }
+            None => (model - p).abs() <= 0.3 * p.abs(),
+        }
+    }
+
+    /// For a change or ratio: `[lo, hi]` stays on the published side.
+    fn keeps(&self, lo: f64, hi: f64) -> Option<bool> {
+        let n = self.neutral()?;
+        let side = (self.published - n).signum();
+        Some((lo - n).signum() == side && (hi - n).signum() == side)
+    }
+}
+
+/// The headlines of experiment `name` evaluated on its runs `results` (the
+/// central values; no band).
+pub fn central(name: &str, results: &[RunResult]) -> Vec<HeadlineResult> {
+    HEADLINES
+        .iter()
+        .filter(|h| h.experiment == name)
+        .map(|h| h.result(h.eval(results)))
+        .collect()
+}
+
+/// One uncertain input of a profile: its key and band.
 #[derive(Clone, Debug)]
 pub struct Input {
     /// `costs.x` or `numa.x`.
     pub key: String,
-    /// Band.
+    /// Low end of the band.
     pub lo: u64,
-    /// Band.
+    /// High end of the band.
     pub hi: u64,
 }
 
@@ -336,22 +441,7 @@ fn set(exp: &mut Experiment, key: &str, value: u64) {
     }
 }
 
-/// A headline's central value and band.
-#[derive(Clone, Debug)]
-pub struct Band {
-    /// The headline.
-    pub headline: Headline,
-    /// Model at the central inputs.
-    pub model: f64,
-    /// Lowest and highest over the varied inputs.
-    pub lo: f64,
-    /// See `lo`.
-    pub hi: f64,
-    /// The input that moved it most, and by how much (max - min).
-    pub driver: String,
-}
-
-/// The experiment `name`, reduced to the runs `hs` need.
+/// The built-in experiment `name`, reduced to the runs `hs` need.
 fn load(name: &str, hs: &[&Headline]) -> Result<Experiment> {
     let text = BUILTIN_EXPERIMENTS
         .iter()
@@ -366,137 +456,204 @@ fn load(name: &str, hs: &[&Headline]) -> Result<Experiment> {
     Ok(exp)
 }
 
-/// Runs every headline at the central inputs and, with `bands`, one at a
-/// time at each end of every banded input of its profile.
-pub fn headline_bands(opts: RunOpts, bands: bool) -> Result<Vec<Band>> {
-    let mut out = Vec::new();
-    let mut names: Vec<&str> = HEADLINES.iter().map(|h| h.experiment).collect();
+/// The Latin-hypercube sample: `LHS_SAMPLES` points, each a value for
+/// every input (the middle of one of its strata; every stratum of every
+/// input used once; strata paired across inputs by seeded permutations).
+fn lhs(inputs: &[Input]) -> Vec<Vec<u64>> {
+    let n = LHS_SAMPLES;
+    let mut rng = mm::rng::SplitMix64(LHS_SEED);
+    let perms: Vec<Vec<usize>> = inputs
+        .iter()
+        .map(|_| {
+            // Fisher-Yates.
+            let mut p: Vec<usize> = (0..n).collect();
+            for i in (1..n).rev() {
+                p.swap(i, rng.below(i as u64 + 1) as usize);
+            }
+            p
+        })
+        .collect();
+    (0..n)
+        .map(|j| {
+            inputs
+                .iter()
+                .zip(&perms)
+                .map(|(inp, p)| {
+                    let frac = (p[j] as f64 + 0.5) / n as f64;
+                    (inp.lo as f64 + frac * (inp.hi - inp.lo) as f64).round() as u64
+                })
+                .collect()
+        })
+        .collect()
+}
+
+/// `[min, max]` of `xs` (the finite ones), or `None`.
+fn range(xs: impl Iterator<Item = f64>) -> Option<[f64; 2]> {
+    xs.filter(|x| x.is_finite()).fold(None, |r, x| match r {
+        None => Some([x, x]),
+        Some([lo, hi]) => Some([lo.min(x), hi.max(x)]),
+    })
+}
+
+/// Fills in the bands of `results` (the headlines of one or more
+/// experiments, as [`central`] made them): each experiment's runs again with
+/// every banded input at either end of its band, one at a time, and at each
+/// point of the Latin-hypercube sample.
+pub fn fill_bands(results: &mut [HeadlineResult], jobs: usize, quiet: bool) -> Result<()> {
+    let mut names: Vec<String> = results.iter().map(|r| r.experiment.clone()).collect();
     names.dedup();
     for name in names {
         let hs: Vec<&Headline> = HEADLINES.iter().filter(|h| h.experiment == name).collect();
-        let exp = load(name, &hs)?;
-        let opts = RunOpts {
-            seed: exp.seed,
-            ..opts
+        let base = load(&name, &hs)?;
+        let ins = inputs(&base);
+        let run = |values: &[(usize, u64)]| -> Result<Vec<f64>> {
+            let mut e = load(&name, &hs)?;
+            for &(i, v) in values {
+                set(&mut e, &ins[i].key, v);
+            }
+            let seeds = [e.seed];
+            let res = run_experiment(
+                &e,
+                RunOpts {
+                    seeds: &seeds,
+                    quiet,
+                    jobs,
+                },
+            )?;
+            Ok(hs.iter().map(|h| h.eval(&res)).collect())
         };
-        let central = run_experiment(&exp, opts)?;
-        let mids: Vec<f64> = hs.iter().map(|h| h.eval(&central)).collect();
-        let mut lo = mids.clone();
-        let mut hi = mids.clone();
-        let mut driver: Vec<(f64, String)> = vec![(0.0, String::new()); hs.len()];
-        if bands {
-            for input in inputs(&exp) {
-                let mut ends = Vec::new();
-                for v in [input.lo, input.hi] {
-                    let mut e = load(name, &hs)?;
-                    set(&mut e, &input.key, v);
-                    ends.push(run_experiment(&e, opts)?);
-                }
-                for (i, h) in hs.iter().enumerate() {
-                    let (a, b) = (h.eval(&ends[0]), h.eval(&ends[1]));
-                    for x in [a, b] {
-                        if x.is_finite() {
-                            lo[i] = lo[i].min(x);
-                            hi[i] = hi[i].max(x);
-                        }
-                    }
-                    let swing = (a - b).abs();
-                    if swing > driver[i].0 {
-                        driver[i] = (swing, format!("{} [{}, {}]", input.key, input.lo, input.hi));
-                    }
+        let mut oat: Vec<Vec<f64>> = vec![Vec::new(); hs.len()];
+        let mut widest: Vec<(f64, Option<String>)> = vec![(-1.0, None); hs.len()];
+        for (i, input) in ins.iter().enumerate() {
+            let (a, b) = (run(&[(i, input.lo)])?, run(&[(i, input.hi)])?);
+            for k in 0..hs.len() {
+                oat[k].extend([a[k], b[k]]);
+                let swing = (a[k] - b[k]).abs();
+                if swing.is_finite() && swing > widest[k].0 {
+                    widest[k] = (
+                        swing,
+                        Some(format!("{} [{}, {}]", input.key, input.lo, input.hi)),
+                    );
                 }
             }
         }
-        for (i, h) in hs.iter().enumerate() {
-            out.push(Band {
-                headline: **h,
-                model: mids[i],
-                lo: lo[i],
-                hi: hi[i],
-                driver: driver[i].1.clone(),
-            });
+        let mut sample: Vec<Vec<f64>> = vec![Vec::new(); hs.len()];
+        if !ins.is_empty() {
+            for point in lhs(&ins) {
+                let values: Vec<(usize, u64)> = point.into_iter().enumerate().collect();
+                let v = run(&values)?;
+                for k in 0..hs.len() {
+                    sample[k].push(v[k]);
+                }
+            }
+        }
+        for (k, h) in hs.iter().enumerate() {
+            let Some(r) = results.iter_mut().find(|r| r.name == h.name) else {
+                continue;
+            };
+            let centre = r.model.into_iter();
+            let one = range(oat[k].iter().copied().chain(centre.clone()));
+            let smp = range(sample[k].iter().copied().chain(centre));
+            let all = range(one.into_iter().chain(smp).flatten());
+            let rounded = |b: Option<[f64; 2]>| b.map(|[lo, hi]| [round(lo), round(hi)]);
+            r.band_one_at_a_time = rounded(one);
+            r.band_sample = rounded(smp);
+            r.band = rounded(all);
+            r.widest_input = widest[k].1.clone();
+            r.band_keeps_direction = all.and_then(|[lo, hi]| h.keeps(lo, hi));
         }
     }
-    Ok(out)
+    Ok(())
 }
 
-/// The verdict on one headline: within ±30 % of the published figure with
-/// the same direction, and whether the band keeps the published direction.
-pub fn verdict(b: &Band) -> (bool, Option<bool>) {
-    let h = &b.headline;
-    let p = h.published;
-    let within = match h.neutral() {
-        // A change: compare the changes themselves.
-        Some(n) => {
-            let (dp, dm) = (p - n, b.model - n);
-            dp.signum() == dm.signum() && (dm - dp).abs() <= 0.3 * dp.abs()
-        }
-        None => (b.model - p).abs() <= 0.3 * p.abs(),
-    };
-    let keeps = h.neutral().map(|n| {
-        (b.lo - n).signum() == (p - n).signum() && (b.hi - n).signum() == (p - n).signum()
+/// The table `reproduce` prints after the experiments' tables.
+pub fn table(results: &[HeadlineResult]) -> String {
+    let banded = results.iter().any(|r| r.band.is_some());
+    let mut s = String::from(if banded {
+        "headlines: the seeds' published figures beside the model's; band: the model with the profile's estimated inputs moved across their ranges (each alone, and a Latin-hypercube sample of all together)\n\n"
+    } else {
+        "headlines: the seeds' published figures beside the model's (mmlab reproduce --bands adds each one's range over the profile's estimated inputs)\n\n"
     });
-    (within, keeps)
-}
-
-/// The table `reproduce --bands` prints.
-pub fn table(bands: &[Band], with_bands: bool) -> String {
-    let mut s = String::from(
-        "headlines: the seeds' published figures beside the model's (band: the model with each estimated input at either end of its range, one at a time)\n\n",
-    );
     s += &format!(
         "{:<44} {:>10} {:>10} {:>21} {:>7} {:>6}  {}\n",
         "headline", "published", "model", "band", "±30 %", "keeps", "widest input"
     );
     s += &format!("{}\n", "-".repeat(130));
-    for b in bands {
-        let (within, keeps) = verdict(b);
-        let band = if with_bands {
-            format!("[{:.2}, {:.2}]", b.lo, b.hi)
-        } else {
-            "-".into()
-        };
-        let keeps = match (with_bands, keeps) {
-            (false, _) | (_, None) => "-",
-            (true, Some(true)) => "yes",
-            (true, Some(false)) => "no",
+    for r in results {
+        let model = r.model.map_or("-".to_string(), |m| format!("{m:.2}"));
+        let band = r
+            .band
+            .map_or("-".to_string(), |[lo, hi]| format!("[{lo:.2}, {hi:.2}]"));
+        let keeps = match r.band_keeps_direction {
+            None => "-",
+            Some(true) => "yes",
+            Some(false) => "no",
         };
         s += &format!(
-            "{:<44} {:>10.2} {:>10.2} {:>21} {:>7} {:>6}  {}\n",
-            b.headline.name,
-            b.headline.published,
-            b.model,
+            "{:<44} {:>10.2} {:>10} {:>21} {:>7} {:>6}  {}\n",
+            r.name,
+            r.published,
+            model,
             band,
-            if within { "yes" } else { "no" },
+            if r.within_30pct { "yes" } else { "no" },
             keeps,
-            b.driver
+            r.widest_input.as_deref().unwrap_or("")
         );
     }
     s
 }
 
-/// The bands as JSON data for the results document.
-pub fn json(bands: &[Band]) -> serde_json::Value {
-    serde_json::Value::Array(
-        bands
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn input(lo: u64, hi: u64) -> Input {
+        Input {
+            key: "costs.x".into(),
+            lo,
+            hi,
+        }
+    }
+
+    /// Every input's strata are each used once, at their middles.
+    #[test]
+    fn the_sample_uses_every_stratum_of_every_input_once() {
+        let ins = [input(0, 80), input(100, 260), input(5, 5 + 8 * 3)];
+        let pts = lhs(&ins);
+        assert_eq!(pts.len(), LHS_SAMPLES);
+        for (i, inp) in ins.iter().enumerate() {
+            let width = (inp.hi - inp.lo) as f64 / LHS_SAMPLES as f64;
+            let mut strata: Vec<usize> = pts
+                .iter()
+                .map(|p| ((p[i] - inp.lo) as f64 / width) as usize)
+                .collect();
+            strata.sort_unstable();
+            assert_eq!(strata, (0..LHS_SAMPLES).collect::<Vec<_>>(), "input {i}");
+        }
+        // Not the same permutation for every input.
+        assert!(pts
             .iter()
-            .map(|b| {
-                let (within, keeps) = verdict(b);
-                serde_json::json!({
-                    "headline": b.headline.name,
-                    "experiment": b.headline.experiment,
-                    "workload": b.headline.workload,
-                    "kernel": b.headline.kernel,
-                    "base": b.headline.base,
-                    "metric": b.headline.metric,
-                    "published": b.headline.published,
-                    "model": b.model,
-                    "band": [b.lo, b.hi],
-                    "widest_input": b.driver,
-                    "within_30pct": within,
-                    "band_keeps_direction": keeps,
-                })
-            })
-            .collect(),
-    )
+            .any(|p| (p[0] / 10) as usize != ((p[1] - 100) / 20) as usize));
+        // Deterministic.
+        assert_eq!(lhs(&ins), pts);
+    }
+
+    #[test]
+    fn verdicts_compare_changes_and_keep_the_side() {
+        let h = HEADLINES
+            .iter()
+            .find(|h| h.name.starts_with("000 anon-w-seq"))
+            .unwrap();
+        // Published +28.3 %: within 30 % of the change is 19.81..36.79.
+        assert!(h.within(24.6) && h.within(36.0));
+        assert!(!h.within(19.0) && !h.within(-28.3));
+        assert_eq!(h.keeps(1.0, 40.0), Some(true));
+        assert_eq!(h.keeps(-1.0, 40.0), Some(false));
+        let abs = HEADLINES
+            .iter()
+            .find(|h| h.name.starts_with("001 1x2M, 4.x"))
+            .unwrap();
+        assert_eq!(abs.keeps(0.0, 9.0), None);
+        assert!(abs.within(2.63) && !abs.within(2.0));
+    }
 }

@@ -80,7 +80,7 @@ use crate::pgtable::{
     PAGE_RW, PMD_SIZE,
 };
 use crate::types::{NodeId, Pfn, Vaddr, HPAGE_PMD_ORDER};
-use crate::vma::{Errno, MmStruct, VmFlags, Vma, MMAP_MIN_ADDR, TASK_SIZE};
+use crate::vma::{Errno, MapFlags, MmStruct, VmFlags, Vma, MMAP_MIN_ADDR, TASK_SIZE};
 use crate::vmstat::VmEvent;
 use std::fmt;
 
@@ -599,16 +599,15 @@ pub fn is_vm_hugetlb_page(vma: &Vma) -> bool {
 /// address); the huge pages are reserved (`ENOMEM` if the pool cannot),
 /// before whatever a `MAP_FIXED` mapping replaces is unmapped (6.12+
 /// `mmap_region()` unmaps the old range only once the new one is set up).
-#[allow(clippy::too_many_arguments)]
 pub fn hugetlb_mmap(
     pa: &mut PageAlloc,
     cx: &mut Cx,
     mm: &mut MmStruct,
     hint: u64,
     len: u64,
-    fixed: bool,
-    noreserve: bool,
+    map_flags: MapFlags,
 ) -> Result<u64, Errno> {
+    let fixed = map_flags.contains(MapFlags::FIXED);
     if len == 0 {
         return Err(Errno::Inval);
     }
@@ -631,7 +630,7 @@ pub fn hugetlb_mmap(
         hugetlb_get_unmapped_area(mm, cx, len, hint)?
     };
     let mut flags = VmFlags::READ.or(VmFlags::WRITE).or(VmFlags::HUGETLB);
-    if noreserve {
+    if map_flags.contains(MapFlags::NORESERVE) {
         flags = flags.or(VmFlags::NORESERVE);
     }
     let flags = hugetlb_reserve_pages(pa, cx, len / HPAGE_SIZE, flags)?;

@@ -39,11 +39,11 @@
 //!   stack, PGD) to a task on another CPU, which frees them before its own
 //!   next step.
 
-use crate::params::{ParamError, Params};
+use crate::params::{Args, Count, Count::N, ParamError, ParamSpec as P};
 use crate::recorded_build;
 use crate::WorkloadDef;
 use mm::page_alloc::Gfp;
-use sim::{Block, Machine, Op, OpResult, Program, Rng, TaskSpec};
+use sim::{Block, Op, OpResult, Program, Rng, TaskSpec};
 use std::cell::RefCell;
 use std::rc::Rc;
 
@@ -52,43 +52,57 @@ pub(crate) const DEF: WorkloadDef = WorkloadDef {
     summary:
         "make -jN: short-lived jobs that fault memory in, use slab pages, and free it all at exit",
     params: &[
-        (
+        P::int(
             "tasks",
-            "half the CPUs",
+            Count::HALF_CPUS,
+            1,
+            Count::CPUS,
             "parallel jobs (make -jN), bound to CPUs 0..N-1",
         ),
-        (
+        P::int(
             "jobs",
-            "20",
+            N(20),
+            1,
+            N(1_000_000),
             "jobs per slot: make's queue holds tasks x jobs jobs, each slot takes the next when it is done",
         ),
-        (
+        P::choice(
             "job_sizes",
             "recorded",
+            &["recorded", "uniform"],
             "pages a job faults in: recorded (the recorded build's processes) or uniform",
         ),
-        (
+        P::int(
             "pages_per_job",
-            "836",
+            N(836),
+            2,
+            N(100_000_000),
             "with job_sizes = uniform: mean order-0 pages a job faults in (uniform in ±50 %)",
         ),
-        (
+        P::int(
             "work_per_page_ns",
-            "25280",
+            N(recorded_build::USER_NS_PER_PAGE as i64),
+            0,
+            N(1_000_000_000),
             "user time per page faulted in (measured: see the module doc)",
         ),
-        (
+        P::int(
             "slab_pct",
-            "3",
+            N(3),
+            0,
+            N(100),
             "extra kernel allocations of order 1, in % of pages (measured share of kernel pages)",
         ),
-        (
+        P::int(
             "remote_free_pct",
-            "34",
+            N(recorded_build::REMOTE_FREE_PCT as i64),
+            0,
+            N(100),
             "% of jobs that exit on another CPU (measured on 2 CPUs: see the module doc)",
         ),
     ],
     build,
+    nr_runs: None,
 };
 
 #[derive(Clone, Copy, Debug)]
@@ -101,25 +115,16 @@ struct KbuildParams {
     remote_free_pct: u32,
 }
 
-fn build(p: &Params, m: &Machine) -> Result<Vec<TaskSpec>, ParamError> {
-    let nr_cpus = m.nr_cpus() as i64;
-    let tasks = p.int("tasks", (nr_cpus / 2).max(1), 1..=nr_cpus)? as u32;
-    let uniform = p.choice("job_sizes", "recorded", &["recorded", "uniform"])? == "uniform";
-    let pages_per_job = p.int("pages_per_job", 836, 2..=100_000_000)? as u32;
+fn build(a: &Args) -> Result<Vec<TaskSpec>, ParamError> {
+    let tasks = a.int("tasks")? as u32;
+    let uniform = a.choice("job_sizes")? == "uniform";
+    let pages_per_job = a.int("pages_per_job")? as u32;
     let kp = KbuildParams {
-        jobs: p.int("jobs", 20, 1..=1_000_000)? as u32,
+        jobs: a.int("jobs")? as u32,
         pages_per_job: uniform.then_some(pages_per_job),
-        work_per_page_ns: p.int(
-            "work_per_page_ns",
-            recorded_build::USER_NS_PER_PAGE as i64,
-            0..=1_000_000_000,
-        )? as u64,
-        slab_pct: p.int("slab_pct", 3, 0..=100)? as u32,
-        remote_free_pct: p.int(
-            "remote_free_pct",
-            recorded_build::REMOTE_FREE_PCT as i64,
-            0..=100,
-        )? as u32,
+        work_per_page_ns: a.int("work_per_page_ns")? as u64,
+        slab_pct: a.int("slab_pct")? as u32,
+        remote_free_pct: a.int("remote_free_pct")? as u32,
     };
     let exits = Rc::new(RefCell::new(Exits {
         mailbox: vec![Vec::new(); tasks as usize],

@@ -67,11 +67,12 @@
 //! time, with that of file I/O and the page cache, is in
 //! `other_sys_permille`, not played step by step.
 
-use crate::params::{ParamError, Params};
+use crate::params::{Args, Count, Count::N, ParamError, ParamSpec as P};
 use crate::recorded_build;
 use crate::WorkloadDef;
 use mm::types::PAGE_SIZE;
-use sim::{Machine, Op, OpResult, Program, Rng, TaskSpec};
+use mm::vma::MapFlags;
+use sim::{Op, OpResult, Program, Rng, TaskSpec};
 use std::collections::VecDeque;
 
 pub(crate) const DEF: WorkloadDef = WorkloadDef {
@@ -79,48 +80,67 @@ pub(crate) const DEF: WorkloadDef = WorkloadDef {
     summary: "make -jN of the kernel: compiler processes whose heaps grow by brk and mmap, \
               are partly freed (munmap, MADV_DONTNEED, brk shrink) and torn down at exit",
     params: &[
-        (
+        P::int(
             "tasks",
-            "8",
+            Count::Of(
+                |m, _| 8.min(m.nr_cpus() as i64),
+                "8, or the number of CPUs if fewer",
+            ),
+            1,
+            Count::CPUS,
             "job slots (make -jN), bound to CPUs spread over the machine",
         ),
-        (
+        P::int(
             "jobs",
-            "4",
+            N(4),
+            1,
+            N(100_000),
             "compiler processes each slot runs one after another",
         ),
-        (
+        P::choice(
             "job_sizes",
             "recorded",
-            "how much a job allocates: uniform (job_mib ± 50 %) or recorded (the recorded build's processes)",
+            &["recorded", "uniform"],
+            "how much a job allocates: recorded (the recorded build's processes) or uniform (job_mib ± 50 %)",
         ),
-        (
+        P::int(
             "job_mib",
-            "32",
+            N(32),
+            1,
+            N(65_536),
             "with job_sizes = uniform: mean MiB a job allocates and writes (uniform in ±50 %; estimate)",
         ),
-        (
+        P::int(
             "work_per_page_ns",
-            "26280",
+            N(recorded_build::USER_NS_PER_ANON_PAGE as i64),
+            0,
+            N(1_000_000_000),
             "user time per page allocated (measured: see the module doc)",
         ),
-        (
+        P::int(
             "mmap_pct",
-            "30",
+            N(30),
+            0,
+            N(100),
             "% of allocations that are mmapped chunks rather than heap (estimate)",
         ),
-        (
+        P::int(
             "free_pct",
-            "20",
+            N(20),
+            0,
+            N(100),
             "% of allocations followed by a free: munmap, MADV_DONTNEED or brk shrink (estimate)",
         ),
-        (
+        P::int(
             "other_sys_permille",
-            "133",
+            N(recorded_build::OTHER_SYS_PERMILLE as i64),
+            0,
+            N(100_000),
             "kernel time the model does not play (exec, file faults, read/write, ...), in ‰ of user time",
         ),
     ],
     build,
+    nr_runs: None,
 };
 
 /// glibc's `M_MMAP_THRESHOLD` default: requests from 128 KiB are mapped.
@@ -148,30 +168,23 @@ struct JobParams {
     other_sys_permille: u64,
 }
 
-fn build(p: &Params, m: &Machine) -> Result<Vec<TaskSpec>, ParamError> {
-    let nr_cpus = m.nr_cpus() as i64;
-    let tasks = p.int("tasks", 8.min(nr_cpus), 1..=nr_cpus)? as u32;
-    let jobs = p.int("jobs", 4, 1..=100_000)? as u32;
-    let uniform = p.choice("job_sizes", "recorded", &["uniform", "recorded"])? == "uniform";
-    let job_bytes = (p.int("job_mib", 32, 1..=65_536)? as u64) << 20;
+fn build(a: &Args) -> Result<Vec<TaskSpec>, ParamError> {
+    let m = a.machine();
+    let nr_cpus = m.nr_cpus();
+    let tasks = a.int("tasks")? as u32;
+    let jobs = a.int("jobs")? as u32;
+    let uniform = a.choice("job_sizes")? == "uniform";
+    let job_bytes = (a.int("job_mib")? as u64) << 20;
     let jp = JobParams {
         job_bytes: uniform.then_some(job_bytes),
-        work_per_page_ns: p.int(
-            "work_per_page_ns",
-            recorded_build::USER_NS_PER_ANON_PAGE as i64,
-            0..=1_000_000_000,
-        )? as u64,
-        mmap_pct: p.int("mmap_pct", 30, 0..=100)? as u32,
-        free_pct: p.int("free_pct", 20, 0..=100)? as u32,
-        other_sys_permille: p.int(
-            "other_sys_permille",
-            recorded_build::OTHER_SYS_PERMILLE as i64,
-            0..=100_000,
-        )? as u64,
+        work_per_page_ns: a.int("work_per_page_ns")? as u64,
+        mmap_pct: a.int("mmap_pct")? as u32,
+        free_pct: a.int("free_pct")? as u32,
+        other_sys_permille: a.int("other_sys_permille")? as u64,
     };
     // Spread the slots over the machine, as the scheduler spreads busy
     // tasks over idle cores.
-    let stride = (nr_cpus as u32 / tasks).max(1);
+    let stride = (nr_cpus / tasks).max(1);
     let mut specs = Vec::new();
     for _ in 0..jobs {
         for t in 0..tasks {
@@ -277,7 +290,7 @@ impl CompileJob {
             return Some(Op::Mmap {
                 len,
                 hint: None,
-                fixed: false,
+                flags: MapFlags::NONE,
                 advice: None,
             });
         }
