@@ -140,21 +140,21 @@ costs! {
     /// From the last DMA transfer's end to the waiter running again (the
     /// completion interrupt or poll, and the wake-up).
     DmaCompletion = "dma_completion_ns",
-    /// Reading a cache line last written by this CPU's SMT sibling (the
-    /// line is in the shared L1/L2 of the core).
+    /// One cache line written by one hardware thread and then read by its
+    /// SMT sibling on the same core: the one-way transfer latency.
     C2cSmt = "c2c_smt_ns",
-    /// Reading a cache line last written by another core that shares this
-    /// CPU's last-level cache (a core-to-core transfer within the LLC).
+    /// One cache line moved between two cores that share the last-level
+    /// cache (one CCX on AMD, one ring on Intel).
     C2cSameLlc = "c2c_same_llc_ns",
-    /// Reading a cache line last written by a core of the same socket but
-    /// another LLC (another CCX on AMD; equal to `c2c_same_llc_ns` where a
-    /// socket has one LLC).
+    /// One cache line moved between two cores of one socket with different
+    /// last-level caches (another CCX/CCD; sub-NUMA clusters).
     C2cOtherLlc = "c2c_other_llc_ns",
-    /// Reading a cache line last written by a core of the other socket.
+    /// One cache line moved between cores of different sockets.
     C2cOtherSocket = "c2c_other_socket_ns",
-    /// Load-to-use latency of a line from this node's DRAM (idle system).
+    /// A load that misses every cache and is served by the CPU's own node's
+    /// DRAM (dependent loads, no TLB miss).
     DramLocal = "dram_local_ns",
-    /// Load-to-use latency of a line from another node's DRAM (idle system).
+    /// The same, served by another node's DRAM.
     DramRemote = "dram_remote_ns",
     /// The instructions of one buddy free-list operation, without the cache
     /// misses on the lines it touches: used instead of `buddy_list_op_ns`

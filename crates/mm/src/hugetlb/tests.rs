@@ -5,7 +5,7 @@
 
 use super::*;
 use crate::cost::CostTable;
-use crate::memory::huge_order::{process_huge_page_order, HugePageOp};
+use crate::memory::huge_order::{process_huge_page_order, HugeOrderPolicy, HugePageOp};
 use crate::memory::{handle_mm_fault, MmConfig, MmGlobal};
 use crate::page_alloc::{MemoryLayout, NodeLayout, VmSysctl};
 use crate::pgtable::PAGE_RW;
