@@ -47,7 +47,7 @@
 //!   ~40 MiB each). `job_mib` (32, an estimate) is the `uniform`
 //!   alternative's mean.
 //! - `work_per_page_ns` = 26 280: the build's user time per anonymous page.
-//! - `other_sys_permille` = 133: the kernel time the model does not play
+//! - `other_sys_permille` = 117: the kernel time the model does not play
 //!   (exec, file-backed faults, the page cache, file system calls,
 //!   scheduling), in ‰ of user time: the recorded system time less the
 //!   model's anonymous-memory part of it on this host's profile. Added as

@@ -61,14 +61,15 @@ pub const REMOTE_FREE_PCT: u32 = 34;
 
 /// Kernel time of the build that the model does not play (exec, file-backed
 /// faults, the page cache, `read()`/`write()`/`open()`/`stat()`, the
-/// scheduler), in ‰ of user time: the measured system time (183 ‰ of user
-/// time) less what the model plays for the build's anonymous memory on this
-/// host's profile (`kernel-compile` with the recorded job sizes and
-/// `work_per_page_ns` = 26 280 on `host-epyc-zen3`, 2 CPUs, linux-6.18:
-/// 1.053 s system for 20.83 s user, 50.5 ‰; `docs/kbuild-recording.md`).
-/// Used on other machines as the same share of user time (kernel and user
-/// code taken to speed up alike): an estimate there.
-pub const OTHER_SYS_PERMILLE: u64 = 133;
+/// scheduler), in ‰ of user time: the measured system time (182.8 ‰ of
+/// user time) less what the model plays for the build's anonymous memory
+/// on this host's calibrated profile (`kernel-compile` with the recorded
+/// job sizes, `work_per_page_ns` = 26 280 and `other_sys_permille` = 0 on
+/// `host-epyc-zen3`, 2 CPUs, linux-6.18: 1.383 s system for 20.85 s user,
+/// 66.3 ‰; `docs/kbuild-recording.md`). Used on other machines as the same
+/// share of user time (kernel and user code taken to speed up alike): an
+/// estimate there.
+pub const OTHER_SYS_PERMILLE: u64 = 117;
 
 /// User time per page allocated, ns (`USER_NS / PAGES` = 25.28 µs).
 pub const USER_NS_PER_PAGE: u64 = USER_NS / PAGES;
