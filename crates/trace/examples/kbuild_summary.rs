@@ -249,7 +249,10 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
                 }
             }
             EventKind::Mmap {
-                len, flags, ret, ..
+                len,
+                flags,
+                ret: Some(ret),
+                ..
             } if *ret > 0 => {
                 let p = procs.entry(ev.pid).or_default();
                 let start = *ret as u64;
@@ -262,10 +265,18 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
                     ),
                 );
             }
-            EventKind::Munmap { addr, len, ret } if *ret == 0 => {
+            EventKind::Munmap {
+                addr,
+                len,
+                ret: Some(0),
+            } => {
                 procs.entry(ev.pid).or_default().unmap(*addr, *len);
             }
-            EventKind::Brk { brk, ret } => {
+            // An entry-only brk (no result recorded) says nothing of the break.
+            EventKind::Brk {
+                brk,
+                ret: Some(ret),
+            } => {
                 let p = procs.entry(ev.pid).or_default();
                 if *brk == 0 || p.start_brk == 0 {
                     p.start_brk = *ret as u64;
