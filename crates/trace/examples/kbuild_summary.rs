@@ -37,7 +37,7 @@
 use std::collections::BTreeMap;
 use std::path::Path;
 
-use trace::event::EventKind;
+use trace::event::{Event, EventKind};
 use trace::TraceReader;
 
 const GFP_MOVABLE: u64 = 0x08;
@@ -143,28 +143,29 @@ struct Lifetimes {
     never_freed: u64,
 }
 
-fn main() -> Result<(), Box<dyn std::error::Error>> {
-    let args: Vec<String> = std::env::args().skip(1).collect();
-    let path = args
-        .first()
-        .ok_or("usage: kbuild_summary TRACE USER_S SYS_S")?;
-    let user_s: f64 = args.get(1).ok_or("missing USER_S")?.parse()?;
-    let sys_s: f64 = args.get(2).ok_or("missing SYS_S")?.parse()?;
-    let mut reader = TraceReader::open(Path::new(path))?;
-    let mut procs: BTreeMap<i32, Proc> = BTreeMap::new();
-    // Per thread: the kind of its last fault, if no other event came since.
-    let mut in_fault: BTreeMap<i32, FaultKind> = BTreeMap::new();
-    let mut live: BTreeMap<u64, Live> = BTreeMap::new();
-    let mut by_class: BTreeMap<Class, [u64; 11]> = BTreeMap::new();
-    let mut life: BTreeMap<Class, Lifetimes> = BTreeMap::new();
-    let (mut forks, mut execs, mut exits) = (0u64, 0u64, 0u64);
-    let (mut faults_user, mut faults_kernel) = (0u64, 0u64);
-    let (mut first_ts, mut last_ts) = (u64::MAX, 0u64);
-    let mut comm_exec: BTreeMap<String, u64> = BTreeMap::new();
-    for ev in reader.by_ref() {
-        let ev = ev?;
-        first_ts = first_ts.min(ev.ts_ns);
-        last_ts = last_ts.max(ev.ts_ns);
+/// What the walk over the trace gathers.
+#[derive(Default)]
+struct Walk {
+    procs: BTreeMap<i32, Proc>,
+    /// Per thread: the kind of its last fault, if no other event came since.
+    in_fault: BTreeMap<i32, FaultKind>,
+    live: BTreeMap<u64, Live>,
+    by_class: BTreeMap<Class, [u64; 11]>,
+    life: BTreeMap<Class, Lifetimes>,
+    forks: u64,
+    execs: u64,
+    exits: u64,
+    faults_user: u64,
+    faults_kernel: u64,
+    first_ts: Option<u64>,
+    last_ts: u64,
+    comm_exec: BTreeMap<String, u64>,
+}
+
+impl Walk {
+    fn event(&mut self, ev: &Event) {
+        self.first_ts.get_or_insert(ev.ts_ns);
+        self.last_ts = self.last_ts.max(ev.ts_ns);
         let is_alloc = matches!(
             ev.kind,
             EventKind::PageAlloc { .. }
@@ -177,137 +178,125 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
                 address,
                 error_code,
                 ..
+            } => {
+                self.faults_user += 1;
+                self.fault(ev, *address, *error_code);
+                return;
             }
-            | EventKind::PageFaultKernel {
+            EventKind::PageFaultKernel {
                 address,
                 error_code,
                 ..
             } => {
-                if matches!(ev.kind, EventKind::PageFaultUser { .. }) {
-                    faults_user += 1;
-                } else {
-                    faults_kernel += 1;
-                }
-                let p = procs.entry(ev.pid).or_default();
-                let k = p.fault_kind(*address, *error_code);
-                match k {
-                    FaultKind::Anon | FaultKind::FileCow => p.faults_anon += 1,
-                    FaultKind::File => p.faults_file += 1,
-                }
-                in_fault.insert(ev.tid, k);
-                continue;
+                self.faults_kernel += 1;
+                self.fault(ev, *address, *error_code);
+                return;
             }
             EventKind::PageAlloc {
                 pfn,
                 order,
                 gfp_flags,
                 ..
-            } => {
-                let class = if gfp_flags & GFP_MOVABLE == 0 {
-                    Class::Kernel
-                } else {
-                    match in_fault.get(&ev.tid) {
-                        Some(FaultKind::Anon | FaultKind::FileCow) => Class::Anon,
-                        Some(FaultKind::File) => Class::PageCacheFault,
-                        None => Class::PageCacheSyscall,
-                    }
-                };
-                by_class.entry(class).or_insert([0; 11])[(*order as usize).min(10)] += 1;
-                let pages = 1u64 << order;
-                let p = procs.entry(ev.pid).or_default();
-                p.pages += pages;
-                if class == Class::Anon {
-                    p.anon_pages += pages;
-                }
-                if let Some(old) = live.insert(
-                    *pfn,
-                    Live {
-                        class,
-                        cpu: ev.cpu,
-                        pid: ev.pid,
-                        pages,
-                    },
-                ) {
-                    // Allocated before and its free not seen: treat as freed.
-                    let _ = old;
-                }
+            } => self.alloc(ev, *pfn, *order, *gfp_flags),
+            EventKind::PageFree { pfn, .. } => self.free(ev, *pfn),
+            _ => self.address_space(ev),
+        }
+        if !is_alloc {
+            self.in_fault.remove(&ev.tid);
+        }
+    }
+
+    fn fault(&mut self, ev: &Event, address: u64, error_code: u64) {
+        let p = self.procs.entry(ev.pid).or_default();
+        let k = p.fault_kind(address, error_code);
+        match k {
+            FaultKind::Anon | FaultKind::FileCow => p.faults_anon += 1,
+            FaultKind::File => p.faults_file += 1,
+        }
+        self.in_fault.insert(ev.tid, k);
+    }
+
+    fn alloc(&mut self, ev: &Event, pfn: u64, order: u32, gfp_flags: u64) {
+        let class = if gfp_flags & GFP_MOVABLE == 0 {
+            Class::Kernel
+        } else {
+            match self.in_fault.get(&ev.tid) {
+                Some(FaultKind::Anon | FaultKind::FileCow) => Class::Anon,
+                Some(FaultKind::File) => Class::PageCacheFault,
+                None => Class::PageCacheSyscall,
             }
-            EventKind::PageFree { pfn, .. } => {
-                if let Some(l) = live.remove(pfn) {
-                    let lt = life.entry(l.class).or_default();
-                    if l.cpu == ev.cpu {
-                        lt.freed_same_cpu += l.pages;
-                    } else {
-                        lt.freed_other_cpu += l.pages;
-                    }
-                    if l.pid != ev.pid {
-                        lt.freed_by_other_pid += l.pages;
-                    }
-                    if procs.get(&l.pid).is_some_and(|p| p.exited) {
-                        lt.freed_after_owner_exit += l.pages;
-                    }
-                }
-            }
+        };
+        self.by_class.entry(class).or_insert([0; 11])[(order as usize).min(10)] += 1;
+        let pages = 1u64 << order;
+        let p = self.procs.entry(ev.pid).or_default();
+        p.pages += pages;
+        if class == Class::Anon {
+            p.anon_pages += pages;
+        }
+        // A pfn allocated before whose free was not seen is taken as freed.
+        let live = Live {
+            class,
+            cpu: ev.cpu,
+            pid: ev.pid,
+            pages,
+        };
+        self.live.insert(pfn, live);
+    }
+
+    fn free(&mut self, ev: &Event, pfn: u64) {
+        let Some(l) = self.live.remove(&pfn) else {
+            return;
+        };
+        let lt = self.life.entry(l.class).or_default();
+        if l.cpu == ev.cpu {
+            lt.freed_same_cpu += l.pages;
+        } else {
+            lt.freed_other_cpu += l.pages;
+        }
+        if l.pid != ev.pid {
+            lt.freed_by_other_pid += l.pages;
+        }
+        if self.procs.get(&l.pid).is_some_and(|p| p.exited) {
+            lt.freed_after_owner_exit += l.pages;
+        }
+    }
+
+    /// mmap, munmap, brk, fork, exec and exit: each process's mappings.
+    fn address_space(&mut self, ev: &Event) {
+        match &ev.kind {
             EventKind::Mmap {
                 len,
                 flags,
                 ret: Some(ret),
                 ..
             } if *ret > 0 => {
-                let p = procs.entry(ev.pid).or_default();
+                let p = self.procs.entry(ev.pid).or_default();
                 let start = *ret as u64;
                 p.unmap(start, *len);
-                p.maps.insert(
-                    start,
-                    (
-                        start + len.div_ceil(4096) * 4096,
-                        flags & MAP_ANONYMOUS == 0,
-                    ),
-                );
+                let end = start + len.div_ceil(4096) * 4096;
+                p.maps.insert(start, (end, flags & MAP_ANONYMOUS == 0));
             }
             EventKind::Munmap {
                 addr,
                 len,
                 ret: Some(0),
-            } => {
-                procs.entry(ev.pid).or_default().unmap(*addr, *len);
-            }
+            } => self.procs.entry(ev.pid).or_default().unmap(*addr, *len),
             // An entry-only brk (no result recorded) says nothing of the break.
             EventKind::Brk {
                 brk,
                 ret: Some(ret),
             } => {
-                let p = procs.entry(ev.pid).or_default();
+                let p = self.procs.entry(ev.pid).or_default();
                 if *brk == 0 || p.start_brk == 0 {
                     p.start_brk = *ret as u64;
                 }
                 p.brk = *ret as u64;
             }
-            EventKind::Fork { child, .. } => {
-                forks += 1;
-                // The child starts with a copy of the parent's address space.
-                let parent = procs.get(&ev.pid);
-                let (maps, sb, b) = parent.map_or((BTreeMap::new(), 0, 0), |p| {
-                    (p.maps.clone(), p.start_brk, p.brk)
-                });
-                let c = procs.entry(*child).or_default();
-                c.maps = maps;
-                c.start_brk = sb;
-                c.brk = b;
-            }
-            EventKind::Exec { pid, filename } => {
-                execs += 1;
-                let comm = filename.rsplit('/').next().unwrap_or(filename).to_string();
-                *comm_exec.entry(comm.clone()).or_default() += 1;
-                let p = procs.entry(*pid).or_default();
-                p.maps.clear();
-                p.start_brk = 0;
-                p.brk = 0;
-                p.comm = comm;
-            }
+            EventKind::Fork { child, .. } => self.fork(ev.pid, *child),
+            EventKind::Exec { pid, filename } => self.exec(*pid, filename),
             EventKind::Exit { pid } => {
-                exits += 1;
-                if let Some(p) = procs.get_mut(pid) {
+                self.exits += 1;
+                if let Some(p) = self.procs.get_mut(pid) {
                     if *pid == ev.pid {
                         p.exited = true;
                     }
@@ -315,70 +304,88 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             }
             _ => {}
         }
-        if !is_alloc {
-            in_fault.remove(&ev.tid);
-        }
     }
-    for l in live.values() {
-        life.entry(l.class).or_default().never_freed += l.pages;
+
+    fn fork(&mut self, parent: i32, child: i32) {
+        self.forks += 1;
+        // The child starts with a copy of the parent's address space.
+        let (maps, sb, b) = self
+            .procs
+            .get(&parent)
+            .map_or((BTreeMap::new(), 0, 0), |p| {
+                (p.maps.clone(), p.start_brk, p.brk)
+            });
+        let c = self.procs.entry(child).or_default();
+        c.maps = maps;
+        c.start_brk = sb;
+        c.brk = b;
     }
-    print_summary(
-        &Summary {
-            user_s,
-            sys_s,
-            secs: (last_ts - first_ts) as f64 / 1e9,
-            forks,
-            execs,
-            exits,
-            faults_user,
-            faults_kernel,
-        },
-        &by_class,
-        &life,
-        &procs,
-        &comm_exec,
-    );
+
+    fn exec(&mut self, pid: i32, filename: &str) {
+        self.execs += 1;
+        let comm = filename.rsplit('/').next().unwrap_or(filename).to_string();
+        *self.comm_exec.entry(comm.clone()).or_default() += 1;
+        let p = self.procs.entry(pid).or_default();
+        p.maps.clear();
+        p.start_brk = 0;
+        p.brk = 0;
+        p.comm = comm;
+    }
+}
+
+fn main() -> Result<(), Box<dyn std::error::Error>> {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let path = args
+        .first()
+        .ok_or("usage: kbuild_summary TRACE USER_S SYS_S")?;
+    let user_s: f64 = args.get(1).ok_or("missing USER_S")?.parse()?;
+    let sys_s: f64 = args.get(2).ok_or("missing SYS_S")?.parse()?;
+    let mut reader = TraceReader::open(Path::new(path))?;
+    let mut w = Walk::default();
+    for ev in reader.by_ref() {
+        w.event(&ev?);
+    }
+    for l in w.live.values() {
+        w.life.entry(l.class).or_default().never_freed += l.pages;
+    }
+    let secs = (w.last_ts - w.first_ts.unwrap_or(w.last_ts)) as f64 / 1e9;
+    print_header(&w, user_s, sys_s, secs);
+    print_classes(&w);
+    print_rates(&w, user_s, sys_s);
+    print_processes(&w);
+    print_programs(&w);
     Ok(())
 }
 
-struct Summary {
-    user_s: f64,
-    sys_s: f64,
-    secs: f64,
-    forks: u64,
-    execs: u64,
-    exits: u64,
-    faults_user: u64,
-    faults_kernel: u64,
+fn pages_of(orders: &[u64; 11]) -> u64 {
+    orders.iter().enumerate().map(|(o, n)| n << o).sum()
 }
 
-fn print_summary(
-    s: &Summary,
-    by_class: &BTreeMap<Class, [u64; 11]>,
-    life: &BTreeMap<Class, Lifetimes>,
-    procs: &BTreeMap<i32, Proc>,
-    comm_exec: &BTreeMap<String, u64>,
-) {
+fn print_header(w: &Walk, user_s: f64, sys_s: f64, secs: f64) {
     println!(
-        "recording: {:.2} s, user {:.2} s, sys {:.2} s; {} forks, {} execs, {} exits",
-        s.secs, s.user_s, s.sys_s, s.forks, s.execs, s.exits
+        "recording: {secs:.2} s, user {user_s:.2} s, sys {sys_s:.2} s; {} forks, {} execs, {} exits",
+        w.forks, w.execs, w.exits
     );
-    let faults = s.faults_user + s.faults_kernel;
-    let (fa, ff): (u64, u64) = procs
+    let faults = w.faults_user + w.faults_kernel;
+    let (fa, ff): (u64, u64) = w
+        .procs
         .values()
         .fold((0, 0), |(a, f), p| (a + p.faults_anon, f + p.faults_file));
     println!(
         "faults: {faults} ({} user, {} kernel): anonymous {fa} ({:.1} %), file {ff} ({:.1} %)",
-        s.faults_user,
-        s.faults_kernel,
+        w.faults_user,
+        w.faults_kernel,
         100.0 * fa as f64 / faults as f64,
         100.0 * ff as f64 / faults as f64
     );
+}
+
+fn print_classes(w: &Walk) {
     println!("\npage allocations by class and order (blocks):");
     let mut total_pages = 0u64;
-    for (c, orders) in by_class {
+    for (c, orders) in &w.by_class {
         let blocks: u64 = orders.iter().sum();
-        let pages: u64 = orders.iter().enumerate().map(|(o, n)| n << o).sum();
+        let pages = pages_of(orders);
         total_pages += pages;
         let per: Vec<String> = orders
             .iter()
@@ -398,7 +405,7 @@ fn print_summary(
         "  {:<32} {:>10} {:>10} {:>10} {:>12} {:>10}",
         "class", "same cpu", "other cpu", "other pid", "after exit", "not freed"
     );
-    for (c, l) in life {
+    for (c, l) in &w.life {
         println!(
             "  {:<32} {:>10} {:>10} {:>10} {:>12} {:>10}",
             c.name(),
@@ -409,31 +416,45 @@ fn print_summary(
             l.never_freed
         );
     }
-    let anon = by_class.get(&Class::Anon).map_or(0, |o| {
-        o.iter().enumerate().map(|(i, n)| n << i).sum::<u64>()
-    });
+}
+
+fn print_rates(w: &Walk, user_s: f64, sys_s: f64) {
+    let total_pages: u64 = w.by_class.values().map(pages_of).sum();
+    let anon = w.by_class.get(&Class::Anon).map_or(0, pages_of);
+    let faults = w.faults_user + w.faults_kernel;
     println!("\nper unit of user time:");
     println!(
         "  user time per page allocated      {:>8.2} us",
-        s.user_s * 1e6 / total_pages as f64
+        user_s * 1e6 / total_pages as f64
     );
     println!(
         "  user time per anonymous page      {:>8.2} us",
-        s.user_s * 1e6 / anon as f64
+        user_s * 1e6 / anon as f64
     );
     println!(
         "  user time per fault               {:>8.2} us",
-        s.user_s * 1e6 / faults as f64
+        user_s * 1e6 / faults as f64
     );
     println!(
         "  user time per exec                {:>8.2} ms",
-        s.user_s * 1e3 / s.execs.max(1) as f64
+        user_s * 1e3 / w.execs.max(1) as f64
     );
     println!(
         "  system / user time                {:>8.3}",
-        s.sys_s / s.user_s
+        sys_s / user_s
     );
-    let mut per_proc: Vec<u64> = procs.values().map(|p| p.pages).filter(|&n| n > 0).collect();
+}
+
+fn print_processes(w: &Walk) {
+    let mut per_proc: Vec<u64> = w
+        .procs
+        .values()
+        .map(|p| p.pages)
+        .filter(|&n| n > 0)
+        .collect();
+    if per_proc.is_empty() {
+        return;
+    }
     per_proc.sort_unstable();
     let q = |f: f64| per_proc[((per_proc.len() - 1) as f64 * f).round() as usize];
     println!(
@@ -468,8 +489,11 @@ fn print_summary(
             pages
         );
     }
+}
+
+fn print_programs(w: &Walk) {
     let mut by_comm: BTreeMap<&str, (u64, u64, u64, u64, u64)> = BTreeMap::new();
-    for p in procs.values().filter(|p| !p.comm.is_empty()) {
+    for p in w.procs.values().filter(|p| !p.comm.is_empty()) {
         let e = by_comm.entry(&p.comm).or_default();
         e.0 += 1;
         e.1 += p.pages;
@@ -488,7 +512,7 @@ fn print_summary(
         println!(
             "  {:<16} {:>7} {:>7} {:>10.0} {:>10.0} {:>12.0} {:>12.0}",
             comm,
-            comm_exec.get(*comm).copied().unwrap_or(0),
+            w.comm_exec.get(*comm).copied().unwrap_or(0),
             n,
             *pages as f64 / *n as f64,
             *anon as f64 / *n as f64,

@@ -45,6 +45,7 @@ use crate::WorkloadDef;
 use mm::page_alloc::Gfp;
 use sim::{Block, Op, OpResult, Program, Rng, TaskSpec};
 use std::cell::RefCell;
+use std::ops::ControlFlow;
 use std::rc::Rc;
 
 pub(crate) const DEF: WorkloadDef = WorkloadDef {
@@ -245,6 +246,56 @@ impl Kbuild {
         mb.append(&mut self.stack);
         mb.extend(self.pgd.take());
     }
+
+    /// Phase::ForkStack: make starts the slot's next job (its kernel stack
+    /// first), or, with the queue empty, the slot gives its slab pages back
+    /// and ends.
+    fn fork_stack(&mut self, rng: &mut Rng) -> ControlFlow<Option<Op>> {
+        if self.stack.is_empty() {
+            // make starts the next job of its queue on this slot.
+            let mut ex = self.exits.borrow_mut();
+            if ex.queued == 0 {
+                // The build is done here: the CPU's slab caches give
+                // their pages back, then the slot ends.
+                if let Some(b) = self.slab.pop() {
+                    return ControlFlow::Break(Some(Op::FreePages { block: b }));
+                }
+                ex.active[self.me] = false;
+                return ControlFlow::Break(None);
+            }
+            ex.queued -= 1;
+        }
+        if self.stack.len() < KERNEL_STACK_PAGES {
+            return ControlFlow::Break(self.alloc(For::Stack, Gfp::KERNEL, 0));
+        }
+        self.target = self.draw_pages(rng);
+        self.exits_elsewhere = rng.percent(self.p.remote_free_pct);
+        self.faulted = 0;
+        self.phase = Phase::ForkPgd;
+        ControlFlow::Continue(())
+    }
+
+    /// Phase::Run: the job's next anonymous page, or now and then a slab
+    /// allocation or free; on to the exit when the job has all its pages.
+    fn run(&mut self, rng: &mut Rng) -> ControlFlow<Option<Op>> {
+        if self.faulted == self.target {
+            self.phase = Phase::ExitUser;
+            return ControlFlow::Continue(());
+        }
+        // Kernel memory of orders 1-3 now and then, freed a little later.
+        if rng.percent(self.p.slab_pct) {
+            if self.slab.len() > 4 {
+                let b = self
+                    .slab
+                    .swap_remove(rng.below(self.slab.len() as u64) as usize);
+                return ControlFlow::Break(Some(Op::FreePages { block: b }));
+            }
+            return ControlFlow::Break(self.alloc(For::Slab, Gfp::KERNEL, 1));
+        }
+        self.faulted += 1;
+        self.phase = Phase::Work;
+        ControlFlow::Break(self.alloc(For::User, Gfp::HIGHUSER_MOVABLE, 0))
+    }
 }
 
 impl Program for Kbuild {
@@ -267,51 +318,18 @@ impl Program for Kbuild {
         loop {
             match self.phase {
                 Phase::ForkStack => {
-                    if self.stack.is_empty() {
-                        // make starts the next job of its queue on this slot.
-                        let mut ex = self.exits.borrow_mut();
-                        if ex.queued == 0 {
-                            // The build is done here: the CPU's slab
-                            // caches give their pages back, then the slot
-                            // ends.
-                            if let Some(b) = self.slab.pop() {
-                                return Some(Op::FreePages { block: b });
-                            }
-                            ex.active[self.me] = false;
-                            return None;
-                        }
-                        ex.queued -= 1;
+                    if let ControlFlow::Break(op) = self.fork_stack(rng) {
+                        return op;
                     }
-                    if self.stack.len() < KERNEL_STACK_PAGES {
-                        return self.alloc(For::Stack, Gfp::KERNEL, 0);
-                    }
-                    self.target = self.draw_pages(rng);
-                    self.exits_elsewhere = rng.percent(self.p.remote_free_pct);
-                    self.faulted = 0;
-                    self.phase = Phase::ForkPgd;
                 }
                 Phase::ForkPgd => {
                     self.phase = Phase::Run;
                     return self.alloc(For::Pgd, Gfp::KERNEL, 1);
                 }
                 Phase::Run => {
-                    if self.faulted == self.target {
-                        self.phase = Phase::ExitUser;
-                        continue;
+                    if let ControlFlow::Break(op) = self.run(rng) {
+                        return op;
                     }
-                    // Kernel memory of orders 1-3 now and then, freed a little later.
-                    if rng.percent(self.p.slab_pct) {
-                        if self.slab.len() > 4 {
-                            let b = self
-                                .slab
-                                .swap_remove(rng.below(self.slab.len() as u64) as usize);
-                            return Some(Op::FreePages { block: b });
-                        }
-                        return self.alloc(For::Slab, Gfp::KERNEL, 1);
-                    }
-                    self.faulted += 1;
-                    self.phase = Phase::Work;
-                    return self.alloc(For::User, Gfp::HIGHUSER_MOVABLE, 0);
                 }
                 Phase::Work => {
                     self.phase = Phase::Run;
