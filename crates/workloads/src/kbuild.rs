@@ -91,7 +91,9 @@ pub(crate) const DEF: WorkloadDef = WorkloadDef {
             "slab_pct",
             N(3),
             0,
-            N(100),
+            // Below 100: a job's pages are faulted only when a step is not
+            // a kernel allocation, so 100 % would never finish a job.
+            N(99),
             "extra kernel allocations of order 1, in % of pages (measured share of kernel pages)",
         ),
         P::int(
