@@ -110,7 +110,7 @@ pub enum Source<'a> {
 
 /// The built-in experiments a name stands for: itself and the ones named
 /// `NAME-*`.
-fn builtin_group(name: &str) -> Result<Vec<(&'static str, &'static str)>> {
+pub fn builtin_group(name: &str) -> Result<Vec<(&'static str, &'static str)>> {
     let group: Vec<_> = BUILTIN_EXPERIMENTS
         .iter()
         .filter(|(k, _)| *k == name || k.strip_prefix(name).is_some_and(|r| r.starts_with('-')))
