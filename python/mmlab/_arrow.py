@@ -39,8 +39,7 @@ def array(col: Sequence[Any]) -> pa.Array:
         # pivots string[pyarrow] columns.
         return pa.array(extra, pa.string()).take(idx)
     if ty == "list":
-        child = table(extra)
-        struct = pa.StructArray.from_arrays(child.columns, names=child.column_names)
+        struct = pa.StructArray.from_arrays([array(c) for c in extra], names=[c[0] for c in extra])
         return pa.Array.from_buffers(
             pa.list_(struct.type), n, [v, _buf(a)], null_count=nulls, children=[struct]
         )
