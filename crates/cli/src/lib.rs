@@ -5,10 +5,14 @@
 //! - [`api`]: run an experiment (a path, TOML text or a parsed file) and get
 //!   the results document ([`results::ResultsDoc`]) and its tidy rows.
 //! - [`results`]: the versioned results schema (`docs/results-schema.md`).
+//! - [`bands`]: the seeds' headline figures, the model's, and their bands
+//!   over the profiles' uncertain inputs (`reproduce --bands`).
 //! - [`metrics`]: the metric registry (name, unit, help, value function).
 //! - [`experiment`], [`runner`], [`report`]: experiment files, running them,
 //!   the text and markdown tables.
 //! - [`csv_out`]: tidy and wide CSV.
+//! - [`sweep`]: one experiment at many points (knob and parameter values,
+//!   seeds), the points side by side on the host's cores.
 //! - [`replay`], [`aspace`]: `mmlab replay` and `mmlab validate`.
 //! - [`import`]: `mmlab import` of a perf.data with the machine's snapshot.
 //! - [`fault_model`]: live-kernel fault patterns translated into the model,
@@ -21,6 +25,7 @@
 
 pub mod api;
 pub mod aspace;
+pub mod bands;
 pub mod bench;
 pub mod calibrate;
 pub mod csv_out;
@@ -34,3 +39,4 @@ pub mod replay;
 pub mod report;
 pub mod results;
 pub mod runner;
+pub mod sweep;
