@@ -185,29 +185,10 @@ impl<'de> Deserialize<'de> for Size {
     }
 }
 
-/// Parses `64GiB`, `4 KiB`, `2MB` (MB means MiB here, as in the kernel's
-/// messages) or a plain number of bytes.
+/// Parses a size: `mm::types::parse_size`, the one size parser (machines
+/// and workload parameters alike).
 pub fn parse_size(s: &str) -> std::result::Result<u64, String> {
-    let t = s.trim();
-    let split = t.find(|c: char| !c.is_ascii_digit()).unwrap_or(t.len());
-    let (num, unit) = t.split_at(split);
-    let n: u64 = num.parse().map_err(|_| {
-        format!("invalid size \"{s}\": expected a number followed by B, KiB, MiB, GiB or TiB")
-    })?;
-    let mult: u64 = match unit.trim() {
-        "" | "B" => 1,
-        "K" | "KB" | "KiB" | "k" => 1 << 10,
-        "M" | "MB" | "MiB" => 1 << 20,
-        "G" | "GB" | "GiB" => 1 << 30,
-        "T" | "TB" | "TiB" => 1 << 40,
-        u => {
-            return Err(format!(
-                "invalid size \"{s}\": unknown unit \"{u}\"; expected B, KiB, MiB, GiB or TiB"
-            ))
-        }
-    };
-    n.checked_mul(mult)
-        .ok_or_else(|| format!("invalid size \"{s}\": too large"))
+    mm::types::parse_size(s)
 }
 
 /// A kernel to run: its name and configuration.

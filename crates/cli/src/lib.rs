@@ -15,11 +15,16 @@
 //! - [`output`]: atomic file writes and closed-pipe handling.
 
 pub mod api;
+pub mod args;
 pub mod aspace;
 pub mod bench;
+pub mod charts;
+pub mod compare;
 pub mod csv_out;
 pub mod experiment;
 pub mod fault_model;
+pub mod html;
+pub mod info;
 pub mod metrics;
 pub mod output;
 pub mod replay;

@@ -259,12 +259,11 @@ pub fn replay_cmd(
     trace: &Path,
     exp_file: Option<&Path>,
     format: Format,
-    out: Option<&Path>,
     seed: Option<u64>,
     quiet: bool,
     warm: bool,
     mode: ReplayMode,
-) -> Result<()> {
+) -> Result<ResultsDoc> {
     let t0 = std::time::Instant::now();
     let prep = open_alloc(trace, mode)?;
     let header = match &prep {
@@ -329,9 +328,6 @@ pub fn replay_cmd(
             write!(stdout, "{}", crate::aspace::table(&exp, a, format))?;
         }
     }
-    if let Some(path) = out {
-        crate::output::write_results(path, &doc)?;
-    }
     if !quiet {
         if let Some(prep) = &prep {
             let r = &prep.recorded;
@@ -360,7 +356,7 @@ pub fn replay_cmd(
             );
         }
     }
-    Ok(())
+    Ok(doc)
 }
 
 pub fn err_pct(recorded: u64, model: u64) -> String {
@@ -378,19 +374,15 @@ pub fn err_pct(recorded: u64, model: u64) -> String {
     }
 }
 
-/// The `mmlab validate` table: recorded counters beside the model's.
-pub fn validate_text(
-    trace: &Path,
+/// The counters `mmlab validate` compares: (name, recorded, model).
+fn validate_rows(
     prep: &Prepared,
-    exp: &Experiment,
     r: &RunResult,
     st: &ReplayStats,
-    warm: bool,
-) -> String {
+) -> [(&'static str, u64, u64); 4] {
     use mm::vmstat::VmEvent;
-    use std::fmt::Write as _;
     let rec = &prep.recorded;
-    let rows: [(&str, u64, u64); 4] = [
+    [
         ("page allocations (mm_page_alloc)", rec.allocs, st.allocs),
         ("page frees (mm_page_free)", rec.frees, st.frees),
         (
@@ -403,7 +395,52 @@ pub fn validate_text(
             rec.pcpu_drains,
             r.vmstat.get(VmEvent::MM_PAGE_PCPU_DRAIN),
         ),
-    ];
+    ]
+}
+
+/// `mmlab validate --format json`'s allocator part: what the table shows.
+fn validate_json(
+    prep: &Prepared,
+    exp: &Experiment,
+    r: &RunResult,
+    st: &ReplayStats,
+    warm: bool,
+) -> serde_json::Value {
+    let k = &exp.kernels[0];
+    let rows: Vec<serde_json::Value> = validate_rows(prep, r, st)
+        .iter()
+        .map(|(name, rec, model)| {
+            let error_pct = (*rec > 0).then(|| 100.0 * (*model as f64 - *rec as f64) / *rec as f64);
+            json!({ "counter": name, "recorded": rec, "model": model, "error_pct": error_pct })
+        })
+        .collect();
+    let knobs: serde_json::Map<String, serde_json::Value> = k
+        .knobs
+        .iter()
+        .map(|(n, v)| (n.clone(), json!(v.to_string())))
+        .collect();
+    json!({
+        "kernel_recorded": prep.header.kernel_release,
+        "model": { "preset": k.config.preset.name(), "knobs": knobs, "machine": exp.machine.name, "profile": exp.profile.name },
+        "warm_pcp": warm,
+        "counters": rows,
+        "recorded": recorded_json(prep),
+        "replayed": stats_json(st),
+    })
+}
+
+/// The `mmlab validate` table: recorded counters beside the model's.
+pub fn validate_text(
+    trace: &Path,
+    prep: &Prepared,
+    exp: &Experiment,
+    r: &RunResult,
+    st: &ReplayStats,
+    warm: bool,
+) -> String {
+    use std::fmt::Write as _;
+    let rec = &prep.recorded;
+    let rows = validate_rows(prep, r, st);
     let mut s = String::new();
     let k = &exp.kernels[0];
     let knobs: Vec<String> = k.knobs.iter().map(|(n, v)| format!("{n}={v}")).collect();
@@ -508,8 +545,20 @@ pub fn validate_text(
     s
 }
 
-/// `mmlab validate`.
-pub fn validate_cmd(trace: &Path, seed: Option<u64>, warm: bool, mode: ReplayMode) -> Result<()> {
+/// What `mmlab validate` found, as text and as JSON.
+pub struct Validation {
+    pub text: String,
+    pub json: serde_json::Value,
+}
+
+/// `mmlab validate`: replays the trace under its recorded configuration and
+/// sets the recorded counters beside the model's.
+pub fn validate(
+    trace: &Path,
+    seed: Option<u64>,
+    warm: bool,
+    mode: ReplayMode,
+) -> Result<Validation> {
     let prep = open_alloc(trace, mode)?;
     let header = match &prep {
         Some(p) => p.header.clone(),
@@ -533,18 +582,24 @@ pub fn validate_cmd(trace: &Path, seed: Option<u64>, warm: bool, mode: ReplayMod
             trace.display()
         );
     }
-    for w in crate::aspace::warnings(&header, &exp, aspace.as_ref()) {
+    let warnings = crate::aspace::warnings(&header, &exp, aspace.as_ref());
+    for w in &warnings {
         eprintln!("warning: {w}");
     }
+    let mut text = String::new();
+    let mut doc =
+        json!({ "trace": trace.display().to_string(), "seed": seed, "warnings": warnings });
     if let Some(prep) = &prep {
         let (r, st) = replay_one(&exp, &exp.kernels[0], prep, seed, warm);
-        print!("{}", validate_text(trace, prep, &exp, &r, &st, warm));
+        text += &validate_text(trace, prep, &exp, &r, &st, warm);
+        doc["alloc"] = validate_json(prep, &exp, &r, &st, warm);
     }
     if let Some(a) = &aspace {
         if prep.is_some() {
-            println!();
+            text.push('\n');
         }
-        print!("{}", crate::aspace::validate_text(trace, &exp, a));
+        text += &crate::aspace::validate_text(trace, &exp, a);
+        doc["aspace"] = crate::aspace::json(&exp, a);
     }
-    Ok(())
+    Ok(Validation { text, json: doc })
 }

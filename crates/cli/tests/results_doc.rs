@@ -266,3 +266,160 @@ fn csv_quotes_names_with_commas_and_quotes_and_keeps_numbers_numbers() {
     );
     assert_eq!(r.records().count(), 4);
 }
+
+#[test]
+fn compare_works_on_every_builtin_experiment() {
+    let (_, file) = reproduce_all();
+    let a = scratch("cmp-a.json");
+    std::fs::write(&a, file).expect("write");
+    let a = a.to_str().expect("utf-8");
+    let o = mmlab(&["compare", a, a, "--format", "json", "--metrics", "all"]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let v: Value = serde_json::from_slice(&o.stdout).expect("json");
+    let rows = v["rows"].as_array().expect("rows");
+    let doc = ResultsDoc::from_json(file).expect("doc");
+    let experiments: std::collections::BTreeSet<&str> = rows
+        .iter()
+        .map(|r| r["experiment"].as_str().expect("name"))
+        .collect();
+    assert_eq!(experiments.len(), doc.experiments.len());
+    for r in rows {
+        assert_eq!(r["change"][0].as_f64(), Some(0.0), "{r}");
+    }
+    let md = mmlab(&["compare", a, a, "--format", "markdown"]);
+    assert!(md.status.success());
+}
+
+/// A headless Chromium, or why there is none.
+fn chromium() -> Result<PathBuf, String> {
+    let path = std::env::var_os("PATH").unwrap_or_default();
+    for name in ["chromium", "chromium-browser", "google-chrome", "chrome"] {
+        for dir in std::env::split_paths(&path) {
+            let p = dir.join(name);
+            if p.is_file() {
+                return Ok(p);
+            }
+        }
+    }
+    Err(
+        "no chromium, chromium-browser or google-chrome on PATH (.ci/run installs \
+         Debian's chromium package)"
+            .into(),
+    )
+}
+
+/// Collects what a page would show in the DevTools console: console.error
+/// and console.warn, uncaught exceptions and rejections, and resources
+/// that failed to load. Injected first in <head>; the list ends up in a
+/// <pre id="__mmlab_errors"> that --dump-dom prints.
+const HOOK: &str = r#"<script>(function(){var errs=[];function rec(m){errs.push(String(m));var p=document.getElementById('__mmlab_errors');if(p)p.textContent=errs.join('\n');}
+var ce=console.error,cw=console.warn;console.error=function(){rec('console.error: '+Array.prototype.join.call(arguments,' '));ce.apply(console,arguments)};console.warn=function(){rec('console.warn: '+Array.prototype.join.call(arguments,' '));cw.apply(console,arguments)};
+window.addEventListener('error',function(e){var t=e.target;if(t&&t!==window&&(t.src||t.href)){rec('failed to load '+(t.src||t.href))}else{rec('error: '+e.message)}},true);
+window.addEventListener('unhandledrejection',function(e){rec('unhandled rejection: '+e.reason)});
+window.addEventListener('securitypolicyviolation',function(e){rec('CSP: '+e.violatedDirective)});
+document.addEventListener('DOMContentLoaded',function(){var p=document.createElement('pre');p.id='__mmlab_errors';p.textContent=errs.join('\n');document.body.appendChild(p)});})();</script>"#;
+
+/// Renders `html` in headless Chromium with no network; returns the DOM
+/// after load and the errors the hook saw.
+fn render(browser: &Path, html: &str, tag: &str) -> (String, Vec<String>) {
+    let page = scratch(&format!("{tag}.html"));
+    let hooked = html.replacen("<head>", &format!("<head>{HOOK}"), 1);
+    assert_ne!(hooked, html, "the page has no <head>");
+    std::fs::write(&page, hooked).expect("write page");
+    let url = format!("file://{}", page.display());
+    let profile = scratch(&format!("{tag}-profile"));
+    let out = Command::new(browser)
+        .args([
+            "--headless",
+            "--no-sandbox",
+            "--disable-gpu",
+            "--no-first-run",
+            "--virtual-time-budget=5000",
+            "--host-resolver-rules=MAP * ~NOTFOUND",
+            &format!("--user-data-dir={}", profile.display()),
+            "--dump-dom",
+            &url,
+        ])
+        .output()
+        .expect("run chromium");
+    assert!(
+        out.status.success(),
+        "chromium failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let dom = String::from_utf8_lossy(&out.stdout).into_owned();
+    let start = dom
+        .find("<pre id=\"__mmlab_errors\">")
+        .expect("the hook ran (its <pre> is in the DOM)");
+    let body = &dom[start + "<pre id=\"__mmlab_errors\">".len()..];
+    let errors = body[..body.find("</pre>").expect("</pre>")]
+        .lines()
+        .filter(|l| !l.trim().is_empty())
+        .map(String::from)
+        .collect();
+    (dom, errors)
+}
+
+#[test]
+fn the_html_report_of_every_builtin_renders_in_chromium_without_errors() {
+    let (_, file) = reproduce_all();
+    let json = scratch("report-src.json");
+    std::fs::write(&json, file).expect("write");
+    let html_path = scratch("report.html");
+    let o = mmlab(&[
+        "report",
+        json.to_str().expect("utf-8"),
+        "-o",
+        html_path.to_str().expect("utf-8"),
+    ]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let html = std::fs::read_to_string(&html_path).expect("report");
+    // Self-contained: nothing is fetched at view time.
+    for bad in [
+        "src=\"http",
+        "href=\"http",
+        "src=\"//",
+        "href=\"//",
+        "url(",
+        "@import",
+        "<script",
+        "<link",
+    ] {
+        assert!(!html.contains(bad), "the report references {bad}");
+    }
+    let doc = ResultsDoc::from_json(file).expect("doc");
+    for e in &doc.experiments {
+        assert!(html.contains(&format!("<h2>{}</h2>", e.name)), "{}", e.name);
+    }
+    let browser = match chromium() {
+        Ok(b) => b,
+        Err(why) => {
+            println!("SKIPPED (cannot run here): rendering in Chromium: {why}");
+            return;
+        }
+    };
+    // The checker sees errors where there are some...
+    let bad = "<!DOCTYPE html><html><head><title>t</title></head><body>\
+               <script>console.error('boom'); undefinedFunction();</script>\
+               <img src=\"http://example.invalid/x.png\"></body></html>";
+    let (_, errors) = render(&browser, bad, "bad");
+    assert!(errors.iter().any(|e| e.contains("boom")), "{errors:?}");
+    assert!(
+        errors.iter().any(|e| e.contains("undefinedFunction")),
+        "{errors:?}"
+    );
+    assert!(
+        errors.iter().any(|e| e.contains("example.invalid")),
+        "{errors:?}"
+    );
+    // ... and none in the report.
+    let (dom, errors) = render(&browser, &html, "report");
+    assert!(errors.is_empty(), "the report logged: {errors:?}");
+    let charts = dom.matches("<svg").count();
+    assert!(
+        charts >= 2 * doc.experiments.len(),
+        "{charts} charts rendered for {} experiments",
+        doc.experiments.len()
+    );
+    assert!(!dom.contains("chart not drawn"), "a chart failed to draw");
+}
