@@ -68,6 +68,84 @@ pub struct RunArgs {
     /// into directory DIR (created if missing).
     #[arg(long, value_name = "DIR")]
     pub report: Option<PathBuf>,
+    #[command(flatten)]
+    pub timeline: TimelineArgs,
+}
+
+/// `--timeline FILE` and its bounds.
+#[derive(clap::Args, Clone, Debug)]
+pub struct TimelineArgs {
+    /// Write a Perfetto trace (open it at ui.perfetto.dev) of what each simulated CPU
+    /// did: operations, faults, lock waits and holds, PCP refills and drains, page
+    /// clears and copies; PCP count/high and free pages as counters.
+    #[arg(long, value_name = "FILE")]
+    pub timeline: Option<PathBuf>,
+    /// Only this span of virtual time, FROM..TO (each with a unit: ns, us, ms, s;
+    /// ms if none; either end may be left out: 5ms.., ..1s).
+    #[arg(long, value_name = "FROM..TO", value_parser = parse_window, requires = "timeline")]
+    pub timeline_window: Option<(u64, u64)>,
+    /// At most this many timeline records in all (operations, lock holds, copies,
+    /// counter changes); recording stops there and the timeline says so.
+    #[arg(long, value_name = "N", default_value_t = 200_000, requires = "timeline",
+          value_parser = clap::value_parser!(u64).range(1000..))]
+    pub timeline_max: u64,
+}
+
+impl TimelineArgs {
+    /// The engine's options, if a timeline was asked for.
+    pub fn options(&self) -> Option<sim::TimelineOptions> {
+        self.timeline.as_ref()?;
+        let (from, to) = self.timeline_window.unwrap_or((0, u64::MAX));
+        Some(sim::TimelineOptions {
+            window: (mm::SimTime(from), mm::SimTime(to)),
+            max_records: self.timeline_max as usize,
+        })
+    }
+}
+
+/// A duration of virtual time in ns: `250us`, `1.5ms`, `2s`, `100` (ms).
+fn parse_duration(s: &str) -> Result<u64, String> {
+    let t = s.trim();
+    let split = t
+        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+        .unwrap_or(t.len());
+    let (num, unit) = t.split_at(split);
+    let v: f64 = num
+        .parse()
+        .map_err(|_| format!("\"{s}\": expected a number with ns, us, ms or s"))?;
+    let scale = match unit.trim() {
+        "ns" => 1.0,
+        "us" | "µs" => 1e3,
+        "" | "ms" => 1e6,
+        "s" => 1e9,
+        u => {
+            return Err(format!(
+                "\"{s}\": unknown unit \"{u}\"; expected ns, us, ms or s"
+            ))
+        }
+    };
+    Ok((v * scale).round() as u64)
+}
+
+/// Parses `FROM..TO` (see `--timeline-window`).
+pub fn parse_window(s: &str) -> Result<(u64, u64), String> {
+    let (a, b) = s
+        .split_once("..")
+        .ok_or_else(|| format!("\"{s}\": expected FROM..TO, such as 5ms..10ms"))?;
+    let from = if a.trim().is_empty() {
+        0
+    } else {
+        parse_duration(a)?
+    };
+    let to = if b.trim().is_empty() {
+        u64::MAX
+    } else {
+        parse_duration(b)?
+    };
+    if to <= from {
+        return Err(format!("\"{s}\": the window ends before it starts"));
+    }
+    Ok((from, to))
 }
 
 impl From<&RunArgs> for RunOptions {
@@ -81,6 +159,7 @@ impl From<&RunArgs> for RunOptions {
                 .unwrap_or_default(),
             jobs: a.jobs.map(|j| j as usize),
             progress: !a.quiet,
+            timeline: a.timeline.options(),
         }
     }
 }
@@ -432,6 +511,9 @@ pub struct ReplayArgs {
     /// Which replay: alloc (mode a), aspace (mode b), or both (what the trace has events for).
     #[arg(long, value_enum, default_value_t = ReplayMode::Both)]
     pub mode: ReplayMode,
+    /// (Replay mode a only: mode b does not run the engine.)
+    #[command(flatten)]
+    pub timeline: TimelineArgs,
 }
 
 #[derive(Subcommand)]
@@ -494,6 +576,17 @@ mod tests {
             }
         }
         check(&Cli::command(), "");
+    }
+
+    #[test]
+    fn timeline_windows() {
+        assert_eq!(parse_window("5ms..10ms"), Ok((5_000_000, 10_000_000)));
+        assert_eq!(parse_window("..1s"), Ok((0, 1_000_000_000)));
+        assert_eq!(parse_window("250us.."), Ok((250_000, u64::MAX)));
+        assert_eq!(parse_window("1.5..2"), Ok((1_500_000, 2_000_000)));
+        assert!(parse_window("10ms..5ms").is_err());
+        assert!(parse_window("5 parsecs..").is_err());
+        assert!(parse_window("5ms").is_err());
     }
 
     #[test]

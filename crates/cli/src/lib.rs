@@ -31,3 +31,4 @@ pub mod replay;
 pub mod report;
 pub mod results;
 pub mod runner;
+pub mod timeline_out;

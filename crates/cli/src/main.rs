@@ -13,7 +13,7 @@ use mmlab::args::{
 use mmlab::experiment::Experiment;
 use mmlab::report::Format;
 use mmlab::results::ResultsDoc;
-use mmlab::{bench, compare, info, output, replay};
+use mmlab::{bench, compare, info, output, replay, timeline_out};
 use std::io::Write;
 use std::path::{Path, PathBuf};
 
@@ -189,12 +189,15 @@ fn json_text(v: &serde_json::Value) -> String {
 fn run_cmd(source: Source, a: &RunArgs) -> Result<()> {
     let exps = api::load(source)?;
     output::check_out(a.out.as_deref())?;
+    output::check_out(a.timeline.timeline.as_deref())?;
     let report_dir = a.report.as_deref().map(output::report_dir).transpose()?;
+    let mut timelines = Vec::new();
     let mut stdout = std::io::stdout().lock();
     if a.format == Format::Jsonl {
         writeln!(stdout, "{}", ResultsDoc::new(Vec::new()).header_json())?;
     }
     let doc = api::run_loaded(exps, &RunOptions::from(a), |run| {
+        timelines.extend(timeline_out::of_results(&run.experiment.name, &run.results));
         match a.format {
             Format::Text | Format::Markdown => stdout.write_all(run.tables(a.format).as_bytes())?,
             Format::Jsonl => writeln!(
@@ -211,7 +214,38 @@ fn run_cmd(source: Source, a: &RunArgs) -> Result<()> {
         output::write_document(&doc, a.format, &mut stdout)?;
     }
     stdout.flush()?;
-    finish_outputs(&doc, a.out.as_deref(), report_dir.as_deref())
+    finish_outputs(&doc, a.out.as_deref(), report_dir.as_deref())?;
+    write_timeline(a.timeline.timeline.as_deref(), &timelines, a.quiet)
+}
+
+/// Writes `--timeline FILE` (atomically), and says what it holds.
+fn write_timeline(
+    path: Option<&Path>,
+    runs: &[timeline_out::RunTimeline],
+    quiet: bool,
+) -> Result<()> {
+    let Some(path) = path else { return Ok(()) };
+    let mut n = timeline_out::Written::default();
+    output::write_with(path, |w| {
+        n = timeline_out::write(runs, w)?;
+        Ok(())
+    })?;
+    if !quiet {
+        eprintln!(
+            "mmlab: timeline {}: {} runs, {} slices, {} counter values, {} bytes{} (open it at ui.perfetto.dev)",
+            path.display(),
+            runs.len(),
+            n.slices,
+            n.counters,
+            n.bytes,
+            if n.truncated_runs > 0 {
+                format!("; {} runs cut at the record limit (--timeline-max)", n.truncated_runs)
+            } else {
+                String::new()
+            }
+        );
+    }
+    Ok(())
 }
 
 /// Writes `--out` (in the form its extension names) and `--report DIR`.
@@ -229,7 +263,8 @@ fn finish_outputs(doc: &ResultsDoc, out: Option<&Path>, report: Option<&Path>) -
 
 fn replay_cmd(file: &Path, a: &ReplayArgs) -> Result<()> {
     output::check_out(a.out.as_deref())?;
-    let doc = replay::replay_cmd(
+    output::check_out(a.timeline.timeline.as_deref())?;
+    let (doc, results) = replay::replay_cmd(
         file,
         a.experiment.as_deref(),
         a.format,
@@ -237,8 +272,18 @@ fn replay_cmd(file: &Path, a: &ReplayArgs) -> Result<()> {
         a.quiet,
         a.warm_pcp,
         a.mode,
+        a.timeline.options(),
     )?;
-    finish_outputs(&doc, a.out.as_deref(), None)
+    finish_outputs(&doc, a.out.as_deref(), None)?;
+    let name = doc
+        .experiments
+        .first()
+        .map_or("replay", |e| e.name.as_str());
+    write_timeline(
+        a.timeline.timeline.as_deref(),
+        &timeline_out::of_results(name, &results),
+        a.quiet,
+    )
 }
 
 fn compare_cmd(

@@ -547,6 +547,7 @@ mod tests {
             },
             vmstat: Default::default(),
             nr_runs: 0,
+            timeline: None,
         };
         for m in METRICS {
             let v = (m.value)(&r);

@@ -168,6 +168,7 @@ pub fn replay_one(
     prep: &Prepared,
     seed: u64,
     warm: bool,
+    timeline: Option<sim::TimelineOptions>,
 ) -> (RunResult, ReplayStats) {
     let mut pa = PageAlloc::new(&exp.machine.memory_layout(), k.config.sysctl, k.config.pcp);
     let pre = prep.preallocate(&mut pa, exp.machine.nr_cpus());
@@ -175,6 +176,9 @@ pub fn replay_one(
         prep.warm_pcp(&mut pa, exp.machine.nr_cpus());
     }
     let mut eng = Engine::new(pa, exp.profile.table(), seed);
+    if let Some(t) = timeline {
+        eng = eng.with_timeline(t);
+    }
     let (tasks, stats) = prep.tasks_with(exp.machine.nr_cpus(), pre);
     for t in tasks {
         eng.spawn(t);
@@ -189,6 +193,7 @@ pub fn replay_one(
             vmstat: eng.pa.vmstat.clone(),
             nr_runs: 0,
             seed,
+            timeline: eng.take_timeline().map(std::sync::Arc::new),
         },
         st,
     )
@@ -263,7 +268,8 @@ pub fn replay_cmd(
     quiet: bool,
     warm: bool,
     mode: ReplayMode,
-) -> Result<ResultsDoc> {
+    timeline: Option<sim::TimelineOptions>,
+) -> Result<(ResultsDoc, Vec<RunResult>)> {
     let t0 = std::time::Instant::now();
     let prep = open_alloc(trace, mode)?;
     let header = match &prep {
@@ -278,10 +284,15 @@ pub fn replay_cmd(
     let seed = seed.unwrap_or(exp.seed);
     let t1 = std::time::Instant::now();
     let mut results = Vec::new();
+    // Each kernel's replay gets its share of the timeline's record limit.
+    let timeline = timeline.map(|mut t| {
+        t.max_records = (t.max_records / exp.kernels.len().max(1)).max(1000);
+        t
+    });
     let mut per_kernel = serde_json::Map::new();
     if let Some(prep) = &prep {
         for k in &exp.kernels {
-            let (r, st) = replay_one(&exp, k, prep, seed, warm);
+            let (r, st) = replay_one(&exp, k, prep, seed, warm, timeline);
             per_kernel.insert(k.name.clone(), stats_json(&st));
             results.push(r);
         }
@@ -356,7 +367,7 @@ pub fn replay_cmd(
             );
         }
     }
-    Ok(doc)
+    Ok((doc, results))
 }
 
 pub fn err_pct(recorded: u64, model: u64) -> String {
@@ -590,7 +601,7 @@ pub fn validate(
     let mut doc =
         json!({ "trace": trace.display().to_string(), "seed": seed, "warnings": warnings });
     if let Some(prep) = &prep {
-        let (r, st) = replay_one(&exp, &exp.kernels[0], prep, seed, warm);
+        let (r, st) = replay_one(&exp, &exp.kernels[0], prep, seed, warm, None);
         text += &validate_text(trace, prep, &exp, &r, &st, warm);
         doc["alloc"] = validate_json(prep, &exp, &r, &st, warm);
     }

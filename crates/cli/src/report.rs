@@ -19,6 +19,8 @@ pub struct RunResult {
     pub vmstat: mm::vmstat::VmStat,
     /// Benchmark runs the workload made (0 if it does not count runs).
     pub nr_runs: u64,
+    /// What each vCPU did when, if a timeline was asked for.
+    pub timeline: Option<std::sync::Arc<sim::Timeline>>,
 }
 
 impl RunResult {
@@ -502,6 +504,7 @@ mod tests {
             vmstat,
             nr_runs: 0,
             seed: 1,
+            timeline: None,
         };
         let m = |n: &str| r.metric(n).expect("a metric");
         assert_eq!(pct_of(m("vmacache_hit_pct")), 40.0);

@@ -26,12 +26,18 @@ fn scratch(name: &str) -> PathBuf {
     d.join(name)
 }
 
+/// The timeline `reproduce_all` writes.
+fn timeline_path() -> PathBuf {
+    scratch("all.pftrace")
+}
+
 /// `mmlab reproduce` of every built-in experiment: (JSON Lines printed,
-/// JSON written by --out).
+/// JSON written by --out); it also writes a timeline of every run.
 fn reproduce_all() -> &'static (String, String) {
     static RUN: OnceLock<(String, String)> = OnceLock::new();
     RUN.get_or_init(|| {
         let out = scratch("all.json");
+        let tl = timeline_path();
         let o = mmlab(&[
             "reproduce",
             "--quiet",
@@ -39,6 +45,8 @@ fn reproduce_all() -> &'static (String, String) {
             "jsonl",
             "--out",
             out.to_str().expect("utf-8"),
+            "--timeline",
+            tl.to_str().expect("utf-8"),
         ]);
         assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
         let file = std::fs::read_to_string(&out).expect("--out file");
@@ -265,6 +273,29 @@ fn csv_quotes_names_with_commas_and_quotes_and_keeps_numbers_numbers() {
         ]
     );
     assert_eq!(r.records().count(), 4);
+}
+
+mod perfetto_check;
+
+#[test]
+fn every_builtin_experiment_has_a_timeline_perfetto_decodes() {
+    let (_, file) = reproduce_all();
+    let doc = ResultsDoc::from_json(file).expect("doc");
+    let s = perfetto_check::check(&timeline_path());
+    let nr_runs: usize = doc.experiments.iter().map(|e| e.runs.len()).sum();
+    let roots = s.tracks.values().filter(|t| t.parent.is_none()).count();
+    assert_eq!(roots, nr_runs, "one root track per run");
+    for e in &doc.experiments {
+        let cpus: u32 = e.machine.nodes.iter().map(|n| n.cpus).sum();
+        assert!(cpus > 0);
+        assert!(
+            s.tracks
+                .values()
+                .any(|t| t.parent.is_none() && t.name.starts_with(&format!("{}: ", e.name))),
+            "no run of {}",
+            e.name
+        );
+    }
 }
 
 #[test]
