@@ -26,8 +26,15 @@ pub fn list_text() -> String {
     let _ = writeln!(s, "\nWorkloads:");
     for w in workloads::WORKLOADS {
         let _ = writeln!(s, "  {:<14} {}", w.name, w.summary);
-        for (p, d, h) in w.params {
-            let _ = writeln!(s, "      {p:<18} (default {d}) {h}");
+        for p in w.params {
+            let _ = writeln!(
+                s,
+                "      {:<18} (default {}; {}) {}",
+                p.name,
+                p.default_text(),
+                p.accepts_text(),
+                p.help
+            );
         }
     }
     let _ = writeln!(
@@ -61,7 +68,14 @@ pub fn list_json() -> Value {
             let params: Vec<Value> = w
                 .params
                 .iter()
-                .map(|(p, d, h)| json!({ "name": p, "default": d, "help": h }))
+                .map(|p| {
+                    json!({
+                        "name": p.name,
+                        "default": p.default_text(),
+                        "accepts": p.accepts_text(),
+                        "help": p.help,
+                    })
+                })
                 .collect();
             json!({ "name": w.name, "summary": w.summary, "params": params })
         })

@@ -65,7 +65,8 @@ pub fn run_one(
         workload: w.name.clone(),
         stats,
         vmstat: eng.pa.vmstat.clone(),
-        nr_runs: workloads::nr_runs(&w.kind, &w.params),
+        nr_runs: workloads::nr_runs(&w.kind, &w.params, &exp.machine)
+            .map_err(|e| anyhow!("workload \"{}\": {e}", w.name))?,
         seed,
         timeline: eng.take_timeline().map(std::sync::Arc::new),
     })
