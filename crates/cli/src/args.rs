@@ -316,13 +316,17 @@ mmlab zoneinfo experiments/page-churn.toml --format json"
         out: Option<PathBuf>,
     },
     /// Measure this host: real huge-page copies and the live kernel's fault counts.
-    #[command(
-        after_help = "Examples:\n  mmlab native copy-order --trials 50\n  mmlab native parallel-copy\n  \
-sudo mmlab native faults"
-    )]
+    #[command(after_help = "Examples:\n  mmlab native copy-order --trials 50\n  \
+mmlab native parallel-copy --format json -o copy.json\n  sudo mmlab native faults")]
     Native {
         #[command(subcommand)]
         what: NativeCmd,
+        /// Text tables or JSON.
+        #[arg(long, value_enum, default_value_t = InfoFormat::Text, global = true)]
+        format: InfoFormat,
+        /// Write to FILE instead of stdout (atomically).
+        #[arg(short = 'o', long, value_name = "FILE", global = true)]
+        out: Option<PathBuf>,
     },
     /// Record a real workload on the live kernel into an mmlab trace (needs root and
     /// tracefs; leaves tracing as it found it, also on Ctrl-C).

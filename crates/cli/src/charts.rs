@@ -14,8 +14,9 @@ pub const SIZE: (u32, u32) = (600, 340);
 /// Width of the legend column.
 const LEGEND_W: u32 = 180;
 
-/// A colour-blind-safe palette (Okabe and Ito, 2008), then greys.
-const PALETTE: [RGBColor; 10] = [
+/// A colour-blind-safe palette (Okabe and Ito, 2008), then darker and
+/// lighter hues so that up to 16 series stay apart.
+const PALETTE: [RGBColor; 16] = [
     RGBColor(0, 114, 178),
     RGBColor(230, 159, 0),
     RGBColor(0, 158, 115),
@@ -25,7 +26,13 @@ const PALETTE: [RGBColor; 10] = [
     RGBColor(240, 228, 66),
     RGBColor(0, 0, 0),
     RGBColor(120, 120, 120),
-    RGBColor(180, 180, 180),
+    RGBColor(136, 34, 85),
+    RGBColor(17, 119, 51),
+    RGBColor(51, 34, 136),
+    RGBColor(153, 153, 51),
+    RGBColor(68, 170, 153),
+    RGBColor(170, 68, 153),
+    RGBColor(190, 190, 190),
 ];
 
 /// The colour of series `i`.
@@ -268,8 +275,12 @@ pub fn stacked_bars(
         }
         for (c, name) in categories.iter().enumerate() {
             let (px, py) = chart.backend_coord(&(c as f64 + 0.5, 0.0));
-            let label: String = if name.chars().count() > 14 && categories.len() > 3 {
-                name.chars().take(13).chain(std::iter::once('…')).collect()
+            let max = if categories.len() > 6 { 8 } else { 14 };
+            let label: String = if name.chars().count() > max && categories.len() > 3 {
+                name.chars()
+                    .take(max - 1)
+                    .chain(std::iter::once('…'))
+                    .collect()
             } else {
                 name.clone()
             };

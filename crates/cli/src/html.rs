@@ -235,8 +235,8 @@ fn charts_of(e: &ExperimentResults) -> Vec<String> {
     if any("zone_lock_pct", 0.5) && !e.report.metrics.iter().any(|m| m == "zone_lock_pct") {
         out.push(svg_or_note(metric_chart(e, "zone_lock_pct")));
     }
-    if MIX.iter().any(|(m, _)| any(m, 0.0) && *m != "mix_4k_pct") {
-        for w in &e.workloads {
+    for w in &e.workloads {
+        if mix_matters(e, &w.name) {
             out.push(svg_or_note(mix_chart(e, &w.name)));
         }
     }
@@ -328,6 +328,20 @@ const MIX: [(&str, &str); 5] = [
     ("mix_64k_pct", "64 KiB"),
     ("mix_large_pct", "128 KiB-2 MiB"),
 ];
+
+/// True if workload `w`'s folio-size mix is worth a chart: its table shows
+/// it, or some size's share differs between kernels by a point or more.
+fn mix_matters(e: &ExperimentResults, w: &str) -> bool {
+    if e.report.metrics.iter().any(|m| m.starts_with("mix_")) {
+        return true;
+    }
+    MIX.iter().any(|(m, _)| {
+        let v: Vec<f64> = values(e, w, m).into_iter().filter_map(|x| x.1).collect();
+        let lo = v.iter().copied().fold(f64::INFINITY, f64::min);
+        let hi = v.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+        hi - lo >= 1.0
+    })
+}
 
 /// Bytes faulted in per folio size, one stacked bar per kernel.
 fn mix_chart(e: &ExperimentResults, w: &str) -> Result<String, String> {

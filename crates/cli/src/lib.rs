@@ -26,6 +26,7 @@ pub mod fault_model;
 pub mod html;
 pub mod info;
 pub mod metrics;
+pub mod native_json;
 pub mod output;
 pub mod replay;
 pub mod report;

@@ -136,7 +136,10 @@ fn run_command(cmd: Cmd) -> Result<()> {
             }
             Ok(())
         }
-        Cmd::Native { what } => native_cmd(what),
+        Cmd::Native { what, format, out } => {
+            output::check_out(out.as_deref())?;
+            native_cmd(what, format, out.as_deref())
+        }
         Cmd::Record { .. } => unreachable!("record is run by real_main"),
         Cmd::Import { input, out, quiet } => {
             let sum = trace::perf::import(&input, &out)?;
@@ -403,7 +406,8 @@ fn man_cmd(dir: Option<&Path>) -> Result<()> {
     Ok(())
 }
 
-fn native_cmd(what: NativeCmd) -> Result<()> {
+fn native_cmd(what: NativeCmd, format: InfoFormat, out: Option<&Path>) -> Result<()> {
+    let json = format == InfoFormat::Json;
     let table = match what {
         NativeCmd::CopyOrder {
             trials,
@@ -421,24 +425,41 @@ fn native_cmd(what: NativeCmd) -> Result<()> {
                 repeats,
                 ..Default::default()
             };
-            native::copy_order::run(&cfg)?.table()
+            let r = native::copy_order::run(&cfg)?;
+            if json {
+                json_text(&mmlab::native_json::copy_order(&r))
+            } else {
+                r.table()
+            }
         }
         NativeCmd::ParallelCopy => {
-            native::parallel_copy::run(&native::parallel_copy::Config::default())?.table()
+            let r = native::parallel_copy::run(&native::parallel_copy::Config::default())?;
+            if json {
+                json_text(&mmlab::native_json::parallel_copy(&r))
+            } else {
+                r.table()
+            }
         }
         NativeCmd::Faults => {
-            let mut out = String::new();
+            let mut runs = Vec::new();
             for (p, expected) in native::faults::reference_patterns() {
                 eprintln!("running {} ...", p.name);
-                let r = native::faults::run(&p)?;
-                out += &r.table();
-                out += &format!(
-                    "expected (LIVE-KERNEL.md): {expected} faults; measured {}\n\n",
-                    r.touch.nr_minflt
-                );
+                runs.push((native::faults::run(&p)?, expected));
             }
-            out
+            if json {
+                json_text(&mmlab::native_json::faults(&runs))
+            } else {
+                let mut out = String::new();
+                for (r, expected) in &runs {
+                    out += &r.table();
+                    out += &format!(
+                        "expected (LIVE-KERNEL.md): {expected} faults; measured {}\n\n",
+                        r.touch.nr_minflt
+                    );
+                }
+                out
+            }
         }
     };
-    output::emit(None, &table)
+    output::emit(out, &table)
 }
