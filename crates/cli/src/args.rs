@@ -359,23 +359,50 @@ mmlab record --kmem-system-wide -o all.mmtrace -- ./bench"
         #[arg(required = true, last = true)]
         cmd: Vec<String>,
     },
-    /// Import a perf.data file recorded with the kmem/exceptions/syscalls tracepoints.
-    #[command(
-        after_help = "Example:\n  perf record -e 'kmem:*' -e 'exceptions:page_fault_user' -a -- make\n  \
-mmlab import perf.data -o build.mmtrace"
-    )]
-    Import {
-        /// The perf.data file.
-        input: PathBuf,
-        /// The mmlab trace to write (atomically).
+    /// Import a perf.data file recorded with the kmem/exceptions/syscalls/sched tracepoints,
+    /// with the machine's /proc/zoneinfo (and /proc/vmstat, THP knobs) beside it.
+    #[command(after_help = crate::import::AFTER_HELP)]
+    Import(crate::import::ImportArgs),
+    /// Measure this host's kernel costs (micro-benchmarks and live fault patterns), fit
+    /// the model's costs to them, write a cost profile, and check the calibrated model's
+    /// time against the live kernel on patterns the fit did not use. Needs root for the
+    /// THP and PCP knobs (restored after every run); says per measurement what it could
+    /// not measure and why.
+    #[command(after_help = "Examples:\n  mmlab calibrate -o my-host.toml\n  \
+mmlab calibrate --name host-epyc-zen3 -o profiles/host-epyc-zen3.toml\n  \
+mmlab calibrate --quick                 a smoke run (well under a minute), no file")]
+    Calibrate {
+        /// Write the calibrated profile to FILE (atomically).
         #[arg(
             short = 'o',
             long = "out",
             visible_alias = "output",
             value_name = "FILE"
         )]
-        out: PathBuf,
-        /// No summary on stderr.
+        out: Option<PathBuf>,
+        /// The profile's name.
+        #[arg(long, default_value = "calibrated")]
+        name: String,
+        /// The built-in profile whose figures stand where nothing can be measured.
+        #[arg(long, default_value = "host-epyc-zen3")]
+        base: String,
+        /// Interleaved rounds of every measurement (medians and spreads over them).
+        #[arg(long, default_value_t = 7, value_parser = clap::value_parser!(u32).range(2..))]
+        rounds: u32,
+        /// Size of the fit's fault patterns, in MiB.
+        #[arg(long, default_value_t = 128, value_parser = clap::value_parser!(u32).range(8..))]
+        fit_mib: u32,
+        /// Size of the closing check's fault patterns, in MiB.
+        #[arg(long, default_value_t = 1024, value_parser = clap::value_parser!(u32).range(8..))]
+        check_mib: u32,
+        /// Runs of each check pattern (the median counts).
+        #[arg(long, default_value_t = 5, value_parser = clap::value_parser!(u32).range(1..))]
+        check_runs: u32,
+        /// A short run for CI: 2 rounds, 16 MiB fits, 64 MiB checks, one run each, and the
+        /// model on a machine just large enough for each pattern (not the host's memory).
+        #[arg(long)]
+        quick: bool,
+        /// No progress on stderr.
         #[arg(long, short)]
         quiet: bool,
     },

@@ -10,20 +10,25 @@
 //!   the text and markdown tables.
 //! - [`csv_out`]: tidy and wide CSV.
 //! - [`replay`], [`aspace`]: `mmlab replay` and `mmlab validate`.
+//! - [`import`]: `mmlab import` of a perf.data with the machine's snapshot.
 //! - [`fault_model`]: live-kernel fault patterns translated into the model,
-//!   shared by `mmlab bench faults` and `tests/model_vs_live.rs`.
+//!   shared by `mmlab bench faults`, `mmlab calibrate` and
+//!   `tests/model_vs_live.rs`.
+//! - [`calibrate`]: `mmlab calibrate`, the host's costs measured and fitted.
 //! - [`output`]: atomic file writes and closed-pipe handling.
 
 pub mod api;
 pub mod args;
 pub mod aspace;
 pub mod bench;
+pub mod calibrate;
 pub mod charts;
 pub mod compare;
 pub mod csv_out;
 pub mod experiment;
 pub mod fault_model;
 pub mod html;
+pub mod import;
 pub mod info;
 pub mod metrics;
 pub mod native_json;

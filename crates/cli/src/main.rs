@@ -13,7 +13,7 @@ use mmlab::args::{
 use mmlab::experiment::Experiment;
 use mmlab::report::Format;
 use mmlab::results::ResultsDoc;
-use mmlab::{bench, compare, info, output, replay, timeline_out};
+use mmlab::{bench, compare, experiment, import, info, output, replay, timeline_out};
 use std::io::Write;
 use std::path::{Path, PathBuf};
 
@@ -141,19 +141,38 @@ fn run_command(cmd: Cmd) -> Result<()> {
             native_cmd(what, format, out.as_deref())
         }
         Cmd::Record { .. } => unreachable!("record is run by real_main"),
-        Cmd::Import { input, out, quiet } => {
-            let sum = trace::perf::import(&input, &out)?;
-            if !quiet {
-                eprintln!(
-                    "mmlab import: {} events written to {}",
-                    sum.nr_events,
-                    out.display()
-                );
-                for line in sum.report() {
-                    eprintln!("  {line}");
-                }
-            }
-            Ok(())
+        Cmd::Import(args) => import::import_cmd(&args),
+        Cmd::Calibrate {
+            out,
+            name,
+            base,
+            rounds,
+            fit_mib,
+            check_mib,
+            check_runs,
+            quick,
+            quiet,
+        } => {
+            let base = experiment::BUILTIN_PROFILES
+                .iter()
+                .find(|(n, _)| *n == base)
+                .ok_or_else(|| anyhow!("no built-in profile \"{base}\""))?;
+            let (rounds, fit_mib, check_mib, check_reps) = if quick {
+                (2, 16, 64, 1)
+            } else {
+                (rounds, fit_mib, check_mib, check_runs)
+            };
+            mmlab::calibrate::run(&mmlab::calibrate::Opts {
+                rounds: rounds as usize,
+                fit_mib: fit_mib as usize,
+                check_mib: check_mib as usize,
+                check_reps: check_reps as usize,
+                base: experiment::parse_profile(base.1, base.0)?,
+                name,
+                out,
+                quiet,
+                host_sized_model: !quick,
+            })
         }
         Cmd::Replay { file, args } => replay_cmd(&file, &args),
         Cmd::Validate {
