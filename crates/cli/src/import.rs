@@ -10,7 +10,7 @@ use trace::sysinfo;
 
 /// The text after `mmlab import --help`'s options.
 pub const AFTER_HELP: &str = concat!(
-    "Record everything mmlab can use (every tracepoint it replays, -d for the PERF_RECORD_MMAP2 of \
+    "Example: record everything mmlab can use (every tracepoint it replays, -d for the PERF_RECORD_MMAP2 of \
      data and anonymous mappings, -a for every process's allocator events), with a snapshot of the \
      machine just before:\n\n",
     "  mkdir snap && cat /proc/zoneinfo >snap/zoneinfo && cat /proc/vmstat >snap/vmstat && \\\n",
