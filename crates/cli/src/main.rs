@@ -91,6 +91,31 @@ fn run_command(cmd: Cmd) -> Result<()> {
             out,
         } => compare_cmd(&files, &metrics, changed, format, out.as_deref()),
         Cmd::Report { file, out, format } => report_cmd(&file, out.as_deref(), format),
+        c @ (Cmd::Zoneinfo { .. } | Cmd::List { .. } | Cmd::TraceStats { .. }) => info_cmd(c),
+        c @ Cmd::Bench { .. } => bench_cmd(c),
+        Cmd::Native { what, format, out } => {
+            output::check_out(out.as_deref())?;
+            native_cmd(what, format, out.as_deref())
+        }
+        Cmd::Record { .. } => unreachable!("record is run by real_main"),
+        Cmd::Import(args) => import::import_cmd(&args),
+        c @ Cmd::Calibrate { .. } => calibrate_cmd(c),
+        Cmd::Replay { file, args } => replay_cmd(&file, &args),
+        c @ Cmd::Validate { .. } => info_cmd(c),
+        Cmd::Completions { shell } => {
+            let mut buf = Vec::new();
+            clap_complete::generate(shell, &mut Cli::command(), "mmlab", &mut buf);
+            std::io::stdout().lock().write_all(&buf)?;
+            Ok(())
+        }
+        Cmd::Man { out } => man_cmd(out.as_deref()),
+    }
+}
+
+/// The informational commands: `zoneinfo`, `list`, `trace-stats`, `validate`
+/// (text, or JSON with `--format json`).
+fn info_cmd(cmd: Cmd) -> Result<()> {
+    match cmd {
         Cmd::Zoneinfo { file, format, out } => {
             let exp = Experiment::load(&file)?;
             output::check_out(out.as_deref())?;
@@ -117,6 +142,29 @@ fn run_command(cmd: Cmd) -> Result<()> {
             output::emit(out.as_deref(), &text)?;
             st.damage_error().map_or(Ok(()), Err)
         }
+        Cmd::Validate {
+            file,
+            seed,
+            warm_pcp,
+            mode,
+            format,
+            out,
+        } => {
+            output::check_out(out.as_deref())?;
+            let v = replay::validate(&file, seed, warm_pcp, mode)?;
+            let text = match format {
+                InfoFormat::Text => v.text,
+                InfoFormat::Json => json_text(&v.json),
+            };
+            output::emit(out.as_deref(), &text)
+        }
+        _ => unreachable!("not an informational command"),
+    }
+}
+
+/// `mmlab bench`.
+fn bench_cmd(cmd: Cmd) -> Result<()> {
+    match cmd {
         Cmd::Bench {
             what,
             ops,
@@ -136,12 +184,13 @@ fn run_command(cmd: Cmd) -> Result<()> {
             }
             Ok(())
         }
-        Cmd::Native { what, format, out } => {
-            output::check_out(out.as_deref())?;
-            native_cmd(what, format, out.as_deref())
-        }
-        Cmd::Record { .. } => unreachable!("record is run by real_main"),
-        Cmd::Import(args) => import::import_cmd(&args),
+        _ => unreachable!("not bench"),
+    }
+}
+
+/// `mmlab calibrate`.
+fn calibrate_cmd(cmd: Cmd) -> Result<()> {
+    match cmd {
         Cmd::Calibrate {
             out,
             name,
@@ -174,30 +223,7 @@ fn run_command(cmd: Cmd) -> Result<()> {
                 host_sized_model: !quick,
             })
         }
-        Cmd::Replay { file, args } => replay_cmd(&file, &args),
-        Cmd::Validate {
-            file,
-            seed,
-            warm_pcp,
-            mode,
-            format,
-            out,
-        } => {
-            output::check_out(out.as_deref())?;
-            let v = replay::validate(&file, seed, warm_pcp, mode)?;
-            let text = match format {
-                InfoFormat::Text => v.text,
-                InfoFormat::Json => json_text(&v.json),
-            };
-            output::emit(out.as_deref(), &text)
-        }
-        Cmd::Completions { shell } => {
-            let mut buf = Vec::new();
-            clap_complete::generate(shell, &mut Cli::command(), "mmlab", &mut buf);
-            std::io::stdout().lock().write_all(&buf)?;
-            Ok(())
-        }
-        Cmd::Man { out } => man_cmd(out.as_deref()),
+        _ => unreachable!("not calibrate"),
     }
 }
 

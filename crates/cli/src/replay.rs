@@ -342,34 +342,51 @@ pub fn replay_cmd(
         }
     }
     if !quiet {
-        if let Some(prep) = &prep {
-            let r = &prep.recorded;
-            let replayed = (r.allocs + r.frees) * exp.kernels.len() as u64;
-            let secs = (t2 - t1).as_secs_f64().max(1e-9);
-            eprintln!(
-                "mmlab replay (a): {} allocator events × {} kernels replayed in {:.2}s ({:.2} M events/s; first pass {:.2}s); {} frees of pages allocated before the recording skipped",
-                r.allocs + r.frees,
-                exp.kernels.len(),
-                secs,
-                replayed as f64 / secs / 1e6,
-                (t1 - t0).as_secs_f64(),
-                r.unmatched_frees
-            );
-        }
-        if let Some(a) = &aspace {
-            let n = a.recorded.nr_events;
-            let secs = (t3 - t2).as_secs_f64().max(1e-9);
-            eprintln!(
-                "mmlab replay (b): {} events × {} kernels replayed in {:.2}s ({:.2} M events/s, {:.2} M kernel-events/s)",
-                n,
-                exp.kernels.len(),
-                secs,
-                n as f64 / secs / 1e6,
-                (n * exp.kernels.len() as u64) as f64 / secs / 1e6,
-            );
-        }
+        say_speed(
+            prep.as_ref(),
+            aspace.as_ref(),
+            exp.kernels.len(),
+            [t0, t1, t2, t3],
+        );
     }
     Ok((doc, results))
+}
+
+/// The replay's speed on stderr: events replayed per second of each part
+/// (`t`: start, first pass done, part (a) done, part (b) done).
+fn say_speed(
+    prep: Option<&Prepared>,
+    aspace: Option<&trace::aspace::AspaceReplay>,
+    nr_kernels: usize,
+    t: [std::time::Instant; 4],
+) {
+    let [t0, t1, t2, t3] = t;
+    if let Some(prep) = prep {
+        let r = &prep.recorded;
+        let replayed = (r.allocs + r.frees) * nr_kernels as u64;
+        let secs = (t2 - t1).as_secs_f64().max(1e-9);
+        eprintln!(
+            "mmlab replay (a): {} allocator events × {} kernels replayed in {:.2}s ({:.2} M events/s; first pass {:.2}s); {} frees of pages allocated before the recording skipped",
+            r.allocs + r.frees,
+            nr_kernels,
+            secs,
+            replayed as f64 / secs / 1e6,
+            (t1 - t0).as_secs_f64(),
+            r.unmatched_frees
+        );
+    }
+    if let Some(a) = aspace {
+        let n = a.recorded.nr_events;
+        let secs = (t3 - t2).as_secs_f64().max(1e-9);
+        eprintln!(
+            "mmlab replay (b): {} events × {} kernels replayed in {:.2}s ({:.2} M events/s, {:.2} M kernel-events/s)",
+            n,
+            nr_kernels,
+            secs,
+            n as f64 / secs / 1e6,
+            (n * nr_kernels as u64) as f64 / secs / 1e6,
+        );
+    }
 }
 
 pub fn err_pct(recorded: u64, model: u64) -> String {

@@ -418,8 +418,34 @@ fn run_events(out: &mut Out, ri: usize, run: &RunTimeline) -> std::io::Result<Ve
     let root = uuid(ri, 0);
     out.track(root, None, &run.label, ri as i64, None)?;
     let mut evs: Vec<(u64, Ev)> = Vec::new();
-    let zones = run.timeline.zone_names();
-    let nz = zones.len().max(1) as u64;
+    cpu_tracks(out, ri, run, &mut evs)?;
+    counter_tracks(out, ri, run, &mut evs)?;
+    if run.timeline.truncated() {
+        out.n.truncated_runs += 1;
+        let at = evs.iter().map(|e| e.0).max().unwrap_or(0);
+        evs.push((
+            at,
+            Ev::Instant {
+                track: root,
+                name: format!(
+                    "timeline truncated here: {} records (raise --timeline-max)",
+                    run.timeline.records().len()
+                ),
+            },
+        ));
+    }
+    Ok(evs)
+}
+
+/// One track per simulated CPU (more where its slices overlap) under the
+/// run's root, with its slices.
+fn cpu_tracks(
+    out: &mut Out,
+    ri: usize,
+    run: &RunTimeline,
+    evs: &mut Vec<(u64, Ev)>,
+) -> std::io::Result<()> {
+    let root = uuid(ri, 0);
     for (v, s) in slices(&run.timeline, run.timeline.nr_cpus())
         .into_iter()
         .enumerate()
@@ -436,6 +462,20 @@ fn run_events(out: &mut Out, ri: usize, run: &RunTimeline) -> std::io::Result<Ve
             evs.extend(lane.into_iter().map(|(ts, e)| (ts, set_track(e, t))));
         }
     }
+    Ok(())
+}
+
+/// The counter tracks (each CPU's PCP `high` and `count` per zone, each
+/// zone's free pages), declared in the order they first appear.
+fn counter_tracks(
+    out: &mut Out,
+    ri: usize,
+    run: &RunTimeline,
+    evs: &mut Vec<(u64, Ev)>,
+) -> std::io::Result<()> {
+    let root = uuid(ri, 0);
+    let zones = run.timeline.zone_names();
+    let nz = zones.len().max(1) as u64;
     let mut declared = std::collections::BTreeSet::new();
     for r in run.timeline.records() {
         let (local, name, unit, at, value) = match *r {
@@ -500,21 +540,7 @@ fn run_events(out: &mut Out, ri: usize, run: &RunTimeline) -> std::io::Result<Ve
         ));
         out.n.counters += 1;
     }
-    if run.timeline.truncated() {
-        out.n.truncated_runs += 1;
-        let at = evs.iter().map(|e| e.0).max().unwrap_or(0);
-        evs.push((
-            at,
-            Ev::Instant {
-                track: root,
-                name: format!(
-                    "timeline truncated here: {} records (raise --timeline-max)",
-                    run.timeline.records().len()
-                ),
-            },
-        ));
-    }
-    Ok(evs)
+    Ok(())
 }
 
 fn encode(out: &mut Out, ts: u64, e: &Ev) -> std::io::Result<()> {

@@ -1,6 +1,8 @@
 //! The `mmlab` binary as a user runs it: tables, the results document,
 //! determinism, and a clear error for every kind of bad input.
 
+mod scratch;
+use scratch::Scratch;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
@@ -50,8 +52,7 @@ fn snapshot(name: &str, actual: &str) {
 
 /// Writes an experiment variant to a temporary file and runs it.
 fn run_text(name: &str, text: &str) -> Output {
-    let dir = std::env::temp_dir().join(format!("mmlab-cli-test-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).expect("temp dir");
+    let dir = Scratch::new("cli-test");
     let path = dir.join(name);
     std::fs::write(&path, text).expect("write experiment");
     mmlab(&["run", path.to_str().expect("utf-8 path"), "--quiet"])
@@ -78,8 +79,7 @@ fn table_snapshot_text_markdown_csv() {
 #[test]
 fn json_is_byte_identical_across_runs_and_has_the_documented_shape() {
     let f = fixture("small.toml");
-    let dir = std::env::temp_dir().join(format!("mmlab-json-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
+    let dir = Scratch::new("json");
     let out = dir.join("r.json");
     let a = mmlab(&[
         "run",

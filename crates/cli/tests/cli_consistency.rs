@@ -4,6 +4,8 @@
 //! record/import, completions and man pages, `compare` and `report`, and a
 //! README that installs the binary and links nothing outside the repository.
 
+mod scratch;
+use scratch::Scratch;
 use std::io::Read;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
@@ -38,12 +40,6 @@ fn fixture(name: &str) -> String {
         .to_str()
         .expect("utf-8")
         .to_string()
-}
-
-fn scratch(name: &str) -> PathBuf {
-    let d = std::env::temp_dir().join(format!("mmlab-consistency-{}", std::process::id()));
-    std::fs::create_dir_all(&d).expect("scratch");
-    d.join(name)
 }
 
 /// Runs mmlab with its stdout a pipe whose reader is already gone, as in
@@ -91,6 +87,7 @@ fn a_closed_pipe_ends_quietly_with_status_0() {
 
 #[test]
 fn one_size_parser_for_machines_and_workloads() {
+    let scratch = Scratch::new("consistency");
     let text = std::fs::read_to_string(fixture("small.toml")).expect("fixture");
     // 16GB in a machine was accepted and in a workload refused; both take
     // it now (and mean 16 GiB).
@@ -101,7 +98,7 @@ fn one_size_parser_for_machines_and_workloads() {
             "type = \"anon-w-seq\"\nparams = { size = \"16MB\", tasks = 1 }",
         )
         .replace("\"pgfree\"]", "\"pgfault\"]");
-    let p = scratch("sizes.toml");
+    let p = scratch.join("sizes.toml");
     std::fs::write(&p, t).expect("write");
     let o = mmlab(&[
         "run",
@@ -125,9 +122,10 @@ fn kmem_trace() -> PathBuf {
 
 #[test]
 fn import_takes_out_and_its_old_spelling_output() {
+    let scratch = Scratch::new("consistency");
     let perf = repo("crates/trace/tests/fixtures/kmem.perf.data");
     for (i, flag) in ["-o", "--out", "--output"].iter().enumerate() {
-        let t = scratch(&format!("kmem-{i}.mmtrace"));
+        let t = scratch.join(&format!("kmem-{i}.mmtrace"));
         ok(&mmlab(&[
             "import",
             perf.to_str().expect("utf-8"),
@@ -221,6 +219,7 @@ fn informational_commands_have_json() {
 
 #[test]
 fn completions_and_man_pages_come_from_the_cli_definition() {
+    let scratch = Scratch::new("consistency");
     for shell in ["bash", "zsh", "fish", "elvish", "powershell"] {
         let s = ok(&mmlab(&["completions", shell]));
         assert!(s.contains("reproduce") && s.contains("compare"), "{shell}");
@@ -231,7 +230,7 @@ fn completions_and_man_pages_come_from_the_cli_definition() {
         "{}",
         &man[..200.min(man.len())]
     );
-    let dir = scratch("man");
+    let dir = scratch.join("man");
     ok(&mmlab(&["man", "-o", dir.to_str().expect("utf-8")]));
     for page in [
         "mmlab.1",
@@ -301,10 +300,11 @@ fn the_readme_installs_the_binary_and_links_only_inside_the_repository() {
 
 #[test]
 fn compare_shows_changes_and_flags_only_changes_beyond_the_spread() {
+    let scratch = Scratch::new("consistency");
     let small = fixture("small.toml");
-    let a = scratch("a.json");
-    let b = scratch("b.json");
-    let c = scratch("c.json");
+    let a = scratch.join("a.json");
+    let b = scratch.join("b.json");
+    let c = scratch.join("c.json");
     let (a, b, c) = (
         a.to_str().unwrap(),
         b.to_str().unwrap(),
@@ -320,7 +320,7 @@ fn compare_shows_changes_and_flags_only_changes_beyond_the_spread() {
     let text = std::fs::read_to_string(&small)
         .expect("fixture")
         .replace("burst = 200", "burst = 20");
-    let p = scratch("small-burst20.toml");
+    let p = scratch.join("small-burst20.toml");
     std::fs::write(&p, text).expect("write");
     ok(&mmlab(&[
         "run",
@@ -365,8 +365,9 @@ fn compare_shows_changes_and_flags_only_changes_beyond_the_spread() {
 
 #[test]
 fn report_prints_the_runs_tables_from_the_document() {
+    let scratch = Scratch::new("consistency");
     let small = fixture("small.toml");
-    let doc = scratch("r.json");
+    let doc = scratch.join("r.json");
     let d = doc.to_str().unwrap();
     let run = ok(&mmlab(&["run", &small, "--quiet", "-o", d]));
     assert_eq!(ok(&mmlab(&["report", d, "--format", "text"])), run);
@@ -374,7 +375,7 @@ fn report_prints_the_runs_tables_from_the_document() {
     assert_eq!(ok(&mmlab(&["report", d, "--format", "markdown"])), md_run);
     // --out by extension: the same document as JSON Lines, CSV, HTML.
     for ext in ["jsonl", "csv", "html"] {
-        let p = scratch(&format!("r.{ext}"));
+        let p = scratch.join(&format!("r.{ext}"));
         ok(&mmlab(&[
             "run",
             &small,

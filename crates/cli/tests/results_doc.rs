@@ -13,6 +13,9 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 use std::sync::OnceLock;
 
+mod scratch;
+use scratch::Scratch;
+
 fn mmlab(args: &[&str]) -> Output {
     Command::new(env!("CARGO_BIN_EXE_mmlab"))
         .args(args)
@@ -20,24 +23,21 @@ fn mmlab(args: &[&str]) -> Output {
         .expect("run mmlab")
 }
 
-fn scratch(name: &str) -> PathBuf {
-    let d = std::env::temp_dir().join(format!("mmlab-results-doc-{}", std::process::id()));
-    std::fs::create_dir_all(&d).expect("scratch dir");
-    d.join(name)
-}
-
-/// The timeline `reproduce_all` writes.
-fn timeline_path() -> PathBuf {
-    scratch("all.pftrace")
-}
-
 /// `mmlab reproduce` of every built-in experiment: (JSON Lines printed,
-/// JSON written by --out); it also writes a timeline of every run.
-fn reproduce_all() -> &'static (String, String) {
-    static RUN: OnceLock<(String, String)> = OnceLock::new();
+/// JSON written by --out, the --timeline file of every run). The files are
+/// read into memory and their directory removed at once.
+struct AllRuns {
+    stdout: String,
+    file: String,
+    timeline: Vec<u8>,
+}
+
+fn reproduce_all_runs() -> &'static AllRuns {
+    static RUN: OnceLock<AllRuns> = OnceLock::new();
     RUN.get_or_init(|| {
-        let out = scratch("all.json");
-        let tl = timeline_path();
+        let scratch = Scratch::new("results-doc");
+        let out = scratch.join("all.json");
+        let tl = scratch.join("all.pftrace");
         let o = mmlab(&[
             "reproduce",
             "--quiet",
@@ -49,9 +49,18 @@ fn reproduce_all() -> &'static (String, String) {
             tl.to_str().expect("utf-8"),
         ]);
         assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
-        let file = std::fs::read_to_string(&out).expect("--out file");
-        (String::from_utf8(o.stdout).expect("utf-8"), file)
+        AllRuns {
+            stdout: String::from_utf8(o.stdout).expect("utf-8"),
+            file: std::fs::read_to_string(&out).expect("--out file"),
+            timeline: std::fs::read(&tl).expect("--timeline file"),
+        }
     })
+}
+
+/// (JSON Lines printed, JSON written by --out) of `reproduce_all_runs`.
+fn reproduce_all() -> (&'static String, &'static String) {
+    let r = reproduce_all_runs();
+    (&r.stdout, &r.file)
 }
 
 fn validator() -> jsonschema::Validator {
@@ -221,7 +230,8 @@ rows = { "base" = [1.5, nan], 'frac,64 "big"' = [-2.0, 3.0] }
 
 #[test]
 fn csv_quotes_names_with_commas_and_quotes_and_keeps_numbers_numbers() {
-    let path = scratch("nasty.toml");
+    let scratch = Scratch::new("results-doc");
+    let path = scratch.join("nasty.toml");
     std::fs::write(&path, NASTY).expect("write");
     let p = path.to_str().expect("utf-8");
     let o = mmlab(&["run", p, "--quiet", "--format", "csv"]);
@@ -281,7 +291,7 @@ mod perfetto_check;
 fn every_builtin_experiment_has_a_timeline_perfetto_decodes() {
     let (_, file) = reproduce_all();
     let doc = ResultsDoc::from_json(file).expect("doc");
-    let s = perfetto_check::check(&timeline_path());
+    let s = perfetto_check::check_bytes(&reproduce_all_runs().timeline);
     let nr_runs: usize = doc.experiments.iter().map(|e| e.runs.len()).sum();
     let roots = s.tracks.values().filter(|t| t.parent.is_none()).count();
     assert_eq!(roots, nr_runs, "one root track per run");
@@ -300,8 +310,9 @@ fn every_builtin_experiment_has_a_timeline_perfetto_decodes() {
 
 #[test]
 fn compare_works_on_every_builtin_experiment() {
+    let scratch = Scratch::new("results-doc");
     let (_, file) = reproduce_all();
-    let a = scratch("cmp-a.json");
+    let a = scratch.join("cmp-a.json");
     std::fs::write(&a, file).expect("write");
     let a = a.to_str().expect("utf-8");
     let o = mmlab(&["compare", a, a, "--format", "json", "--metrics", "all"]);
@@ -352,13 +363,13 @@ document.addEventListener('DOMContentLoaded',function(){var p=document.createEle
 
 /// Renders `html` in headless Chromium with no network; returns the DOM
 /// after load and the errors the hook saw.
-fn render(browser: &Path, html: &str, tag: &str) -> (String, Vec<String>) {
-    let page = scratch(&format!("{tag}.html"));
+fn render(scratch: &Scratch, browser: &Path, html: &str, tag: &str) -> (String, Vec<String>) {
+    let page = scratch.join(&format!("{tag}.html"));
     let hooked = html.replacen("<head>", &format!("<head>{HOOK}"), 1);
     assert_ne!(hooked, html, "the page has no <head>");
     std::fs::write(&page, hooked).expect("write page");
     let url = format!("file://{}", page.display());
-    let profile = scratch(&format!("{tag}-profile"));
+    let profile = scratch.join(&format!("{tag}-profile"));
     let out = Command::new(browser)
         .args([
             "--headless",
@@ -393,10 +404,11 @@ fn render(browser: &Path, html: &str, tag: &str) -> (String, Vec<String>) {
 
 #[test]
 fn the_html_report_of_every_builtin_renders_in_chromium_without_errors() {
+    let scratch = Scratch::new("results-doc");
     let (_, file) = reproduce_all();
-    let json = scratch("report-src.json");
+    let json = scratch.join("report-src.json");
     std::fs::write(&json, file).expect("write");
-    let html_path = scratch("report.html");
+    let html_path = scratch.join("report.html");
     let o = mmlab(&[
         "report",
         json.to_str().expect("utf-8"),
@@ -433,7 +445,7 @@ fn the_html_report_of_every_builtin_renders_in_chromium_without_errors() {
     let bad = "<!DOCTYPE html><html><head><title>t</title></head><body>\
                <script>console.error('boom'); undefinedFunction();</script>\
                <img src=\"http://example.invalid/x.png\"></body></html>";
-    let (_, errors) = render(&browser, bad, "bad");
+    let (_, errors) = render(&scratch, &browser, bad, "bad");
     assert!(errors.iter().any(|e| e.contains("boom")), "{errors:?}");
     assert!(
         errors.iter().any(|e| e.contains("undefinedFunction")),
@@ -444,7 +456,7 @@ fn the_html_report_of_every_builtin_renders_in_chromium_without_errors() {
         "{errors:?}"
     );
     // ... and none in the report.
-    let (dom, errors) = render(&browser, &html, "report");
+    let (dom, errors) = render(&scratch, &browser, &html, "report");
     assert!(errors.is_empty(), "the report logged: {errors:?}");
     let charts = dom.matches("<svg").count();
     assert!(

@@ -9,7 +9,9 @@
 
 mod perfetto_check;
 
+mod scratch;
 use perfetto_check::{check, Summary, Track};
+use scratch::Scratch;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
@@ -29,12 +31,6 @@ fn ok(o: Output) -> Output {
     o
 }
 
-fn scratch(name: &str) -> PathBuf {
-    let d = std::env::temp_dir().join(format!("mmlab-timeline-{}", std::process::id()));
-    std::fs::create_dir_all(&d).expect("scratch");
-    d.join(name)
-}
-
 fn fixture(name: &str) -> String {
     Path::new(env!("CARGO_MANIFEST_DIR"))
         .join("tests/fixtures")
@@ -50,8 +46,9 @@ fn has_slice(s: &Summary, prefix: &str) -> bool {
 
 #[test]
 fn a_run_timeline_decodes_with_perfettos_protos_and_leaves_results_alone() {
+    let scratch = Scratch::new("timeline");
     let small = fixture("small.toml");
-    let tl = scratch("small.pftrace");
+    let tl = scratch.join("small.pftrace");
     let with = ok(mmlab(&[
         "run",
         &small,
@@ -110,6 +107,7 @@ fn a_run_timeline_decodes_with_perfettos_protos_and_leaves_results_alone() {
 
 #[test]
 fn faults_copies_and_a_window_and_a_record_limit() {
+    let scratch = Scratch::new("timeline");
     // anon-cow-seq with the cache model: faults, THP clears and copies.
     let text = r#"
 name = "cow"
@@ -130,10 +128,10 @@ name = "cow"
 type = "anon-cow-seq"
 params = { size = "8MiB", children = 1 }
 "#;
-    let exp = scratch("cow.toml");
+    let exp = scratch.join("cow.toml");
     std::fs::write(&exp, text).expect("write");
     let e = exp.to_str().unwrap();
-    let tl = scratch("cow.pftrace");
+    let tl = scratch.join("cow.pftrace");
     ok(mmlab(&[
         "run",
         e,
@@ -146,7 +144,7 @@ params = { size = "8MiB", children = 1 }
     assert!(has_slice(&s, "clear_page ×"), "{:?}", s.slices.keys());
     assert!(has_slice(&s, "copy_page ×"), "{:?}", s.slices.keys());
     // A window keeps what overlaps it.
-    let w = scratch("cow-window.pftrace");
+    let w = scratch.join("cow-window.pftrace");
     ok(mmlab(&[
         "run",
         e,
@@ -165,7 +163,7 @@ params = { size = "8MiB", children = 1 }
         sw.last_ts
     );
     // A record limit cuts the timeline and says so on it.
-    let cut = scratch("cow-cut.pftrace");
+    let cut = scratch.join("cow-cut.pftrace");
     let o = ok(mmlab(&[
         "run",
         e,
@@ -188,9 +186,10 @@ params = { size = "8MiB", children = 1 }
 
 #[test]
 fn replay_writes_a_timeline_of_each_kernel() {
+    let scratch = Scratch::new("timeline");
     let trace =
         Path::new(env!("CARGO_MANIFEST_DIR")).join("../trace/tests/fixtures/dd-gzip.mmtrace");
-    let tl = scratch("replay.pftrace");
+    let tl = scratch.join("replay.pftrace");
     ok(mmlab(&[
         "replay",
         trace.to_str().unwrap(),

@@ -44,9 +44,15 @@ fn no_unknown_fields(what: &str, m: &dyn protobuf::MessageDyn) {
 }
 
 /// Decodes and checks a timeline file (see the module doc).
+#[allow(dead_code)]
 pub fn check(path: &Path) -> Summary {
-    let bytes = std::fs::read(path).expect("timeline file");
-    let trace = Trace::parse_from_bytes(&bytes).expect("a Perfetto Trace message");
+    check_bytes(&std::fs::read(path).expect("timeline file"))
+}
+
+/// As [`check`], of a timeline already read.
+#[allow(dead_code)]
+pub fn check_bytes(bytes: &[u8]) -> Summary {
+    let trace = Trace::parse_from_bytes(bytes).expect("a Perfetto Trace message");
     no_unknown_fields("Trace", &trace);
     let mut s = Summary {
         first_ts: u64::MAX,
