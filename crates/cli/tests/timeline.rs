@@ -12,7 +12,7 @@ mod perfetto_check;
 mod scratch;
 use perfetto_check::{check, Summary, Track};
 use scratch::Scratch;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Command, Output};
 
 fn mmlab(args: &[&str]) -> Output {
