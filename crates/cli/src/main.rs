@@ -152,9 +152,12 @@ fn info_cmd(cmd: Cmd) -> Result<()> {
         } => {
             output::check_out(out.as_deref())?;
             let v = replay::validate(&file, seed, warm_pcp, mode)?;
+            for w in &v.warnings {
+                eprintln!("warning: {w}");
+            }
             let text = match format {
-                InfoFormat::Text => v.text,
-                InfoFormat::Json => json_text(&v.json),
+                InfoFormat::Text => v.text(&file),
+                InfoFormat::Json => json_text(&v.json(&file)),
             };
             output::emit(out.as_deref(), &text)
         }
@@ -312,24 +315,16 @@ fn finish_outputs(doc: &ResultsDoc, out: Option<&Path>, report: Option<&Path>) -
 fn replay_cmd(file: &Path, a: &ReplayArgs) -> Result<()> {
     output::check_out(a.out.as_deref())?;
     output::check_out(a.timeline.timeline.as_deref())?;
-    let (doc, results) = replay::replay_cmd(
-        file,
-        a.experiment.as_deref(),
-        a.format,
-        a.seed,
-        a.quiet,
-        a.warm_pcp,
-        a.mode,
-        a.timeline.options(),
-    )?;
-    finish_outputs(&doc, a.out.as_deref(), None)?;
-    let name = doc
+    let r = replay::replay_cmd(file, a)?;
+    finish_outputs(&r.doc, a.out.as_deref(), None)?;
+    let name = r
+        .doc
         .experiments
         .first()
         .map_or("replay", |e| e.name.as_str());
     write_timeline(
         a.timeline.timeline.as_deref(),
-        &timeline_out::of_results(name, &results),
+        &timeline_out::of_results(name, &r.results),
         a.quiet,
     )
 }

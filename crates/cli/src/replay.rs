@@ -9,7 +9,7 @@
 //! recorded zones' min watermarks summed.
 
 use crate::experiment::{self, Experiment, Kernel, Mode, ReportFile, Workload};
-use crate::report::{self, Format, RunResult};
+use crate::report::{self, RunResult};
 use crate::results::{ExperimentResults, ResultsDoc};
 use anyhow::{anyhow, bail, Result};
 use mm::knobs::{KnobValue, Preset};
@@ -283,18 +283,45 @@ fn read_header(trace: &Path) -> Result<Header> {
     Ok(r.header().clone())
 }
 
-/// `mmlab replay`.
-#[allow(clippy::too_many_arguments)]
-pub fn replay_cmd(
+/// A replay that has run: what `mmlab replay` prints and writes, and what
+/// the Python package's `mmlab.replay` returns.
+pub struct Replayed {
+    pub exp: Experiment,
+    pub seed: u64,
+    /// Mode (a)'s input, if it ran.
+    pub prep: Option<Prepared>,
+    /// Mode (a)'s runs, one per kernel.
+    pub results: Vec<RunResult>,
+    /// Mode (b), if it ran.
+    pub aspace: Option<trace::aspace::AspaceReplay>,
+    /// The results document (with the warnings).
+    pub doc: ResultsDoc,
+    /// Seconds spent reading the trace for mode (a), in mode (a), in mode (b).
+    pub secs: [f64; 3],
+}
+
+/// Replays `trace` in the modes of `mode` it has events for, under the
+/// kernels of `exp_file` or the recorded configuration.
+pub fn replay(
     trace: &Path,
     exp_file: Option<&Path>,
-    format: Format,
     seed: Option<u64>,
-    quiet: bool,
+    warm: bool,
+    mode: ReplayMode,
+) -> Result<Replayed> {
+    replay_with(trace, exp_file, seed, warm, mode, None)
+}
+
+/// [`replay`], with a timeline of each kernel's allocator replay (mode a)
+/// recorded in its `RunResult` when `timeline` is given.
+pub fn replay_with(
+    trace: &Path,
+    exp_file: Option<&Path>,
+    seed: Option<u64>,
     warm: bool,
     mode: ReplayMode,
     timeline: Option<sim::TimelineOptions>,
-) -> Result<(ResultsDoc, Vec<RunResult>)> {
+) -> Result<Replayed> {
     let t0 = std::time::Instant::now();
     let prep = open_alloc(trace, mode)?;
     let header = match &prep {
@@ -306,11 +333,6 @@ pub fn replay_cmd(
         .and_then(|p| p.recorded.cpus.last().map(|c| c + 1))
         .unwrap_or(1);
     let exp = replay_experiment(trace, &header, min_cpus, exp_file)?;
-    let fold = cpu_fold_warning(&header, min_cpus, &exp);
-    if let Some(w) = &fold {
-        // Said before the run too: a long replay should not hide it.
-        eprintln!("warning: {w}");
-    }
     let seed = seed.unwrap_or(exp.seed);
     let t1 = std::time::Instant::now();
     let mut results = Vec::new();
@@ -341,11 +363,6 @@ pub fn replay_cmd(
             trace.display()
         );
     }
-    let mut warnings = crate::aspace::warnings(&header, &exp, aspace.as_ref());
-    warnings.extend(fold);
-    for w in &warnings {
-        eprintln!("warning: {w}");
-    }
     let mut part = ExperimentResults::new(&exp, &[seed], &results);
     if let Some(prep) = &prep {
         part.replay = Some(
@@ -353,67 +370,85 @@ pub fn replay_cmd(
         );
     }
     part.aspace = aspace.as_ref().map(|a| crate::aspace::json(&exp, a));
-    part.warnings = warnings;
+    part.warnings = crate::aspace::warnings(&header, &exp, aspace.as_ref());
     let doc = ResultsDoc::new(vec![part]);
+    let secs = [(t1 - t0), (t2 - t1), (t3 - t2)].map(|d| d.as_secs_f64());
+    Ok(Replayed {
+        exp,
+        seed,
+        prep,
+        results,
+        aspace,
+        doc,
+        secs,
+    })
+}
+
+/// `mmlab replay`: replays, prints the warnings, the tables (or the
+/// document in a data `--format`) and the speed; the caller writes `--out`
+/// and `--timeline` from what it returns.
+pub fn replay_cmd(trace: &Path, a: &crate::args::ReplayArgs) -> Result<Replayed> {
+    let r = replay_with(
+        trace,
+        a.experiment.as_deref(),
+        a.seed,
+        a.warm_pcp,
+        a.mode,
+        a.timeline.options(),
+    )?;
+    let format = a.format;
+    let (exp, doc) = (&r.exp, &r.doc);
+    for w in doc.experiments.iter().flat_map(|e| &e.warnings) {
+        eprintln!("warning: {w}");
+    }
     let mut stdout = std::io::stdout().lock();
     if format.is_data() {
-        crate::output::write_document(&doc, format, &mut stdout)?;
+        crate::output::write_document(doc, format, &mut stdout)?;
     } else {
-        if prep.is_some() {
+        if r.prep.is_some() {
             write!(
                 stdout,
                 "{}",
-                report::tables(&exp, &[seed], &results, format)
+                report::tables(exp, &[r.seed], &r.results, format)
             )?;
         }
-        if let Some(a) = &aspace {
-            write!(stdout, "{}", crate::aspace::table(&exp, a, format))?;
+        if let Some(a) = &r.aspace {
+            write!(stdout, "{}", crate::aspace::table(exp, a, format))?;
         }
     }
-    if !quiet {
-        say_speed(
-            prep.as_ref(),
-            aspace.as_ref(),
-            exp.kernels.len(),
-            [t0, t1, t2, t3],
-        );
+    if !a.quiet {
+        print_speed(&r);
     }
-    Ok((doc, results))
+    Ok(r)
 }
 
-/// The replay's speed on stderr: events replayed per second of each part
-/// (`t`: start, first pass done, part (a) done, part (b) done).
-fn say_speed(
-    prep: Option<&Prepared>,
-    aspace: Option<&trace::aspace::AspaceReplay>,
-    nr_kernels: usize,
-    t: [std::time::Instant; 4],
-) {
-    let [t0, t1, t2, t3] = t;
-    if let Some(prep) = prep {
-        let r = &prep.recorded;
-        let replayed = (r.allocs + r.frees) * nr_kernels as u64;
-        let secs = (t2 - t1).as_secs_f64().max(1e-9);
+/// The replay's speed on stderr.
+fn print_speed(r: &Replayed) {
+    let nk = r.exp.kernels.len();
+    if let Some(prep) = &r.prep {
+        let rec = &prep.recorded;
+        let replayed = (rec.allocs + rec.frees) * nk as u64;
+        let secs = r.secs[1].max(1e-9);
         eprintln!(
             "mmlab replay (a): {} allocator events × {} kernels replayed in {:.2}s ({:.2} M events/s; first pass {:.2}s); {} frees of pages allocated before the recording skipped",
-            r.allocs + r.frees,
-            nr_kernels,
+            rec.allocs + rec.frees,
+            nk,
             secs,
             replayed as f64 / secs / 1e6,
-            (t1 - t0).as_secs_f64(),
-            r.unmatched_frees
+            r.secs[0],
+            rec.unmatched_frees
         );
     }
-    if let Some(a) = aspace {
+    if let Some(a) = &r.aspace {
         let n = a.recorded.nr_events;
-        let secs = (t3 - t2).as_secs_f64().max(1e-9);
+        let secs = r.secs[2].max(1e-9);
         eprintln!(
             "mmlab replay (b): {} events × {} kernels replayed in {:.2}s ({:.2} M events/s, {:.2} M kernel-events/s)",
             n,
-            nr_kernels,
+            nk,
             secs,
             n as f64 / secs / 1e6,
-            (n * nr_kernels as u64) as f64 / secs / 1e6,
+            (n * nk as u64) as f64 / secs / 1e6,
         );
     }
 }
@@ -433,8 +468,8 @@ pub fn err_pct(recorded: u64, model: u64) -> String {
     }
 }
 
-/// The counters `mmlab validate` compares: (name, recorded, model).
-fn validate_rows(
+/// Mode (a)'s rows of `mmlab validate`: (counter, recorded, model).
+pub fn alloc_rows(
     prep: &Prepared,
     r: &RunResult,
     st: &ReplayStats,
@@ -466,7 +501,7 @@ fn validate_json(
     warm: bool,
 ) -> serde_json::Value {
     let k = &exp.kernels[0];
-    let rows: Vec<serde_json::Value> = validate_rows(prep, r, st)
+    let rows: Vec<serde_json::Value> = alloc_rows(prep, r, st)
         .iter()
         .map(|(name, rec, model)| {
             let error_pct = (*rec > 0).then(|| 100.0 * (*model as f64 - *rec as f64) / *rec as f64);
@@ -499,7 +534,7 @@ pub fn validate_text(
 ) -> String {
     use std::fmt::Write as _;
     let rec = &prep.recorded;
-    let rows = validate_rows(prep, r, st);
+    let rows = alloc_rows(prep, r, st);
     let mut s = String::new();
     let k = &exp.kernels[0];
     let knobs: Vec<String> = k.knobs.iter().map(|(n, v)| format!("{n}={v}")).collect();
@@ -604,14 +639,30 @@ pub fn validate_text(
     s
 }
 
-/// What `mmlab validate` found, as text and as JSON.
+/// A validation that has run: mode (a)'s replay under the recorded
+/// configuration and mode (b)'s, whichever ran.
 pub struct Validation {
-    pub text: String,
-    pub json: serde_json::Value,
+    pub exp: Experiment,
+    pub alloc: Option<(Prepared, RunResult, ReplayStats)>,
+    pub aspace: Option<trace::aspace::AspaceReplay>,
+    pub warnings: Vec<String>,
+    /// The seed of the replay.
+    pub seed: u64,
+    warm: bool,
 }
 
-/// `mmlab validate`: replays the trace under its recorded configuration and
-/// sets the recorded counters beside the model's.
+/// One row of `mmlab validate`: a counter as recorded (`None`: the
+/// recording has no such count) and as the model predicts it.
+pub struct ValidateRow {
+    /// `alloc` (mode a) or `aspace` (mode b).
+    pub mode: &'static str,
+    pub counter: String,
+    pub recorded: Option<u64>,
+    pub model: u64,
+}
+
+/// Replays `trace` under the recorded configuration in the modes of `mode`
+/// it has events for.
 pub fn validate(
     trace: &Path,
     seed: Option<u64>,
@@ -642,23 +693,86 @@ pub fn validate(
         );
     }
     let warnings = crate::aspace::warnings(&header, &exp, aspace.as_ref());
-    for w in &warnings {
+    let alloc = prep.map(|p| {
+        let (r, st) = replay_one(&exp, &exp.kernels[0], &p, seed, warm, None);
+        (p, r, st)
+    });
+    Ok(Validation {
+        exp,
+        alloc,
+        aspace,
+        warnings,
+        seed,
+        warm,
+    })
+}
+
+impl Validation {
+    /// The tables `mmlab validate` prints.
+    pub fn text(&self, trace: &Path) -> String {
+        let mut s = String::new();
+        if let Some((prep, r, st)) = &self.alloc {
+            s += &validate_text(trace, prep, &self.exp, r, st, self.warm);
+        }
+        if let Some(a) = &self.aspace {
+            if self.alloc.is_some() {
+                s.push('\n');
+            }
+            s += &crate::aspace::validate_text(trace, &self.exp, a);
+        }
+        s
+    }
+
+    /// What `mmlab validate --format json` prints: the trace, seed and
+    /// warnings, and each mode's counters recorded and modelled.
+    pub fn json(&self, trace: &Path) -> serde_json::Value {
+        let mut doc = json!({
+            "trace": trace.display().to_string(),
+            "seed": self.seed,
+            "warnings": self.warnings,
+        });
+        if let Some((prep, r, st)) = &self.alloc {
+            doc["alloc"] = validate_json(prep, &self.exp, r, st, self.warm);
+        }
+        if let Some(a) = &self.aspace {
+            doc["aspace"] = crate::aspace::json(&self.exp, a);
+        }
+        doc
+    }
+
+    /// The tables' rows, mode (a)'s first.
+    pub fn rows(&self) -> Vec<ValidateRow> {
+        let mut out = Vec::new();
+        if let Some((prep, r, st)) = &self.alloc {
+            for (c, rec, model) in alloc_rows(prep, r, st) {
+                out.push(ValidateRow {
+                    mode: "alloc",
+                    counter: c.to_string(),
+                    recorded: Some(rec),
+                    model,
+                });
+            }
+        }
+        if let Some(a) = &self.aspace {
+            for (counter, recorded, model) in crate::aspace::validate_rows(a) {
+                out.push(ValidateRow {
+                    mode: "aspace",
+                    counter,
+                    recorded,
+                    model,
+                });
+            }
+        }
+        out
+    }
+}
+
+/// `mmlab validate`.
+pub fn validate_cmd(trace: &Path, seed: Option<u64>, warm: bool, mode: ReplayMode) -> Result<()> {
+    let v = validate(trace, seed, warm, mode)?;
+    for w in &v.warnings {
         eprintln!("warning: {w}");
     }
-    let mut text = String::new();
-    let mut doc =
-        json!({ "trace": trace.display().to_string(), "seed": seed, "warnings": warnings });
-    if let Some(prep) = &prep {
-        let (r, st) = replay_one(&exp, &exp.kernels[0], prep, seed, warm, None);
-        text += &validate_text(trace, prep, &exp, &r, &st, warm);
-        doc["alloc"] = validate_json(prep, &exp, &r, &st, warm);
-    }
-    if let Some(a) = &aspace {
-        if prep.is_some() {
-            text.push('\n');
-        }
-        text += &crate::aspace::validate_text(trace, &exp, a);
-        doc["aspace"] = crate::aspace::json(&exp, a);
-    }
-    Ok(Validation { text, json: doc })
+    print!("{}", v.text(trace));
+    Ok(())
 }
