@@ -242,6 +242,13 @@ mmlab reproduce --quiet -o all.json --report out/"
     Reproduce {
         /// A built-in experiment's name (`mmlab list` lists them).
         name: Option<String>,
+        /// With the seeds' headline figures, each with its band: the range it
+        /// takes when the estimated inputs of its profile (costs with a
+        /// `band`) move across their ranges, each alone and a
+        /// Latin-hypercube sample of all together (several minutes on 2
+        /// cores).
+        #[arg(long)]
+        bands: bool,
         #[command(flatten)]
         run: RunArgs,
     },

@@ -75,14 +75,19 @@ fn real_main() -> Result<i32> {
 /// Every command but `record` (whose status is its workload's).
 fn run_command(cmd: Cmd) -> Result<()> {
     match cmd {
-        Cmd::Reproduce { name, run } => {
+        Cmd::Reproduce { name, bands, run } => {
             let source = match &name {
                 Some(n) => Source::Builtin(n),
                 None => Source::AllBuiltin,
             };
-            run_cmd(source, &run)
+            let h = if bands {
+                Headlines::Bands
+            } else {
+                Headlines::Central
+            };
+            run_cmd(source, &run, h)
         }
-        Cmd::Run { file, run } => run_cmd(Source::Path(&file), &run),
+        Cmd::Run { file, run } => run_cmd(Source::Path(&file), &run, Headlines::None),
         Cmd::Compare {
             files,
             metrics,
@@ -237,7 +242,7 @@ fn json_text(v: &serde_json::Value) -> String {
 /// Runs the experiments of `source`, printing each one's tables (or its JSON
 /// Lines record) as it finishes, then the whole document for the other data
 /// formats; writes `--out` and `--report`.
-fn run_cmd(source: Source, a: &RunArgs) -> Result<()> {
+fn run_cmd(source: Source, a: &RunArgs, headlines: Headlines) -> Result<()> {
     let exps = api::load(source)?;
     output::check_out(a.out.as_deref())?;
     output::check_out(a.timeline.timeline.as_deref())?;
@@ -247,7 +252,11 @@ fn run_cmd(source: Source, a: &RunArgs) -> Result<()> {
     if a.format == Format::Jsonl {
         writeln!(stdout, "{}", ResultsDoc::new(Vec::new()).header_json())?;
     }
-    let doc = api::run_loaded(exps, &RunOptions::from(a), |run| {
+    let mut heads = Vec::new();
+    let mut doc = api::run_loaded(exps, &RunOptions::from(a), |run| {
+        if headlines != Headlines::None {
+            heads.extend(mmlab::bands::central(&run.experiment.name, &run.results));
+        }
         timelines.extend(timeline_out::of_results(&run.experiment.name, &run.results));
         match a.format {
             Format::Text | Format::Markdown => stdout.write_all(run.tables(a.format).as_bytes())?,
@@ -261,12 +270,50 @@ fn run_cmd(source: Source, a: &RunArgs) -> Result<()> {
         stdout.flush()?;
         Ok(())
     })?;
+    doc.headlines = headlines_of(heads, headlines, a)?;
+    if !doc.headlines.is_empty() {
+        match a.format {
+            Format::Text | Format::Markdown => {
+                writeln!(stdout, "{}", mmlab::bands::table(&doc.headlines))?
+            }
+            Format::Jsonl => writeln!(stdout, "{}", doc.headlines_record())?,
+            _ => {}
+        }
+    }
     if matches!(a.format, Format::Json | Format::Csv | Format::CsvWide) {
         output::write_document(&doc, a.format, &mut stdout)?;
     }
     stdout.flush()?;
     finish_outputs(&doc, a.out.as_deref(), report_dir.as_deref())?;
     write_timeline(a.timeline.timeline.as_deref(), &timelines, a.quiet)
+}
+
+/// What `run_cmd` adds after the experiments.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Headlines {
+    /// Nothing (`mmlab run`).
+    None,
+    /// The seeds' headline figures of the experiments that ran, beside the
+    /// model's (`mmlab reproduce`).
+    Central,
+    /// The same with their bands (`mmlab reproduce --bands`).
+    Bands,
+}
+
+/// The headline figures, with their bands when asked for (`--bands`).
+fn headlines_of(
+    mut heads: Vec<mmlab::bands::HeadlineResult>,
+    h: Headlines,
+    a: &RunArgs,
+) -> Result<Vec<mmlab::bands::HeadlineResult>> {
+    if h == Headlines::Bands {
+        let jobs = a.jobs.map_or_else(
+            || std::thread::available_parallelism().map_or(1, |n| n.get()),
+            |j| j as usize,
+        );
+        mmlab::bands::fill_bands(&mut heads, jobs, a.quiet)?;
+    }
+    Ok(heads)
 }
 
 /// Writes `--timeline FILE` (atomically), and says what it holds.

@@ -392,5 +392,6 @@ pub fn op_name(op: &crate::Op) -> &'static str {
         Op::SetMempolicy { .. } => "set_mempolicy",
         Op::Sleep { .. } => "sleep",
         Op::Wait => "wait",
+        Op::KernelWork { .. } => "kernel work (unmodelled)",
     }
 }
