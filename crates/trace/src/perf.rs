@@ -466,16 +466,23 @@ fn capability_loss(name: &str, present: &[String], task_records: bool) -> String
         };
     }
     match name {
-        "kmem:mm_page_alloc" | "kmem:mm_page_free" => {
-            "page allocator traffic cannot be replayed (mode a); no estimate of the kernel's faults on user memory"
-                .into()
-        }
+        "kmem:mm_page_alloc" => "page allocator traffic cannot be replayed (mode a), and the kernel's faults \
+             on user memory cannot be estimated where exceptions:page_fault_kernel is missing too"
+            .into(),
+        "kmem:mm_page_free" => "page allocator traffic cannot be replayed (mode a)".into(),
         "kmem:mm_page_alloc_zone_locked" => "zone-lock allocations cannot be validated".into(),
         "kmem:mm_page_pcpu_drain" => "PCP drains cannot be validated".into(),
         "exceptions:page_fault_user" => "page faults cannot be replayed (no touch stream)".into(),
-        "exceptions:page_fault_kernel" => "the kernel's faults on user memory (read() into fresh buffers) \
-             are not replayed and cannot shrink with larger folios; replay and validate print an estimate \
-             from the allocator events, labelled as one"
+        "exceptions:page_fault_kernel" if has("kmem:mm_page_alloc") => {
+            "the kernel's faults on user memory (read() into fresh buffers, 0.1-18 % of a program's faults) \
+             are not replayed; replay and validate print an ESTIMATE of their number from the zeroed pages \
+             the allocator gave the processes that no user fault explains (error -1 % to +1 % of the faults \
+             on recordings that hold both), and each kernel's pgfault with it, in a band"
+                .into()
+        }
+        "exceptions:page_fault_kernel" => "the kernel's faults on user memory (read() into fresh buffers, \
+             0.1-18 % of a program's faults) are not replayed, and without kmem:mm_page_alloc not estimated \
+             either: every predicted pgfault is short by them"
             .into(),
         "sched:sched_process_exec" if task_records => {
             "execs come from perf's PERF_RECORD_COMM (exec): named by the 15-byte comm, before the new \
