@@ -469,7 +469,13 @@ impl Zone {
         (moved, movable)
     }
 
-    /// Models `steal_suitable_fallback()` of 6.6.
+    /// Models `steal_suitable_fallback()` of 6.6: how much of a foreign
+    /// pageblock a fallback allocation takes over. Why: mixing mobility
+    /// types in one pageblock fragments memory for good, so a block large
+    /// enough is converted whole; a smaller one moves its free pages to
+    /// `start_mt`'s lists and changes the pageblock's type only if at least
+    /// half of it is then free or already of a compatible kind, so that
+    /// pages freed later land on the lists that keep like with like.
     fn steal_suitable_fallback(
         &mut self,
         mem: &mut MemMap,
@@ -974,7 +980,11 @@ impl PageAlloc {
         }
     }
 
-    /// Models `__setup_per_zone_wmarks()` of 6.6.
+    /// Models `__setup_per_zone_wmarks()` of 6.6: shares `min_free_kbytes`
+    /// among the zones by size (the min watermark) and sets low and high a
+    /// kswapd distance above it. Why: the min reserve is what atomic and
+    /// reclaim-time allocations may dip into; low and high bound kswapd's
+    /// background reclaim so that ordinary allocations rarely reach min.
     pub fn setup_per_zone_wmarks(&mut self) {
         let lowmem_pages: u64 = self.zones.iter().map(|z| z.managed_pages).sum();
         self.min_free_kbytes = self

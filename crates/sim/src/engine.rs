@@ -75,6 +75,7 @@ use mm::mremap::MremapFlags;
 use mm::page_alloc::{AllocError, Gfp, PageAlloc};
 use mm::vma::{Advice, Errno, MapFlags, MmStruct};
 use mm::vmacache::{TaskStruct, VmacachePolicy};
+use mm::Vaddr;
 use mm::{NodeId, Pfn, SimTime, VcpuId};
 use std::cmp::{Ordering, Reverse};
 use std::collections::{BTreeMap, BinaryHeap, VecDeque};
@@ -1403,11 +1404,12 @@ impl Engine {
                     s.find_vma(h);
                 }
             }
-            let addr = s.mm.mmap(s.pa, s.cx, hint.unwrap_or(0), len, flags)?;
+            let addr =
+                s.mm.mmap(s.pa, s.cx, Vaddr(hint.unwrap_or(0)), len, flags)?;
             if let Some(a) = advice {
                 s.mm.madvise(s.pa, s.cx, addr, len, a)?;
             }
-            Ok(addr)
+            Ok(addr.0)
         })
     }
 
@@ -1420,7 +1422,8 @@ impl Engine {
         flags: MapFlags,
     ) -> Result<u64, Errno> {
         self.mm_syscall(c, |s| {
-            mm::hugetlb::hugetlb_mmap(s.pa, s.cx, s.mm, hint.unwrap_or(0), len, flags)
+            mm::hugetlb::hugetlb_mmap(s.pa, s.cx, s.mm, Vaddr(hint.unwrap_or(0)), len, flags)
+                .map(|a| a.0)
         })
     }
 
@@ -1447,13 +1450,13 @@ impl Engine {
     fn op_munmap(&mut self, c: OpCtx, addr: u64, len: u64) -> Result<(), Errno> {
         self.mm_syscall(c, |s| {
             s.find_vma(addr);
-            s.mm.munmap(s.pa, s.cx, addr, len)
+            s.mm.munmap(s.pa, s.cx, Vaddr(addr), len)
         })
     }
 
     /// `mprotect()`.
     fn op_mprotect(&mut self, c: OpCtx, addr: u64, len: u64, prot: Prot) -> Result<(), Errno> {
-        self.mm_syscall(c, |s| s.mm.mprotect(s.pa, s.cx, addr, len, prot))
+        self.mm_syscall(c, |s| s.mm.mprotect(s.pa, s.cx, Vaddr(addr), len, prot))
     }
 
     /// `mremap()`.
@@ -1467,7 +1470,16 @@ impl Engine {
         new_addr: u64,
     ) -> Result<u64, Errno> {
         self.mm_syscall(c, |s| {
-            s.mm.mremap(s.pa, s.cx, addr, old_len, new_len, flags, new_addr)
+            s.mm.mremap(
+                s.pa,
+                s.cx,
+                Vaddr(addr),
+                old_len,
+                new_len,
+                flags,
+                Vaddr(new_addr),
+            )
+            .map(|a| a.0)
         })
     }
 
@@ -1475,15 +1487,15 @@ impl Engine {
     fn op_madvise(&mut self, c: OpCtx, addr: u64, len: u64, advice: Advice) -> Result<(), Errno> {
         self.mm_syscall(c, |s| {
             s.find_vma(addr);
-            s.mm.madvise(s.pa, s.cx, addr, len, advice)
+            s.mm.madvise(s.pa, s.cx, Vaddr(addr), len, advice)
         })
     }
 
     /// `brk()`: the break afterwards (0 if the process could not even get
     /// an address space).
     fn op_brk(&mut self, c: OpCtx, brk: u64) -> u64 {
-        self.mm_syscall(c, |s| Ok(s.mm.brk(s.pa, s.cx, brk)))
-            .unwrap_or(0)
+        self.mm_syscall(c, |s| Ok(s.mm.brk(s.pa, s.cx, Vaddr(brk))))
+            .map_or(0, |b| b.0)
     }
 
     /// Starts a `Touch` and plays its first chunk.
@@ -1689,7 +1701,7 @@ impl Engine {
             let Some(mm) = self.procs[pid].mm.as_mut() else {
                 return (n, Some(VmFault::Sigsegv));
             };
-            if let Some(phys) = mm::memory::user_access(&mut self.pa, mm, addr, cur.write) {
+            if let Some(phys) = mm::memory::user_access(&mut self.pa, mm, Vaddr(addr), cur.write) {
                 self.cx.user_access(phys, len, cur.write);
                 continue;
             }
@@ -1722,12 +1734,12 @@ impl Engine {
             &mut self.mmg,
             mm,
             task,
-            addr,
+            Vaddr(addr),
             write,
         );
         self.cx.unlock_read(lock);
         r?;
-        let phys = mm::memory::user_access(&mut self.pa, mm, addr, write);
+        let phys = mm::memory::user_access(&mut self.pa, mm, Vaddr(addr), write);
         debug_assert!(phys.is_some(), "fault at {addr:#x} left it unmapped");
         if let Some(phys) = phys {
             self.cx.user_access(phys, len, write);
