@@ -114,7 +114,7 @@ pub enum Source<'a> {
 /// Only a whole name counts: a prefix that is not itself a name (`page`) is
 /// an error that lists the experiments it starts, rather than running them
 /// all.
-fn builtin_group(name: &str) -> Result<Vec<(&'static str, &'static str)>> {
+pub fn builtin_group(name: &str) -> Result<Vec<(&'static str, &'static str)>> {
     if !builtin_names().contains(&name) {
         let starting: Vec<&str> = builtin_names()
             .into_iter()

@@ -324,9 +324,10 @@ fn thp_delta(
     Some(a.saturating_sub(*b))
 }
 
-/// The rows of the `mmlab validate` table of mode (b): (counter, recorded,
-/// model under the first kernel).
-fn validate_rows(a: &AspaceReplay) -> Vec<(String, Option<u64>, u64)> {
+/// Mode (b)'s rows of `mmlab validate`: (counter, recorded, model), the
+/// model under the recorded configuration (the first kernel); recorded
+/// `None` where the recording has no such count.
+pub fn validate_rows(a: &AspaceReplay) -> Vec<(String, Option<u64>, u64)> {
     let m = &a.models[0];
     let r = &a.recorded;
     let before = a.header.counters_before.as_ref();

@@ -11,7 +11,7 @@ use std::collections::BTreeMap;
 use std::path::Path;
 
 /// An experiment as written in its file.
-#[derive(Debug, Deserialize)]
+#[derive(Clone, Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct ExperimentFile {
     pub name: String,
@@ -42,7 +42,7 @@ fn default_seed() -> u64 {
     1
 }
 
-#[derive(Debug, Deserialize)]
+#[derive(Clone, Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct MachineFile {
     pub name: String,
@@ -61,7 +61,7 @@ pub struct MachineFile {
     pub cache_model: bool,
 }
 
-#[derive(Debug, Deserialize)]
+#[derive(Clone, Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct KernelFile {
     pub name: String,
@@ -70,7 +70,7 @@ pub struct KernelFile {
     pub knobs: BTreeMap<String, toml::Value>,
 }
 
-#[derive(Debug, Deserialize)]
+#[derive(Clone, Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct WorkloadFile {
     pub name: String,
@@ -99,7 +99,7 @@ pub enum Mode {
     Change,
 }
 
-#[derive(Debug, Deserialize)]
+#[derive(Clone, Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct ReportFile {
     #[serde(default = "default_metrics")]
@@ -127,7 +127,7 @@ fn default_metrics() -> Vec<String> {
         .collect()
 }
 
-#[derive(Debug, Deserialize)]
+#[derive(Clone, Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct PublishedFile {
     pub source: String,
