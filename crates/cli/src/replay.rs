@@ -347,7 +347,11 @@ pub fn replay(
         );
     }
     part.aspace = aspace.as_ref().map(|a| crate::aspace::json(&exp, a));
-    part.warnings = crate::aspace::warnings(&header, &exp, aspace.as_ref());
+    // The fold first: it changes every allocator figure of the replay.
+    part.warnings = cpu_fold_warning(&header, min_cpus, &exp)
+        .into_iter()
+        .chain(crate::aspace::warnings(&header, &exp, aspace.as_ref()))
+        .collect();
     let doc = ResultsDoc::new(vec![part]);
     let secs = [(t1 - t0), (t2 - t1), (t3 - t2)].map(|d| d.as_secs_f64());
     Ok(Replayed {
