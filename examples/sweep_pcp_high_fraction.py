@@ -65,9 +65,12 @@ def main() -> int:
         backend=args.backend,
     )
     df = df[df.metric.isin(list(METRICS))]
+    # Mean and standard deviation over the seeds (std is NaN with one seed).
     table = (
-        df.pivot_table(index="vm.percpu_pagelist_high_fraction", columns="metric", values="value", aggfunc=["mean", "std"])
-        .astype("float64")
+        df.astype({"value": "float64"})
+        .groupby(["vm.percpu_pagelist_high_fraction", "metric"])["value"]
+        .agg(["mean", "std"])
+        .unstack("metric")
     )
     table[("mean", "runtime_ns")] /= 1e6
     table[("std", "runtime_ns")] /= 1e6
@@ -82,7 +85,7 @@ def main() -> int:
     fig, axes = plt.subplots(1, len(METRICS), figsize=(10, 4))
     labels = [str(f) if f else "0\n(default)" for f in FRACTIONS]
     for ax, (metric, title) in zip(axes, METRICS.items()):
-        ax.errorbar(range(len(FRACTIONS)), table[("mean", metric)], yerr=table[("std", metric)], marker="o", capsize=3)
+        ax.errorbar(range(len(FRACTIONS)), table[("mean", metric)], yerr=table[("std", metric)].fillna(0.0), marker="o", capsize=3)
         ax.set_xticks(range(len(FRACTIONS)), labels)
         ax.set_xlabel("vm.percpu_pagelist_high_fraction")
         ax.set_title(title)
