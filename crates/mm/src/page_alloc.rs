@@ -733,6 +733,54 @@ impl Default for VmSysctl {
     }
 }
 
+/// The zones [`PageAlloc::new`] makes on `layout`, in order: `(type, node,
+/// pages)`. Node 0's memory below the DMA32 limit is ZONE_DMA32; the rest of
+/// every node is ZONE_NORMAL. Empty zones are not created. Every page is
+/// managed (the model reserves none at boot).
+pub fn zone_sizes(layout: &MemoryLayout) -> Vec<(ZoneType, NodeId, u64)> {
+    let mut zones = Vec::new();
+    for (nid, node) in layout.nodes.iter().enumerate() {
+        let dma = if nid == 0 {
+            layout.dma32_pages.min(node.nr_pages)
+        } else {
+            0
+        };
+        for (zone_type, pages) in [
+            (ZoneType::Dma32, dma),
+            (ZoneType::Normal, node.nr_pages - dma),
+        ] {
+            if pages > 0 {
+                zones.push((zone_type, NodeId(nid as u16), pages));
+            }
+        }
+    }
+    zones
+}
+
+/// Models `__setup_per_zone_wmarks()` of 6.6 on zones of `managed` pages:
+/// `min_free_kbytes` in force and each zone's `[min, low, high]`. The min
+/// watermarks share `min_free_kbytes` by zone size; low and high lie one and
+/// two "kswapd distances" above: a quarter of min, or
+/// `watermark_scale_factor` ten-thousandths of the zone, whichever is larger.
+pub fn zone_watermarks(managed: &[u64], sysctl: &VmSysctl) -> (u64, Vec<[u64; 3]>) {
+    let lowmem_pages: u64 = managed.iter().sum();
+    let min_free_kbytes = sysctl
+        .min_free_kbytes
+        .unwrap_or_else(|| calculate_min_free_kbytes(lowmem_pages));
+    let pages_min = min_free_kbytes >> 2;
+    let wmarks = managed
+        .iter()
+        .map(|&m| {
+            // u128: min_free_kbytes times a zone's pages overflows u64 on a
+            // large machine with a large (accepted) min_free_kbytes.
+            let min = (pages_min as u128 * m as u128 / lowmem_pages.max(1) as u128) as u64;
+            let dist = (min >> 2).max(m * sysctl.watermark_scale_factor / 10_000);
+            [min, min + dist, min + 2 * dist]
+        })
+        .collect();
+    (min_free_kbytes, wmarks)
+}
+
 /// Integer square root (`int_sqrt()`).
 fn int_sqrt(x: u64) -> u64 {
     if x < 2 {
@@ -805,29 +853,9 @@ impl PageAlloc {
         let total = layout.total_pages();
         let mut zones = Vec::new();
         let mut start = 0u64;
-        for (nid, node) in layout.nodes.iter().enumerate() {
-            // Node 0's memory below the DMA32 limit is ZONE_DMA32; the rest
-            // of every node is ZONE_NORMAL. Empty zones are not created.
-            let dma = if nid == 0 {
-                layout.dma32_pages.min(node.nr_pages)
-            } else {
-                0
-            };
-            for (zone_type, pages) in [
-                (ZoneType::Dma32, dma),
-                (ZoneType::Normal, node.nr_pages - dma),
-            ] {
-                if pages > 0 {
-                    zones.push(Zone::new(
-                        zone_type,
-                        NodeId(nid as u16),
-                        start,
-                        pages,
-                        zones.len() as u32,
-                    ));
-                    start += pages;
-                }
-            }
+        for (zone_type, node, pages) in zone_sizes(layout) {
+            zones.push(Zone::new(zone_type, node, start, pages, zones.len() as u32));
+            start += pages;
         }
         let mut cpu_node = Vec::new();
         for (nid, node) in layout.nodes.iter().enumerate() {
@@ -986,19 +1014,11 @@ impl PageAlloc {
     /// reclaim-time allocations may dip into; low and high bound kswapd's
     /// background reclaim so that ordinary allocations rarely reach min.
     pub fn setup_per_zone_wmarks(&mut self) {
-        let lowmem_pages: u64 = self.zones.iter().map(|z| z.managed_pages).sum();
-        self.min_free_kbytes = self
-            .sysctl
-            .min_free_kbytes
-            .unwrap_or_else(|| calculate_min_free_kbytes(lowmem_pages));
-        let pages_min = self.min_free_kbytes >> 2;
-        for z in &mut self.zones {
-            let min = pages_min * z.managed_pages / lowmem_pages;
-            // The kswapd distance: a quarter of min, or the scale factor's
-            // share of the zone, whichever is larger.
-            let dist =
-                (min >> 2).max(z.managed_pages * self.sysctl.watermark_scale_factor / 10_000);
-            z.watermark = [min, min + dist, min + 2 * dist];
+        let managed: Vec<u64> = self.zones.iter().map(|z| z.managed_pages).collect();
+        let (min_free_kbytes, wmarks) = zone_watermarks(&managed, &self.sysctl);
+        self.min_free_kbytes = min_free_kbytes;
+        for (z, w) in self.zones.iter_mut().zip(wmarks) {
+            z.watermark = w;
         }
     }
 

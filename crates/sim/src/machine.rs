@@ -121,7 +121,8 @@ impl Machine {
         }
         if self.memory_bytes() / PAGE_SIZE >= u32::MAX as u64 {
             return Err(MachineError::Memory(format!(
-                "{} of memory; the model addresses at most 16 TiB",
+                "{} of memory; the model numbers pages with 32 bits, so a machine has fewer \
+                 than 2^32 pages: at most 16 TiB less one pageblock (2 MiB)",
                 human_bytes(self.memory_bytes())
             )));
         }
