@@ -35,6 +35,7 @@
 //!   point at their head); the kernel does so only with `__GFP_COMP`.
 //! - Deviation: no free page reporting, shuffling or page poisoning.
 
+use crate::cacheline::{CpuTopology, LineOwners};
 use crate::cost::{Cost, Cx, LockClass, LockId};
 use crate::page::{
     MemMap, PageList, MT_MASK, MT_SHIFT, NIL, ORDER_MASK, PG_BUDDY, PG_HEAD, PG_PCP,
@@ -256,6 +257,20 @@ pub struct Zone {
     pageblock_mt: Vec<u8>,
     /// Index of the zone in [`PageAlloc::zones`] (and of its lock).
     pub idx: u32,
+    /// Who last wrote the lines the zone lock protects (the `free_area[]`
+    /// heads and the buddies' `struct page`s), when the machine's topology
+    /// is known ([`PageAlloc::set_cpu_topology`]).
+    lines: Option<Box<ZoneLines>>,
+}
+
+/// The last writers of a zone's lines under `zone->lock` ([`crate::cacheline`]).
+#[derive(Clone, Debug)]
+struct ZoneLines {
+    topo: CpuTopology,
+    /// One line per order: the order's list heads and `nr_free`.
+    free_area: LineOwners,
+    /// One line per page: its `struct page` (64 bytes on x86-64).
+    pages: LineOwners,
 }
 
 impl Zone {
@@ -277,7 +292,48 @@ impl Zone {
                 pages.div_ceil(PAGEBLOCK_NR_PAGES) as usize
             ],
             idx,
+            lines: None,
         }
+    }
+
+    /// This CPU reads and writes the `free_area[order]` line: charges the
+    /// transfer from its last writer (nothing without a topology).
+    #[inline]
+    fn touch_free_area(&mut self, cx: &mut Cx, order: u8) {
+        if let Some(l) = self.lines.as_deref_mut() {
+            let ns = l.free_area.touch(
+                order as usize,
+                cx.cpu,
+                self.node.0 as u32,
+                &l.topo,
+                cx.table(),
+            );
+            cx.charge_ns(ns);
+        }
+    }
+
+    /// This CPU reads and writes `pfn`'s `struct page`: charges the
+    /// transfer from its last writer (nothing without a topology).
+    #[inline]
+    fn touch_page(&mut self, cx: &mut Cx, pfn: u32) {
+        if let Some(l) = self.lines.as_deref_mut() {
+            let i = (pfn as u64 - self.zone_start_pfn) as usize;
+            let ns = l
+                .pages
+                .touch(i, cx.cpu, self.node.0 as u32, &l.topo, cx.table());
+            cx.charge_ns(ns);
+        }
+    }
+
+    /// One free-list operation's own work: its instructions and, without
+    /// the line model, the miss on the `struct page` it charges as a whole.
+    #[inline]
+    fn charge_list_op(&self, cx: &mut Cx, whole: Cost) {
+        cx.charge(if self.lines.is_some() {
+            Cost::BuddyListInsn
+        } else {
+            whole
+        });
     }
 
     /// The zone's lock.
@@ -385,6 +441,11 @@ impl Zone {
         while high > low {
             high -= 1;
             let half = pfn + (1u32 << high);
+            if let Some(head) = self.free_area[high as usize][mt as usize].first() {
+                self.touch_page(cx, head);
+            }
+            self.touch_free_area(cx, high);
+            self.touch_page(cx, half);
             self.add_to_free_list(mem, half, high, mt, false);
             cx.charge(Cost::BuddySplitStep);
         }
@@ -404,8 +465,15 @@ impl Zone {
             let Some(pfn) = self.free_area[current as usize][mt as usize].first() else {
                 continue;
             };
-            cx.charge(Cost::BuddyListOp);
+            self.charge_list_op(cx, Cost::BuddyListOp);
+            // The head, the block's struct page, then its successor (whose
+            // prev pointer the unlink rewrites): three dependent lines.
+            self.touch_free_area(cx, current);
+            self.touch_page(cx, pfn);
             self.del_from_free_list(mem, pfn, current);
+            if let Some(next) = self.free_area[current as usize][mt as usize].first() {
+                self.touch_page(cx, next);
+            }
             self.expand(mem, cx, pfn, order, current, mt);
             vmstat.count(VmEvent::MM_PAGE_ALLOC_ZONE_LOCKED, 1);
             return Some(pfn);
@@ -612,13 +680,26 @@ impl Zone {
             if !self.spans(buddy as u64) || !mem.is_buddy_of_order(buddy, order) {
                 break;
             }
-            cx.charge(Cost::BuddyMergeStep);
+            if self.lines.is_some() {
+                cx.charge(Cost::BuddyListInsn);
+            } else {
+                cx.charge(Cost::BuddyMergeStep);
+            }
+            self.touch_page(cx, buddy);
+            self.touch_free_area(cx, order);
             self.del_from_free_list(mem, buddy, order);
             pfn &= buddy;
             order += 1;
         }
         let to_tail = self.buddy_merge_likely(mem, pfn, order);
-        cx.charge(Cost::BuddyListOp);
+        self.charge_list_op(cx, Cost::BuddyListOp);
+        let list = &self.free_area[order as usize][mt as usize];
+        let neighbour = if to_tail { list.last() } else { list.first() };
+        self.touch_free_area(cx, order);
+        if let Some(n) = neighbour {
+            self.touch_page(cx, n);
+        }
+        self.touch_page(cx, pfn);
         self.add_to_free_list(mem, pfn, order, mt, to_tail);
     }
 
@@ -942,6 +1023,26 @@ impl PageAlloc {
         }
         self.distance = distance.to_vec();
         self.build_zonelists();
+    }
+
+    /// Turns on the cache-line ownership model of the zone lock's lines
+    /// ([`crate::cacheline`]) for a machine of topology `topo`: from now on
+    /// each free-list operation under `zone->lock` is charged its
+    /// instructions (`buddy_list_insn_ns`) and a transfer of every line it
+    /// touches that another CPU wrote last.
+    pub fn set_cpu_topology(&mut self, topo: CpuTopology) {
+        for z in &mut self.zones {
+            z.lines = Some(Box::new(ZoneLines {
+                topo,
+                free_area: LineOwners::new(NR_PAGE_ORDERS),
+                pages: LineOwners::new(z.spanned_pages as usize),
+            }));
+        }
+    }
+
+    /// The machine's CPU topology, if the cache-line model is on.
+    pub fn cpu_topology(&self) -> Option<CpuTopology> {
+        self.zones.first()?.lines.as_ref().map(|l| l.topo)
     }
 
     /// `node_distance(a, b)`: 10 for a node to itself, larger further away.
