@@ -276,3 +276,114 @@ pub fn check_error(e: &anyhow::Error, origin: &str) -> Outcome {
     }
     Outcome::Rejected(msg)
 }
+
+/// `mmlab fuzz`: what to fuzz and the budgets.
+#[derive(clap::Args)]
+pub struct FuzzArgs {
+    /// experiments (TOML through the engine) or traces (mmlab traces and
+    /// perf.data files through the importer and both replays).
+    #[arg(value_enum)]
+    pub what: FuzzWhat,
+    /// The run's seed: input i is made from seed + i alone.
+    #[arg(long, default_value_t = 1)]
+    pub seed: u64,
+    /// The first input.
+    #[arg(long, default_value_t = 0)]
+    pub start: u64,
+    /// How many inputs.
+    #[arg(long, default_value_t = 1000)]
+    pub count: u64,
+    /// Save failing inputs here (crash-<seed>.<ext>).
+    #[arg(long, value_name = "DIR")]
+    pub corpus: Option<PathBuf>,
+    /// Engine events per run before a run counts as never ending.
+    #[arg(long, default_value_t = 2_000_000)]
+    pub events: u64,
+    /// Seconds per input before it counts as a hang (the process ends).
+    #[arg(long, default_value_t = 120)]
+    pub timeout_s: u64,
+    /// Cap on this process's address space, in MiB (0: none).
+    #[arg(long, default_value_t = 4096)]
+    pub memory_mib: u64,
+    /// Write the inputs to stdout instead of running them.
+    #[arg(long)]
+    pub show: bool,
+    /// Progress line every this many inputs (0: none).
+    #[arg(long, default_value_t = 10_000)]
+    pub progress: u64,
+    /// Say why each rejected input was rejected.
+    #[arg(long, short)]
+    pub verbose: bool,
+    /// Only the front end: parse and validate experiments without running
+    /// them; import and read traces without replaying them (for runs of
+    /// millions of inputs).
+    #[arg(long)]
+    pub front_only: bool,
+}
+
+#[derive(Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum FuzzWhat {
+    Experiments,
+    Traces,
+}
+
+/// Runs `mmlab fuzz`; exits 0 only if no input failed.
+pub fn cmd(a: &FuzzArgs) -> anyhow::Result<i32> {
+    use std::io::Write;
+    let target: &dyn Target = match a.what {
+        FuzzWhat::Experiments => &experiments::Experiments,
+        FuzzWhat::Traces => &traces::Traces,
+    };
+    if a.show {
+        let mut out = std::io::stdout().lock();
+        for i in a.start..a.start.saturating_add(a.count) {
+            let (bytes, ext) = target.make(a.seed.wrapping_add(i));
+            writeln!(
+                out,
+                "# input {i} (seed {}, .{ext}, {} bytes)",
+                a.seed.wrapping_add(i),
+                bytes.len()
+            )?;
+            out.write_all(&bytes)?;
+            writeln!(out)?;
+        }
+        return Ok(0);
+    }
+    if a.memory_mib > 0 {
+        host::limits::limit_address_space(a.memory_mib << 20)?;
+    }
+    let opts = Options {
+        seed: a.seed,
+        start: a.start,
+        count: a.count,
+        corpus: a.corpus.clone(),
+        budget: Budget {
+            events: a.events,
+            wall: std::time::Duration::from_secs(a.timeout_s),
+            front_only: a.front_only,
+            ..Budget::default()
+        },
+        progress_every: a.progress,
+        verbose: a.verbose,
+    };
+    let r = run(target, &opts);
+    println!(
+        "mmlab fuzz {}: {} inputs (seed {}, from {}): {} ran, {} rejected with an error naming the input, {} failed, in {:.1?} ({:.0} inputs/s)",
+        match a.what {
+            FuzzWhat::Experiments => "experiments",
+            FuzzWhat::Traces => "traces",
+        },
+        r.nr_inputs,
+        a.seed,
+        a.start,
+        r.nr_ran,
+        r.nr_rejected,
+        r.failures.len(),
+        r.elapsed,
+        r.nr_inputs as f64 / r.elapsed.as_secs_f64().max(1e-9)
+    );
+    for (i, what) in &r.failures {
+        println!("  input {i} (seed {}): {what}", a.seed.wrapping_add(*i));
+    }
+    Ok(if r.failures.is_empty() { 0 } else { 1 })
+}

@@ -9,7 +9,7 @@
 //! recorded zones' min watermarks summed.
 
 use crate::experiment::{self, Experiment, Kernel, Mode, ReportFile, Workload};
-use crate::report::{self, Format, RunResult};
+use crate::report::{self, RunResult};
 use crate::results::{ExperimentResults, ResultsDoc};
 use anyhow::{anyhow, bail, Result};
 use mm::knobs::{KnobValue, Preset};
@@ -193,6 +193,7 @@ pub fn replay_one(
     prep: &Prepared,
     seed: u64,
     warm: bool,
+    timeline: Option<sim::TimelineOptions>,
 ) -> (RunResult, ReplayStats) {
     let mut pa = PageAlloc::new(&exp.machine.memory_layout(), k.config.sysctl, k.config.pcp);
     let pre = prep.preallocate(&mut pa, exp.machine.nr_cpus());
@@ -200,6 +201,9 @@ pub fn replay_one(
         prep.warm_pcp(&mut pa, exp.machine.nr_cpus());
     }
     let mut eng = Engine::new(pa, exp.profile.table(), seed);
+    if let Some(t) = timeline {
+        eng = eng.with_timeline(t);
+    }
     let (tasks, stats) = prep.tasks_with(exp.machine.nr_cpus(), pre);
     for t in tasks {
         eng.spawn(t);
@@ -214,6 +218,7 @@ pub fn replay_one(
             vmstat: eng.pa.vmstat.clone(),
             nr_runs: 0,
             seed,
+            timeline: eng.take_timeline().map(std::sync::Arc::new),
         },
         st,
     )
@@ -304,6 +309,19 @@ pub fn replay(
     warm: bool,
     mode: ReplayMode,
 ) -> Result<Replayed> {
+    replay_with(trace, exp_file, seed, warm, mode, None)
+}
+
+/// [`replay`], with a timeline of each kernel's allocator replay (mode a)
+/// recorded in its `RunResult` when `timeline` is given.
+pub fn replay_with(
+    trace: &Path,
+    exp_file: Option<&Path>,
+    seed: Option<u64>,
+    warm: bool,
+    mode: ReplayMode,
+    timeline: Option<sim::TimelineOptions>,
+) -> Result<Replayed> {
     let t0 = std::time::Instant::now();
     let prep = open_alloc(trace, mode)?;
     let header = match &prep {
@@ -315,15 +333,18 @@ pub fn replay(
         .and_then(|p| p.recorded.cpus.last().map(|c| c.saturating_add(1)))
         .unwrap_or(1);
     let exp = replay_experiment(trace, &header, min_cpus, exp_file)?;
-    // Folded CPUs: in the document's warnings, which `mmlab replay` prints.
-    let fold = cpu_fold_warning(&header, min_cpus, &exp);
     let seed = seed.unwrap_or(exp.seed);
     let t1 = std::time::Instant::now();
     let mut results = Vec::new();
+    // Each kernel's replay gets its share of the timeline's record limit.
+    let timeline = timeline.map(|mut t| {
+        t.max_records = (t.max_records / exp.kernels.len().max(1)).max(1000);
+        t
+    });
     let mut per_kernel = serde_json::Map::new();
     if let Some(prep) = &prep {
         for k in &exp.kernels {
-            let (r, st) = replay_one(&exp, k, prep, seed, warm);
+            let (r, st) = replay_one(&exp, k, prep, seed, warm, timeline);
             per_kernel.insert(k.name.clone(), stats_json(&st));
             results.push(r);
         }
@@ -349,8 +370,11 @@ pub fn replay(
         );
     }
     part.aspace = aspace.as_ref().map(|a| crate::aspace::json(&exp, a));
-    part.warnings = crate::aspace::warnings(&header, &exp, aspace.as_ref());
-    part.warnings.extend(fold);
+    // The fold first: it changes every allocator figure of the replay.
+    part.warnings = cpu_fold_warning(&header, min_cpus, &exp)
+        .into_iter()
+        .chain(crate::aspace::warnings(&header, &exp, aspace.as_ref()))
+        .collect();
     let doc = ResultsDoc::new(vec![part]);
     let secs = [(t1 - t0), (t2 - t1), (t3 - t2)].map(|d| d.as_secs_f64());
     Ok(Replayed {
@@ -364,19 +388,19 @@ pub fn replay(
     })
 }
 
-/// `mmlab replay`.
-#[allow(clippy::too_many_arguments)]
-pub fn replay_cmd(
-    trace: &Path,
-    exp_file: Option<&Path>,
-    format: Format,
-    out: Option<&Path>,
-    seed: Option<u64>,
-    quiet: bool,
-    warm: bool,
-    mode: ReplayMode,
-) -> Result<()> {
-    let r = replay(trace, exp_file, seed, warm, mode)?;
+/// `mmlab replay`: replays, prints the warnings, the tables (or the
+/// document in a data `--format`) and the speed; the caller writes `--out`
+/// and `--timeline` from what it returns.
+pub fn replay_cmd(trace: &Path, a: &crate::args::ReplayArgs) -> Result<Replayed> {
+    let r = replay_with(
+        trace,
+        a.experiment.as_deref(),
+        a.seed,
+        a.warm_pcp,
+        a.mode,
+        a.timeline.options(),
+    )?;
+    let format = a.format;
     let (exp, doc) = (&r.exp, &r.doc);
     for w in doc.experiments.iter().flat_map(|e| &e.warnings) {
         eprintln!("warning: {w}");
@@ -396,13 +420,10 @@ pub fn replay_cmd(
             write!(stdout, "{}", crate::aspace::table(exp, a, format))?;
         }
     }
-    if let Some(path) = out {
-        crate::output::write_results(path, doc)?;
-    }
-    if !quiet {
+    if !a.quiet {
         print_speed(&r);
     }
-    Ok(())
+    Ok(r)
 }
 
 /// The replay's speed on stderr.
@@ -475,6 +496,37 @@ pub fn alloc_rows(
     ]
 }
 
+/// `mmlab validate --format json`'s allocator part: what the table shows.
+fn validate_json(
+    prep: &Prepared,
+    exp: &Experiment,
+    r: &RunResult,
+    st: &ReplayStats,
+    warm: bool,
+) -> serde_json::Value {
+    let k = &exp.kernels[0];
+    let rows: Vec<serde_json::Value> = alloc_rows(prep, r, st)
+        .iter()
+        .map(|(name, rec, model)| {
+            let error_pct = (*rec > 0).then(|| 100.0 * (*model as f64 - *rec as f64) / *rec as f64);
+            json!({ "counter": name, "recorded": rec, "model": model, "error_pct": error_pct })
+        })
+        .collect();
+    let knobs: serde_json::Map<String, serde_json::Value> = k
+        .knobs
+        .iter()
+        .map(|(n, v)| (n.clone(), json!(v.to_string())))
+        .collect();
+    json!({
+        "kernel_recorded": prep.header.kernel_release,
+        "model": { "preset": k.config.preset.name(), "knobs": knobs, "machine": exp.machine.name, "profile": exp.profile.name },
+        "warm_pcp": warm,
+        "counters": rows,
+        "recorded": recorded_json(prep),
+        "replayed": stats_json(st),
+    })
+}
+
 /// The `mmlab validate` table: recorded counters beside the model's.
 pub fn validate_text(
     trace: &Path,
@@ -534,13 +586,7 @@ pub fn validate_text(
             .map(|p| p.count)
             .sum();
         if at_start > 0 {
-            let _ = writeln!(
-                s,
-                "the recorded lists held {at_start} pages at the start, all migratetypes and orders together \
-                 (/proc/zoneinfo has no breakdown); the model puts them on the lists of the CPU's recorded \
-                 order-0 mix, a guess that dominates a short recording's zone-locked count: --warm-pcp false \
-                 starts them empty"
-            );
+            let _ = writeln!(s, "{}", warm_text(prep, at_start));
         }
     }
     // The PCP lists are per CPU, not per process: the kernel's saw every
@@ -591,6 +637,29 @@ pub fn validate_text(
     s
 }
 
+/// What the warm-up put on the lists, and how it knows.
+fn warm_text(prep: &Prepared, at_start: u64) -> String {
+    use trace::replay::Inferred;
+    let mut by_how = [0u64; 3];
+    for l in prep.recorded.pcp_start.values().flatten() {
+        let i = match l.how {
+            Inferred::Exact => 0,
+            Inferred::LowerBound => 1,
+            Inferred::Estimate => 2,
+        };
+        by_how[i] += l.blocks << l.order;
+    }
+    format!(
+        "the recorded lists held {at_start} pages at the start, all migratetypes and orders together \
+         (/proc/zoneinfo has no breakdown); the trace tells how they were spread over the lists: {} pages \
+         exactly (lists refilled during the recording), {} as lower bounds, {} ESTIMATED (the rest of each \
+         CPU's count shared over the lists never refilled); the warm-up puts up to high - batch of them back \
+         (lists the trace says nothing of: the CPU's recorded order-0 mix, a guess); --warm-pcp false starts \
+         the lists empty",
+        by_how[0], by_how[1], by_how[2]
+    )
+}
+
 /// A validation that has run: mode (a)'s replay under the recorded
 /// configuration and mode (b)'s, whichever ran.
 pub struct Validation {
@@ -598,6 +667,8 @@ pub struct Validation {
     pub alloc: Option<(Prepared, RunResult, ReplayStats)>,
     pub aspace: Option<trace::aspace::AspaceReplay>,
     pub warnings: Vec<String>,
+    /// The seed of the replay.
+    pub seed: u64,
     warm: bool,
 }
 
@@ -644,7 +715,7 @@ pub fn validate(
     }
     let warnings = crate::aspace::warnings(&header, &exp, aspace.as_ref());
     let alloc = prep.map(|p| {
-        let (r, st) = replay_one(&exp, &exp.kernels[0], &p, seed, warm);
+        let (r, st) = replay_one(&exp, &exp.kernels[0], &p, seed, warm, None);
         (p, r, st)
     });
     Ok(Validation {
@@ -652,6 +723,7 @@ pub fn validate(
         alloc,
         aspace,
         warnings,
+        seed,
         warm,
     })
 }
@@ -670,6 +742,23 @@ impl Validation {
             s += &crate::aspace::validate_text(trace, &self.exp, a);
         }
         s
+    }
+
+    /// What `mmlab validate --format json` prints: the trace, seed and
+    /// warnings, and each mode's counters recorded and modelled.
+    pub fn json(&self, trace: &Path) -> serde_json::Value {
+        let mut doc = json!({
+            "trace": trace.display().to_string(),
+            "seed": self.seed,
+            "warnings": self.warnings,
+        });
+        if let Some((prep, r, st)) = &self.alloc {
+            doc["alloc"] = validate_json(prep, &self.exp, r, st, self.warm);
+        }
+        if let Some(a) = &self.aspace {
+            doc["aspace"] = crate::aspace::json(&self.exp, a);
+        }
+        doc
     }
 
     /// The tables' rows, mode (a)'s first.

@@ -1,8 +1,13 @@
 //! Newtypes for the model's index and address spaces.
 //!
-//! Every space the kernel keeps apart gets its own type, so that a page frame
-//! number can never be passed where a virtual address or a CPU number is
-//! expected (the habit of rust-vmm's `GuestAddress`).
+//! A page frame number, a user address, a CPU, a node and a simulated time
+//! each have their own type where they cross an interface (the habit of
+//! rust-vmm's `GuestAddress`), so that one cannot be passed where another
+//! is expected. Inside a function, where the kernel does arithmetic on an
+//! `unsigned long`, values are plain integers, and an allocation order is a
+//! `u8` as the kernel's `unsigned int order` (an `Order` newtype was
+//! declared and never used, and is gone; so is `NrPages`). The memory
+//! map's compact page index is described in `page.rs`.
 
 use std::fmt;
 
@@ -117,24 +122,6 @@ impl fmt::Display for Vaddr {
     }
 }
 
-/// An allocation order: a block of `2^order` base pages.
-#[derive(Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Debug, Default)]
-pub struct Order(pub u8);
-
-impl Order {
-    /// Number of base pages in a block of this order.
-    #[inline]
-    pub fn nr_pages(self) -> u64 {
-        1u64 << self.0
-    }
-}
-
-impl fmt::Display for Order {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "order-{}", self.0)
-    }
-}
-
 /// A simulated CPU. The kernel calls it a CPU; the simulator calls it a vCPU so
 /// that simulator words never clash with the kernel's.
 #[derive(Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Debug, Default)]
@@ -172,5 +159,57 @@ impl fmt::Display for SimTime {
         } else {
             write!(f, "{ns}ns")
         }
+    }
+}
+
+/// Parses a size as experiment files and workload parameters write it: a
+/// number of bytes, optionally followed (with or without a space) by a unit:
+/// `B`, `K`/`k`/`KB`/`KiB`, `M`/`MB`/`MiB`, `G`/`GB`/`GiB`, `T`/`TB`/`TiB`.
+/// Every unit is binary (`16GB` is 16 GiB), as in the kernel's own messages
+/// and `/proc/meminfo`'s `kB`. The one size parser of mmlab: machines
+/// (`cli`) and workload parameters (`workloads`) both use it.
+pub fn parse_size(s: &str) -> Result<u64, String> {
+    let t = s.trim();
+    let split = t.find(|c: char| !c.is_ascii_digit()).unwrap_or(t.len());
+    let (num, unit) = t.split_at(split);
+    let expected = "a number followed by B, KiB, MiB, GiB or TiB (KB, MB, GB, TB and K, M, G, T mean the same)";
+    let n: u64 = num
+        .parse()
+        .map_err(|_| format!("invalid size \"{s}\": expected {expected}"))?;
+    let shift = match unit.trim() {
+        "" | "B" => 0,
+        "K" | "k" | "KB" | "kB" | "KiB" => 10,
+        "M" | "MB" | "MiB" => 20,
+        "G" | "GB" | "GiB" => 30,
+        "T" | "TB" | "TiB" => 40,
+        u => {
+            return Err(format!(
+                "invalid size \"{s}\": unknown unit \"{u}\"; expected {expected}"
+            ))
+        }
+    };
+    n.checked_mul(1 << shift)
+        .ok_or_else(|| format!("invalid size \"{s}\": too large"))
+}
+
+#[cfg(test)]
+mod parse_size_tests {
+    use super::parse_size;
+
+    #[test]
+    fn sizes_with_and_without_units() {
+        assert_eq!(parse_size("16GB"), Ok(16 << 30));
+        assert_eq!(parse_size("16 GiB"), Ok(16 << 30));
+        assert_eq!(parse_size("128MiB"), Ok(128 << 20));
+        assert_eq!(parse_size("4K"), Ok(4096));
+        assert_eq!(parse_size("7"), Ok(7));
+        assert_eq!(parse_size("1TiB"), Ok(1 << 40));
+        assert!(parse_size("MiB").is_err());
+        assert!(parse_size("4 parsecs")
+            .unwrap_err()
+            .contains("unknown unit \"parsecs\""));
+        assert!(parse_size("99999999999TiB")
+            .unwrap_err()
+            .contains("too large"));
     }
 }

@@ -68,7 +68,7 @@ fn run_accepted(exp: Experiment, budget: &Budget) -> Outcome {
     zoneinfo_all(&exp);
     let mut results = Vec::new();
     for (k, w) in exp.pairs() {
-        match crate::runner::run_one_within(&exp, k, w, exp.seed, Some(budget.events)) {
+        match crate::runner::run_one_within(&exp, k, w, exp.seed, None, Some(budget.events)) {
             // Found while building the workload: a validation error, late.
             Err(e) => {
                 let msg = format!("{e:#}");

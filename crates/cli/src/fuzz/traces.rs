@@ -153,7 +153,7 @@ fn replay_path(path: &Path, exp_path: &Path) -> anyhow::Result<()> {
     if let Some(prep) = &prep {
         for k in &exp.kernels {
             for warm in [false, true] {
-                let _ = replay::replay_one(&exp, k, prep, exp.seed, warm);
+                let _ = replay::replay_one(&exp, k, prep, exp.seed, warm, None);
             }
         }
     }
@@ -235,6 +235,7 @@ fn header(rng: &mut Rng) -> Header {
             };
             Zone {
                 node: if rng.pct(95) { 0 } else { rng.below(4) as u32 },
+                start_pfn: None,
                 name: (*rng.pick(&["DMA", "DMA32", "Normal", "Movable", ""])).into(),
                 managed,
                 present: managed,
