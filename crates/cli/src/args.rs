@@ -509,7 +509,13 @@ mmlab completions zsh > ~/.zfunc/_mmlab"
         out: Option<PathBuf>,
     },
     /// Seeded fuzzing of experiment files, traces and perf.data files (for developers).
-    #[command(hide = true)]
+    #[command(
+        hide = true,
+        after_help = "Input i of a run is made from seed + i alone: --start i --count 1 --show prints \
+it again.\n\nExamples:\n  mmlab fuzz experiments --count 2000 --corpus crashes/\n  \
+mmlab fuzz traces --front-only --count 1000000\n  \
+mmlab fuzz experiments --seed 1 --start 1192 --count 1 --show"
+    )]
     Fuzz(crate::fuzz::FuzzArgs),
 }
 
