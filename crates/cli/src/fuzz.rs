@@ -87,7 +87,7 @@ pub struct Budget {
 impl Default for Budget {
     fn default() -> Self {
         Budget {
-            events: 2_000_000,
+            events: 20_000_000,
             wall: Duration::from_secs(120),
             host_memory_bytes: 1 << 30,
             front_only: false,
@@ -297,7 +297,7 @@ pub struct FuzzArgs {
     #[arg(long, value_name = "DIR")]
     pub corpus: Option<PathBuf>,
     /// Engine events per run before a run counts as never ending.
-    #[arg(long, default_value_t = 2_000_000)]
+    #[arg(long, default_value_t = 20_000_000)]
     pub events: u64,
     /// Seconds per input before it counts as a hang (the process ends).
     #[arg(long, default_value_t = 120)]
