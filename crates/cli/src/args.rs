@@ -84,8 +84,9 @@ pub struct TimelineArgs {
     /// ms if none; either end may be left out: 5ms.., ..1s).
     #[arg(long, value_name = "FROM..TO", value_parser = parse_window, requires = "timeline")]
     pub timeline_window: Option<(u64, u64)>,
-    /// At most this many timeline records in all (operations, lock holds, copies,
-    /// counter changes); recording stops there and the timeline says so.
+    /// At most this many timeline records per experiment, all its runs together
+    /// (operations, lock holds, copies, counter changes); recording stops there
+    /// and the timeline says so.
     #[arg(long, value_name = "N", default_value_t = 200_000, requires = "timeline",
           value_parser = clap::value_parser!(u64).range(1000..))]
     pub timeline_max: u64,
