@@ -91,6 +91,9 @@ impl Preset {
                 thp_cow: ThpCow::CopyHuge,
                 mmap_layout: MmapLayout::PageAligned,
                 anon_folio: AnonFolioPolicy::Off,
+                // PAGEVEC_SIZE of the 4.9-4.14 kernels the 4.x presets
+                // stand for (seed 001 ran 4.9); see MmConfig.
+                lru_batch_size: 14,
                 ..MmConfig::default()
             },
             // No large anonymous folios below PMD size before 6.8.

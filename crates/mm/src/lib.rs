@@ -22,6 +22,7 @@ pub mod page_alloc;
 pub mod pcp;
 pub mod pgtable;
 pub mod rng;
+pub mod swap;
 pub mod types;
 pub mod vma;
 pub mod vmacache;

@@ -138,6 +138,12 @@ pub struct MmConfig {
     /// Sub-page order of `copy_user_large_folio()` (the 4.18-era THP COW, hugetlb COW):
     /// target-last since 4.18 (seed 000).
     pub copy_order: huge_order::HugeOrderPolicy,
+    /// Folios a CPU's LRU add batch holds before it is moved to the LRU
+    /// ([`crate::swap`]): `FOLIO_BATCH_SIZE`, 31 in 6.18
+    /// (include/linux/pagevec.h); `PAGEVEC_SIZE` was 14 through 4.x (the
+    /// same header at 4.14: "14 pointers + two long's") and 15 after the
+    /// pagevec header shrank.
+    pub lru_batch_size: u8,
 }
 
 impl Default for MmConfig {
@@ -156,6 +162,7 @@ impl Default for MmConfig {
             randomize_va_space: 0,
             clear_order: huge_order::HugeOrderPolicy::TargetLast,
             copy_order: huge_order::HugeOrderPolicy::TargetLast,
+            lru_batch_size: 31,
         }
     }
 }
@@ -167,6 +174,8 @@ pub struct MmGlobal {
     pub cfg: MmConfig,
     /// True once the huge zero page exists (`huge_zero_folio`).
     pub huge_zero_page: bool,
+    /// Each CPU's LRU add batch (`cpu_fbatches.lru_add`).
+    pub lru_add: crate::swap::LruAddBatches,
 }
 
 impl MmGlobal {
@@ -175,6 +184,7 @@ impl MmGlobal {
         MmGlobal {
             cfg,
             huge_zero_page: false,
+            lru_add: crate::swap::LruAddBatches::new(cfg.lru_batch_size),
         }
     }
 }
@@ -519,6 +529,7 @@ pub fn do_huge_pmd_anonymous_page(vmf: &mut Vmf, pmd: Slot) -> bool {
         Some(pfn) => {
             huge_order::folio_zero_user(cx, g.cfg.clear_order, pfn, HPAGE_PMD_NR, *address);
             map_anon_folio_pmd(cx, mm, pmd, pfn);
+            g.lru_add.folio_add_lru(cx.cpu, true);
             true
         }
         None => false,
@@ -643,6 +654,7 @@ pub fn do_huge_pmd_wp_page(vmf: &mut Vmf, pmd: Slot) -> bool {
             // pmdp_huge_clear_flush(): the old PMD leaves this CPU's TLB.
             cx.charge(Cost::TlbFlushLocal);
             map_anon_folio_pmd(cx, mm, pmd, pfn);
+            g.lru_add.folio_add_lru(cx.cpu, true);
             true
         }
     }
@@ -720,7 +732,7 @@ pub fn split_huge_pmd_address(pa: &mut PageAlloc, cx: &mut Cx, mm: &mut MmStruct
 /// if it is `PageAnonExclusive()` or this mapping holds its last reference
 /// (`wp_can_reuse_anon_folio()`), else copies it (`wp_page_copy()`; from the zero page: a cleared page).
 pub fn do_wp_page(vmf: &mut Vmf, pte: Slot) -> Result<(), VmFault> {
-    let Vmf { pa, cx, mm, .. } = vmf;
+    let Vmf { pa, cx, g, mm, .. } = vmf;
     let e = mm.pgt.get(pte);
     let special = e & PAGE_SPECIAL != 0;
     let old_head = (!special).then(|| folio_head(pa, entry_pfn(e)));
@@ -762,6 +774,7 @@ pub fn do_wp_page(vmf: &mut Vmf, pte: Slot) -> Result<(), VmFault> {
         ),
     );
     cx.unlock(ptl);
+    g.lru_add.folio_add_lru(cx.cpu, false);
     Ok(())
 }
 

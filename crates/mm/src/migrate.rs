@@ -189,9 +189,8 @@ pub struct MigrateConfig {
     pub limit_mt_num: u32,
     /// `move_pages()` brackets its work with `lru_cache_disable()` (5.13+),
     /// which drains every online CPU's LRU caches through the workqueue and
-    /// waits; older kernels call `migrate_prep()`, which drains only CPUs
-    /// with pending pages (in the model the caller's own, see
-    /// `lru_add_drain_all()`).
+    /// waits; older kernels call `migrate_prep()`, which drains only the
+    /// CPUs with pending pages (see `lru_add_drain_all()`).
     pub lru_cache_disable: bool,
 }
 
@@ -316,6 +315,11 @@ pub struct MigrateCtx<'a> {
     /// reading around each page's lookup and isolation; `None`: not
     /// modelled (tests that drive the context alone).
     pub mmap_lock: Option<LockId>,
+    /// The CPUs whose LRU add batch holds folios when the call starts
+    /// ([`crate::swap::LruAddBatches::cpus_with_folios`]), which 4.x
+    /// `lru_add_drain_all()` must visit; `None`: not known (tests that
+    /// drive the context alone), taken to be the caller's CPU alone.
+    pub lru_pending: Option<Vec<u32>>,
 }
 
 fn folio_order(pa: &PageAlloc, head: u32) -> u8 {
@@ -348,6 +352,7 @@ impl<'a> MigrateCtx<'a> {
             pending_flush: BTreeSet::new(),
             stats: MigrateStats::default(),
             mmap_lock: None,
+            lru_pending: None,
         }
     }
 
@@ -1221,23 +1226,33 @@ impl<'a> MigrateCtx<'a> {
     /// online CPU, which the caller waits for (idle CPUs wake up for it).
     ///
     /// 4.x (`migrate_prep()` → `lru_add_drain_all()`): a work item only on
-    /// the CPUs whose pagevecs hold pages, then `flush_work()` on each. The
-    /// caller's own CPU always does here: the pages about to move were just
-    /// faulted in there, and a new anonymous page waits in the CPU's
-    /// `lru_add_pvec` until 15 are gathered. So the caller queues a work
-    /// item on its own CPU and sleeps until its kworker has run: two context
-    /// switches. Deviation: other CPUs' pagevecs are taken to be empty (an
-    /// idle machine between benchmark runs: exiting processes drain their
-    /// CPU in `exit_mmap()`); a CPU holding pages would add a wake-up from
-    /// its idle state (`workqueue_wakeup_ns`, 10 us for Haswell's C1E up to
-    /// 133 us for its C6).
+    /// the CPUs whose batches hold pages ([`Self::lru_pending`]), then
+    /// `flush_work()` on each in turn. When only the caller's CPU has one,
+    /// the caller sleeps until its own kworker has run: two context
+    /// switches. When another CPU has one, the caller waits for that CPU
+    /// too: an idle CPU leaves its idle state for the IPI
+    /// (`workqueue_wakeup_ns`) while the caller's own item runs, and the
+    /// caller, asleep in `flush_work()` meanwhile, is woken when the last
+    /// item is done (a second `workqueue_wakeup_ns`, as in the 5.13+ path).
+    /// Deviation: the work items on several other CPUs run in parallel and
+    /// cost one wake-up between them; a busy CPU's item is charged like an
+    /// idle one's.
     fn lru_add_drain_all(&mut self) {
         if self.cfg.lru_cache_disable {
             let n = self.pa.nr_cpus() as u64;
             self.cx.charge_n(Cost::WorkqueueQueue, n);
             self.cx.charge_n(Cost::WorkqueueWakeup, 2);
+            return;
+        }
+        let me = self.cx.cpu.0;
+        let cpus = self.lru_pending.clone().unwrap_or_else(|| vec![me]);
+        if cpus.is_empty() {
+            return;
+        }
+        self.cx.charge_n(Cost::WorkqueueQueue, cpus.len() as u64);
+        if cpus.iter().any(|&c| c != me) {
+            self.cx.charge_n(Cost::WorkqueueWakeup, 2);
         } else {
-            self.cx.charge(Cost::WorkqueueQueue);
             self.cx.charge(Cost::ContextSwitch);
         }
     }

@@ -649,3 +649,51 @@ fn a_preferred_mempolicy_allocates_on_its_node() {
     w.pa.free_pages(&mut w.cx, far, 9);
     w.teardown(vec![]);
 }
+
+/// 4.x `migrate_prep()` → `lru_add_drain_all()`: a work item on each CPU
+/// whose LRU add batch holds pages. The faults that populate the process
+/// leave pages in CPU 0's batch; a drain that also visits another CPU waits
+/// for that CPU to wake up and is woken itself (two wake-ups), one on the
+/// caller's CPU alone costs a round trip to its kworker (a context switch),
+/// and none costs nothing.
+#[test]
+fn the_4x_drain_visits_the_cpus_whose_batches_hold_pages() {
+    let cost = |pending: Vec<u32>| {
+        let mut cfg = Preset::Linux4_18.config();
+        cfg.mm.thp_enabled = ThpEnabled::Never;
+        let mut w = World::new(cfg);
+        let mut mm = w.mm();
+        let a = w.populate(&mut mm, 5 * 4096);
+        assert_eq!(w.g.lru_add.cpus_with_folios(), vec![0]);
+        assert_eq!(w.g.lru_add.count(VcpuId(0)), 5);
+        w.cx.begin(VcpuId(0), mm::SimTime(0));
+        let idle = vec![true; 4];
+        let mut ctx = MigrateCtx::new(
+            &mut w.pa,
+            &mut w.cx,
+            vec![&mut mm],
+            vec![vec![0]],
+            w.cfg.migrate,
+            &w.hw,
+            &idle,
+        );
+        ctx.lru_pending = Some(pending);
+        let mut status = vec![0; 1];
+        assert_eq!(
+            ctx.move_pages(0, &[a], Some(&[1]), &mut status, MPOL_MF_MOVE),
+            0
+        );
+        let ns = w.cx.compute_ns();
+        w.teardown(vec![mm]);
+        ns
+    };
+    let none = cost(vec![]);
+    // CostTable::uniform(1): every step costs 1 ns.
+    assert_eq!(
+        cost(vec![0]) - none,
+        2,
+        "queue_work_on + the kworker round trip"
+    );
+    assert_eq!(cost(vec![0, 2]) - none, 4, "two work items + two wake-ups");
+    assert_eq!(cost(vec![2, 3]) - none, 4, "parallel: one wake-up pair");
+}

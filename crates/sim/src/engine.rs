@@ -1619,6 +1619,8 @@ impl Engine {
 
     /// `munmap()`.
     fn op_munmap(&mut self, c: OpCtx, addr: u64, len: u64) -> Result<(), Errno> {
+        // unmap_region() starts with lru_add_drain().
+        self.mmg.lru_add.lru_add_drain_cpu(c.v);
         self.mm_syscall(c, |s| {
             s.find_vma(addr);
             s.mm.munmap(s.pa, s.cx, Vaddr(addr), len)
@@ -1813,8 +1815,13 @@ impl Engine {
             &idle,
         );
         ctx.mmap_lock = Some(mmap_lock(pid));
+        ctx.lru_pending = Some(self.mmg.lru_add.cpus_with_folios());
         let mut status = vec![i32::MIN; pages.len()];
         let ret = ctx.move_pages(0, pages, nodes, &mut status, flags);
+        if nodes.is_some() {
+            // lru_add_drain_all() / lru_cache_disable() emptied them all.
+            self.mmg.lru_add.drain_all();
+        }
         (ret, status)
     }
 
@@ -2001,6 +2008,8 @@ impl Engine {
             self.record(v, t, |e| {
                 let lock = mmap_lock(pid);
                 e.cx.lock(lock);
+                // exit_mmap() starts with lru_add_drain().
+                e.mmg.lru_add.lru_add_drain_cpu(v);
                 mm::memory::exit_mmap(&mut e.pa, &mut e.cx, mm);
                 e.cx.unlock(lock);
             });

@@ -374,6 +374,7 @@ pub fn map_anon_folio(vmf: &mut super::Vmf, pte: Slot, pfn: Pfn, order: u8) {
         );
     }
     cx.unlock(ptl);
+    g.lru_add.folio_add_lru(cx.cpu, order > 0);
 }
 
 /// After an unmap left `head` with references: models the partial-mapping
