@@ -16,6 +16,18 @@
 //! allocates there (the benchmark's `mbind()` to node 0 is the model's
 //! local allocation). The time of the `move_pages()` call is
 //! `RunStats::move_pages_ns`; the throughput metric is `migrate_gbps`.
+//!
+//! `pipeline` processes stand for the rest of `make bench` as the
+//! benchmark's Makefile runs it (`./prog N 2>/dev/null | grep -A 1 ...`):
+//! make, the shell that runs the recipe line and the `grep` reading the
+//! pipe. Each has run on a CPU of its own (the next CPUs after the
+//! benchmark's), faulting pages there, and sleeps in `wait()` or `read()`
+//! while the benchmark runs; the model gives each 5 page faults
+//! ([`HELPER_PAGES`]) before the benchmark starts and ends it after the
+//! benchmark's call. What they leave behind is pages in their CPUs' LRU add
+//! batches, which 4.x `lru_add_drain_all()` (from `migrate_prep()`) must
+//! drain with a work item on each of those CPUs (`mm::swap`); 5.13+ drains
+//! every CPU anyway. `pipeline = 0` runs the benchmark alone.
 
 use crate::params::{Args, Count, Count::N, ParamError, ParamSpec as P};
 use crate::WorkloadDef;
@@ -54,6 +66,16 @@ pub(crate) const DEF: WorkloadDef = WorkloadDef {
             "node whose first CPU runs the task and allocates",
         ),
         P::int("to_node", N(1), 0, Count::LAST_NODE, "node the pages move to"),
+        P::int(
+            "pipeline",
+            Count::Of(
+                |m, _| (m.nr_cpus() as i64 - 1).clamp(0, 3),
+                "3 (make, sh, grep), at most the CPUs less one",
+            ),
+            0,
+            Count::CPUS_LESS_ONE,
+            "other processes of `make bench` asleep on other CPUs with pages in their LRU add batches (the Makefile's make, sh and grep)",
+        ),
     ],
     build,
     nr_runs: None,
@@ -74,20 +96,78 @@ fn build(a: &Args) -> Result<Vec<TaskSpec>, ParamError> {
     let mt = a.flag("mt")?;
     let from = a.int("from_node")? as usize;
     let to = a.int("to_node")? as u16;
+    let pipeline = a.int("pipeline")? as u32;
     let page = if huge { 2 << 20 } else { PAGE_SIZE };
     let cpu: u32 = m.nodes[..from].iter().map(|n| n.cpus).sum();
-    Ok(vec![TaskSpec::new(
+    let mut tasks = vec![TaskSpec::new(
         Box::new(ThpMigrationBench {
             nr,
             page,
             huge,
             flags: MPOL_MF_MOVE | if mt { MPOL_MF_MOVE_MT } else { 0 },
             to,
+            pipeline,
             step: 0,
+            waited: 0,
             addr: 0,
         }),
         mm::VcpuId(cpu),
-    )])
+    )];
+    for i in 0..pipeline {
+        let c = (cpu + 1 + i) % m.nr_cpus();
+        tasks.push(TaskSpec::new(
+            Box::new(PipelineProcess { step: 0 }),
+            mm::VcpuId(c),
+        ));
+    }
+    Ok(tasks)
+}
+
+/// Page faults each of the pipeline's other processes makes before the
+/// benchmark starts. A process that has just started has faulted many more
+/// (`grep -A 1 ... </dev/null` makes 121-122 minor faults on this host,
+/// `/usr/bin/time -f %R`), some of them anonymous or copy-on-write: each
+/// adds a page to its CPU's LRU add batch. Only whether the batch is empty
+/// matters to the drain; any count that is not a multiple of the batch
+/// size (14 on 4.x) leaves it holding pages, as 5 does.
+pub const HELPER_PAGES: u64 = 5;
+
+/// Channel on which the pipeline's processes report that they have run.
+const READY: sim::ChanId = 0;
+/// Channel on which the benchmark lets them finish.
+const DONE: sim::ChanId = 1;
+
+/// One of `make bench`'s other processes: faults its pages, says so, sleeps
+/// until the benchmark is done, exits.
+struct PipelineProcess {
+    step: u8,
+}
+
+impl Program for PipelineProcess {
+    fn next(&mut self, last: OpResult, _rng: &mut Rng) -> Option<Op> {
+        self.step += 1;
+        match (self.step, last) {
+            (1, _) => Some(Op::Mmap {
+                len: HELPER_PAGES * PAGE_SIZE,
+                hint: None,
+                flags: MapFlags::NONE,
+                advice: None,
+            }),
+            (2, OpResult::Mapped(Ok(addr))) => Some(Op::Touch {
+                bytes: 1,
+                addr,
+                len: HELPER_PAGES * PAGE_SIZE,
+                stride: PAGE_SIZE,
+                write: true,
+            }),
+            (3, _) => Some(Op::Send {
+                chan: READY,
+                blocks: Vec::new(),
+            }),
+            (4, _) => Some(Op::Recv { chan: DONE }),
+            _ => None,
+        }
+    }
 }
 
 /// The benchmark's one process.
@@ -97,12 +177,20 @@ pub struct ThpMigrationBench {
     huge: bool,
     flags: i32,
     to: u16,
-    step: u8,
+    /// The pipeline's other processes: waited for before, released after.
+    pipeline: u32,
+    step: u32,
+    waited: u32,
     addr: u64,
 }
 
 impl Program for ThpMigrationBench {
     fn next(&mut self, last: OpResult, _rng: &mut Rng) -> Option<Op> {
+        // The pipeline's processes have run before this one starts.
+        if self.step == 0 && self.waited < self.pipeline {
+            self.waited += 1;
+            return Some(Op::Recv { chan: READY });
+        }
         self.step += 1;
         let len = self.nr * self.page;
         match (self.step, last) {
@@ -140,6 +228,13 @@ impl Program for ThpMigrationBench {
                 nodes: Some(vec![self.to; self.nr as usize]),
                 flags: self.flags,
             }),
+            (4.., _) if self.waited > 0 => {
+                self.waited -= 1;
+                Some(Op::Send {
+                    chan: DONE,
+                    blocks: Vec::new(),
+                })
+            }
             _ => None,
         }
     }
