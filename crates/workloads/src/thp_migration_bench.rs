@@ -22,9 +22,12 @@
 //! make, the shell that runs the recipe line and the `grep` reading the
 //! pipe. Each has run on a CPU of its own (the next CPUs after the
 //! benchmark's), faulting pages there, and sleeps in `wait()` or `read()`
-//! while the benchmark runs; the model gives each 5 page faults
-//! ([`HELPER_PAGES`]) before the benchmark starts and ends it after the
-//! benchmark's call. What they leave behind is pages in their CPUs' LRU add
+//! while the benchmark runs. In the model each makes 5 page faults
+//! ([`HELPER_PAGES`]), forks the next (make the shell, the last one the
+//! benchmark; grep is modelled as one more link of the chain) and waits
+//! for it. Deviation: the benchmark is a fork child of the chain, so its
+//! address space also holds its ancestors' few pages (copy-on-write, never
+//! touched), where the real one `exec()`s a fresh one. What they leave behind is pages in their CPUs' LRU add
 //! batches, which 4.x `lru_add_drain_all()` (from `migrate_prep()`) must
 //! drain with a work item on each of those CPUs (`mm::swap`); 5.13+ drains
 //! every CPU anyway. `pipeline = 0` runs the benchmark alone.
@@ -99,28 +102,28 @@ fn build(a: &Args) -> Result<Vec<TaskSpec>, ParamError> {
     let pipeline = a.int("pipeline")? as u32;
     let page = if huge { 2 << 20 } else { PAGE_SIZE };
     let cpu: u32 = m.nodes[..from].iter().map(|n| n.cpus).sum();
-    let mut tasks = vec![TaskSpec::new(
-        Box::new(ThpMigrationBench {
-            nr,
-            page,
-            huge,
-            flags: MPOL_MF_MOVE | if mt { MPOL_MF_MOVE_MT } else { 0 },
-            to,
-            pipeline,
+    let mut program: Box<dyn Program> = Box::new(ThpMigrationBench {
+        nr,
+        page,
+        huge,
+        flags: MPOL_MF_MOVE | if mt { MPOL_MF_MOVE_MT } else { 0 },
+        to,
+        step: 0,
+        addr: 0,
+    });
+    let mut at = mm::VcpuId(cpu);
+    // make forks the shell, which forks the benchmark: the outermost
+    // process starts the run, each forks the next on the next CPU.
+    for i in (0..pipeline).rev() {
+        let c = mm::VcpuId((cpu + 1 + i) % m.nr_cpus());
+        program = Box::new(PipelineProcess {
             step: 0,
-            waited: 0,
-            addr: 0,
-        }),
-        mm::VcpuId(cpu),
-    )];
-    for i in 0..pipeline {
-        let c = (cpu + 1 + i) % m.nr_cpus();
-        tasks.push(TaskSpec::new(
-            Box::new(PipelineProcess { step: 0 }),
-            mm::VcpuId(c),
-        ));
+            child: Some(program),
+            child_cpu: at,
+        });
+        at = c;
     }
-    Ok(tasks)
+    Ok(vec![TaskSpec::new(program, at)])
 }
 
 /// Page faults each of the pipeline's other processes makes before the
@@ -132,39 +135,43 @@ fn build(a: &Args) -> Result<Vec<TaskSpec>, ParamError> {
 /// size (14 on 4.x) leaves it holding pages, as 5 does.
 pub const HELPER_PAGES: u64 = 5;
 
-/// Channel on which the pipeline's processes report that they have run.
-const READY: sim::ChanId = 0;
-/// Channel on which the benchmark lets them finish.
-const DONE: sim::ChanId = 1;
-
-/// One of `make bench`'s other processes: faults its pages, says so, sleeps
-/// until the benchmark is done, exits.
+/// One of `make bench`'s other processes: faults its pages, forks the next
+/// process of the pipeline (the last one forks the benchmark) on its CPU,
+/// and waits until it has exited.
 struct PipelineProcess {
     step: u8,
+    child: Option<Box<dyn Program>>,
+    child_cpu: mm::VcpuId,
 }
 
 impl Program for PipelineProcess {
     fn next(&mut self, last: OpResult, _rng: &mut Rng) -> Option<Op> {
         self.step += 1;
-        match (self.step, last) {
-            (1, _) => Some(Op::Mmap {
+        if self.step == 2 {
+            if let OpResult::Mapped(Ok(addr)) = last {
+                return Some(Op::Touch {
+                    bytes: 1,
+                    addr,
+                    len: HELPER_PAGES * PAGE_SIZE,
+                    stride: PAGE_SIZE,
+                    write: true,
+                });
+            }
+            // No memory for its pages: it still starts the rest.
+            self.step += 1;
+        }
+        match self.step {
+            1 => Some(Op::Mmap {
                 len: HELPER_PAGES * PAGE_SIZE,
                 hint: None,
                 flags: MapFlags::NONE,
                 advice: None,
             }),
-            (2, OpResult::Mapped(Ok(addr))) => Some(Op::Touch {
-                bytes: 1,
-                addr,
-                len: HELPER_PAGES * PAGE_SIZE,
-                stride: PAGE_SIZE,
-                write: true,
+            3 => self.child.take().map(|p| Op::Fork {
+                child: sim::ChildProgram(p),
+                cpu: Some(self.child_cpu),
             }),
-            (3, _) => Some(Op::Send {
-                chan: READY,
-                blocks: Vec::new(),
-            }),
-            (4, _) => Some(Op::Recv { chan: DONE }),
+            4 => Some(Op::Wait),
             _ => None,
         }
     }
@@ -177,20 +184,12 @@ pub struct ThpMigrationBench {
     huge: bool,
     flags: i32,
     to: u16,
-    /// The pipeline's other processes: waited for before, released after.
-    pipeline: u32,
-    step: u32,
-    waited: u32,
+    step: u8,
     addr: u64,
 }
 
 impl Program for ThpMigrationBench {
     fn next(&mut self, last: OpResult, _rng: &mut Rng) -> Option<Op> {
-        // The pipeline's processes have run before this one starts.
-        if self.step == 0 && self.waited < self.pipeline {
-            self.waited += 1;
-            return Some(Op::Recv { chan: READY });
-        }
         self.step += 1;
         let len = self.nr * self.page;
         match (self.step, last) {
@@ -228,13 +227,6 @@ impl Program for ThpMigrationBench {
                 nodes: Some(vec![self.to; self.nr as usize]),
                 flags: self.flags,
             }),
-            (4.., _) if self.waited > 0 => {
-                self.waited -= 1;
-                Some(Op::Send {
-                    chan: DONE,
-                    blocks: Vec::new(),
-                })
-            }
             _ => None,
         }
     }
