@@ -145,6 +145,7 @@ fn model_json(name: &str, m: &AspaceModel) -> Value {
         "faults_passthrough_file": m.faults_passthrough_file,
         "faults_failed": m.faults_failed,
         "faults_sigsegv": m.faults_sigsegv,
+        "faults_exec_args": m.faults_exec_args,
         "thp_fault_alloc": m.vmstat.get(VmEvent::THP_FAULT_ALLOC),
         "thp_fault_fallback": m.vmstat.get(VmEvent::THP_FAULT_FALLBACK),
         "anon_fault_alloc": per_size("anon_fault_alloc"),
@@ -171,6 +172,7 @@ pub fn json(exp: &Experiment, a: &AspaceReplay) -> Value {
             "syscalls": r.syscalls,
             "forks": r.forks,
             "execs": r.execs,
+            "exec_layouts": r.exec_layouts,
             "exits": r.exits,
             "threads": r.threads,
             "processes_without_fork": r.procs_without_fork,
@@ -210,7 +212,7 @@ pub fn validate_text(trace: &Path, exp: &Experiment, a: &AspaceReplay) -> String
     rows.push((
         "page faults in the trace (page_fault_user + _kernel)".into(),
         Some(r.faults + r.kernel_faults),
-        pred,
+        pred - m.faults_exec_args,
     ));
     let ru = a.trailer.as_ref().and_then(|t| {
         t.workload_minflt
@@ -282,8 +284,8 @@ pub fn validate_text(trace: &Path, exp: &Experiment, a: &AspaceReplay) -> String
     let _ = writeln!(
         s,
         "of the {} recorded faults ({} of them the kernel's on user memory): {} in modelled anonymous memory ({:.1}%: {} taken by the model, {} absorbed, {} refused by the VMA's protection (SIGSEGV, as in the kernel: not in pgfault), {} failed for want of memory); \
-         {} carried over unmodelled ({:.1}%: {} in file-backed, shared or hugetlb mappings, {} outside every recorded mapping: stack, \
-         program, interpreter)",
+         {} carried over unmodelled ({:.1}%: {} in file-backed, shared, hugetlb or vDSO mappings, {} outside every recorded mapping); \
+         {} execs of {} with their mappings recorded, whose argument pages are {} more faults (no tracepoint fires for them)",
         r.faults + r.kernel_faults,
         r.kernel_faults,
         m.faults_replayed,
@@ -296,6 +298,9 @@ pub fn validate_text(trace: &Path, exp: &Experiment, a: &AspaceReplay) -> String
         share(m.faults_passthrough),
         m.faults_passthrough_file,
         m.faults_passthrough - m.faults_passthrough_file,
+        r.exec_layouts,
+        r.execs,
+        m.faults_exec_args,
     );
     let _ = writeln!(
         s,

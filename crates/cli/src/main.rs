@@ -10,7 +10,7 @@ mod replay;
 mod report;
 mod runner;
 
-use anyhow::{bail, Context, Result};
+use anyhow::{bail, Result};
 use clap::{Parser, Subcommand};
 use experiment::Experiment;
 use report::Format;
@@ -149,7 +149,15 @@ enum Cmd {
     },
     /// Record a real workload on the live kernel into an mmlab trace (needs root and
     /// tracefs; leaves tracing as it found it, also on Ctrl-C).
-    #[command(after_help = "Example:\n  mmlab record -o build.mmtrace -- make -j2")]
+    #[command(
+        after_help = "The workload runs in a process group of its own (it cannot read from the \
+terminal). The first Ctrl-C (or SIGTERM, SIGHUP, SIGQUIT) is passed on to it and the trace is \
+completed; a second one kills it; a third ends mmlab. Every change to the system is undone on \
+every way out, and after a SIGKILL by the next mmlab command.\n\n\
+Exit status: the workload's (its exit code, or 128 + the signal that killed it), or 1 if the \
+recording failed.\n\n\
+Example:\n  mmlab record -o build.mmtrace -- make -j2"
+    )]
     Record {
         /// The trace file to write (mode 0600).
         #[arg(short, long)]
@@ -298,13 +306,42 @@ enum NativeCmd {
 }
 
 fn main() {
-    if let Err(e) = real_main() {
-        eprintln!("mmlab: error: {e:#}");
-        std::process::exit(1);
+    // Before anything can change the system: SIGINT, SIGTERM, SIGHUP and
+    // SIGQUIT undo every journalled change and end mmlab by the same signal.
+    if let Err(e) = host::signals::install() {
+        eprintln!("mmlab: warning: cannot handle termination signals: {e}");
+    }
+    recover_stale_state();
+    match real_main() {
+        Ok(code) => std::process::exit(code),
+        Err(e) => {
+            eprintln!("mmlab: error: {e:#}");
+            std::process::exit(1);
+        }
     }
 }
 
-fn real_main() -> Result<()> {
+/// Restores what an mmlab process that was killed (SIGKILL, a crash) left
+/// changed: knobs, hugetlb pools, tracefs instances and mounts, a workload's
+/// process group, temporary files (`host::journal`). Cheap when there is
+/// nothing: two directory listings; the live-kernel lock is taken only when
+/// something is found, and taking it does the restoring and reports it.
+fn recover_stale_state() {
+    let Some(dir) = host::journal::default_dir() else {
+        return;
+    };
+    let (journals, instances) = host::journal::find_stale(&dir);
+    if journals.is_empty() && instances.is_empty() {
+        return;
+    }
+    if let Err(e) = host::lock::LiveLock::acquire() {
+        eprintln!("mmlab: warning: cannot take the live-kernel lock to restore state left by a killed mmlab: {e}");
+    }
+}
+
+/// Runs the command; `Ok` holds the exit status (0, or `mmlab record`'s
+/// workload's status).
+fn real_main() -> Result<i32> {
     let cli = Cli::parse();
     match cli.cmd {
         Cmd::Reproduce { name, out } => {
@@ -332,6 +369,7 @@ fn real_main() -> Result<()> {
                 }
                 None => BUILTIN_EXPERIMENTS.to_vec(),
             };
+            check_out(out.out.as_deref())?;
             let mut docs = Vec::new();
             for (n, text) in list {
                 let exp = Experiment::parse(text, Path::new(&format!("experiments/{n}.toml")))?;
@@ -348,6 +386,7 @@ fn real_main() -> Result<()> {
         }
         Cmd::Run { file, out } => {
             let exp = Experiment::load(&file)?;
+            check_out(out.out.as_deref())?;
             let doc = run_and_print(&exp, &out)?;
             if let Some(path) = &out.out {
                 write_atomically(path, &doc)?;
@@ -396,6 +435,8 @@ fn real_main() -> Result<()> {
                 kmem_system_wide,
                 ..Default::default()
             };
+            // A tracefs instance is system-wide state: one user at a time.
+            let _lock = host::lock::LiveLock::acquire()?;
             let sum = trace::record::record(&output, &cmd[0], &cmd[1..], &opts)?;
             eprintln!(
                 "mmlab record: {} events ({} lost, {} unpaired syscalls) in {} bytes; command {} after {:.2}s",
@@ -409,6 +450,7 @@ fn real_main() -> Result<()> {
             for (k, n) in &sum.nr_events_by_kind {
                 eprintln!("  {k:<28} {n}");
             }
+            return Ok(sum.shell_status());
         }
         Cmd::Import { input, output } => {
             let sum = trace::perf::import(&input, &output)?;
@@ -430,7 +472,7 @@ fn real_main() -> Result<()> {
             mode,
         } => replay::validate_cmd(&file, seed, warm_pcp, mode)?,
     }
-    Ok(())
+    Ok(0)
 }
 
 fn run_and_print(exp: &Experiment, out: &OutputArgs) -> Result<serde_json::Value> {
@@ -460,14 +502,20 @@ fn run_and_print(exp: &Experiment, out: &OutputArgs) -> Result<serde_json::Value
     Ok(doc)
 }
 
-/// Writes `doc` to `path` through a temporary file and a rename, so that a
-/// reader never sees half a document and a failure leaves the old one.
+/// Writes `doc` to `path` through an unpredictable temporary file and a
+/// rename (`host::output`), so that a reader never sees half a document and
+/// a failure leaves the old one.
 fn write_atomically(path: &Path, doc: &serde_json::Value) -> Result<()> {
-    let tmp = path.with_extension("json.tmp");
     let text = serde_json::to_string_pretty(doc)? + "\n";
-    std::fs::write(&tmp, text).with_context(|| format!("cannot write {}", tmp.display()))?;
-    std::fs::rename(&tmp, path)
-        .with_context(|| format!("cannot rename {} to {}", tmp.display(), path.display()))?;
+    host::output::write_atomic(path, text.as_bytes(), host::Mode::Shared)?;
+    Ok(())
+}
+
+/// Fails now, before any work, if `--out` could not be written at the end.
+fn check_out(path: Option<&Path>) -> Result<()> {
+    if let Some(p) = path {
+        host::output::check_writable(p, host::Mode::Shared)?;
+    }
     Ok(())
 }
 
@@ -513,6 +561,7 @@ fn trace_stats(path: &Path) -> Result<()> {
 }
 
 fn replay_cmd(file: &Path, a: &ReplayArgs) -> Result<()> {
+    check_out(a.out.as_deref())?;
     replay::replay_cmd(
         file,
         a.experiment.as_deref(),

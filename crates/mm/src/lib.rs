@@ -9,6 +9,7 @@
 
 pub mod copy_page;
 pub mod cost;
+pub mod exec;
 pub mod hugetlb;
 pub mod knobs;
 pub mod memory;

@@ -225,7 +225,9 @@ fn folio_get_refs(pa: &mut PageAlloc, head: Pfn, n: u32) {
 /// [`AnonFolioPolicy::Mthp`] the knob is `hugepages-2048kB/enabled`
 /// (`inherit` by default: the top-level knob); otherwise the top-level one.
 pub fn thp_vma_allowable(cfg: &MmConfig, vma: &Vma, addr: u64) -> bool {
-    if vma.flags.contains(VmFlags::NOHUGEPAGE) {
+    if vma.flags.contains(VmFlags::NOHUGEPAGE)
+        || vma.flags.contains(VmFlags::STACK_INCOMPLETE_SETUP)
+    {
         return false;
     }
     let on = if cfg.anon_folio == AnonFolioPolicy::Mthp {
@@ -312,8 +314,9 @@ pub fn handle_mm_fault(
 
 /// Models x86's `do_user_addr_fault()` (arch/x86/mm/fault.c) for a user
 /// task: the VMA is looked up through the task's VMA cache (`find_vma()` of
-/// 3.15–6.0, or the plain tree walk of 6.1+ when the policy is `none`), then
-/// the fault is handled in it.
+/// 3.15–6.0, or the plain tree walk of 6.1+ when the policy is `none`), a
+/// stack (`VM_GROWSDOWN`) above the address is grown down to it
+/// (`lock_mm_and_find_vma()`), then the fault is handled in the VMA.
 pub fn do_user_addr_fault(
     pa: &mut PageAlloc,
     cx: &mut Cx,
@@ -326,9 +329,16 @@ pub fn do_user_addr_fault(
     let ns_before = cx.compute_ns();
     let cache_ns_before = pa.vmstat.get(VmEvent::VMACACHE_FIND_NS);
     cx.charge(Cost::FaultEntry);
-    let r = match crate::vmacache::vma_lookup(task, mm, &mut pa.vmstat, cx, addr) {
-        Some(vma) => handle_mm_fault_vma(pa, cx, g, mm, vma, addr, write),
-        None => Err(VmFault::Sigsegv),
+    let r = match crate::vmacache::find_vma(task, mm, &mut pa.vmstat, cx, addr) {
+        Some(vma) if vma.start <= addr => handle_mm_fault_vma(pa, cx, g, mm, vma, addr, write),
+        // lock_mm_and_find_vma(): below a stack, the stack grows.
+        Some(vma) if vma.flags.contains(VmFlags::GROWSDOWN) => {
+            match mm.expand_downwards(cx, addr) {
+                Ok(vma) => handle_mm_fault_vma(pa, cx, g, mm, vma, addr, write),
+                Err(_) => Err(VmFault::Sigsegv),
+            }
+        }
+        _ => Err(VmFault::Sigsegv),
     };
     // The fault's own time and the cache's part of it, for the seed's
     // "vmacache_find share of page-fault time".

@@ -283,6 +283,23 @@ impl Zone {
         }
     }
 
+    /// Takes `zone->lock` (`spin_lock_irqsave()`), recorded into `cx`.
+    #[inline]
+    pub fn lock(&self, cx: &mut Cx) -> ZoneLocked {
+        cx.lock(self.lock_id());
+        cx.charge(Cost::ZoneLockAcquire);
+        ZoneLocked {
+            lock: self.lock_id(),
+        }
+    }
+
+    /// Releases `zone->lock`, taken by [`Zone::lock`].
+    #[inline]
+    pub fn unlock(&self, cx: &mut Cx, locked: ZoneLocked) {
+        locked.check(self);
+        cx.unlock(self.lock_id());
+    }
+
     /// One past the last pfn.
     pub fn end_pfn(&self) -> u64 {
         self.zone_start_pfn + self.spanned_pages
@@ -525,15 +542,17 @@ impl Zone {
     }
 
     /// Models `__rmqueue()`: a block of `order` for `mt`, falling back to
-    /// other migratetypes. The caller holds the zone lock.
+    /// other migratetypes, under the zone lock.
     pub(crate) fn rmqueue(
         &mut self,
+        locked: &ZoneLocked,
         mem: &mut MemMap,
         cx: &mut Cx,
         vmstat: &mut VmStat,
         order: u8,
         mt: MigrateType,
     ) -> Option<PfnIdx> {
+        locked.check(self);
         loop {
             if let Some(p) = self.rmqueue_smallest(mem, cx, vmstat, order, mt) {
                 // Remember the migratetype of the list the block came from:
@@ -559,16 +578,17 @@ impl Zone {
     }
 
     /// Models `__free_one_page()`: returns a block to the buddy lists,
-    /// merging it with free buddies as far as it goes. The caller holds the
-    /// zone lock.
+    /// merging it with free buddies as far as it goes, under the zone lock.
     pub(crate) fn free_one_page(
         &mut self,
+        locked: &ZoneLocked,
         mem: &mut MemMap,
         cx: &mut Cx,
         mut p: PfnIdx,
         mut order: u8,
         mt: MigrateType,
     ) {
+        locked.check(self);
         debug_assert!(p.is_aligned(order), "unaligned free of {p} order {order}");
         // The buddy is in the same section, so pfn and index move together;
         // the pfn is for the zone's bounds.
@@ -612,6 +632,34 @@ impl Zone {
                     .iter()
                     .any(|&mt| !self.free_area[o as usize][mt as usize].is_empty())
         })
+    }
+}
+
+/// Proof that the caller holds a zone's `zone->lock`: where the kernel says
+/// in a comment that "the caller holds the zone lock" (`__rmqueue()`,
+/// `__free_one_page()`), the model asks for this token. Only [`Zone::lock`]
+/// makes one (and [`ZoneLocked::at_boot`], before any CPU runs), and
+/// [`Zone::unlock`] consumes it, so a token cannot outlive its lock section
+/// or be used on another zone.
+#[must_use = "a zone lock that is never released"]
+#[derive(Debug)]
+pub struct ZoneLocked {
+    lock: LockId,
+}
+
+impl ZoneLocked {
+    /// The zone's lock at boot (`memblock_free_all()`), when nothing else
+    /// runs: the model neither records nor times it.
+    fn at_boot(zone: &Zone) -> ZoneLocked {
+        ZoneLocked {
+            lock: zone.lock_id(),
+        }
+    }
+
+    /// Panics if this token is not for `zone`'s lock.
+    #[inline]
+    fn check(&self, zone: &Zone) {
+        debug_assert_eq!(self.lock, zone.lock_id(), "zone lock token of another zone");
     }
 }
 
@@ -1007,7 +1055,15 @@ impl PageAlloc {
             }
             let base = self.mem.materialise(pfn >> PFN_SECTION_SHIFT);
             let p = base.offset((pfn & (PAGES_PER_SECTION - 1)) as u32);
-            self.zones[zi].free_one_page(&mut self.mem, cx, p, order, MigrateType::Movable);
+            let z = &mut self.zones[zi];
+            z.free_one_page(
+                &ZoneLocked::at_boot(z),
+                &mut self.mem,
+                cx,
+                p,
+                order,
+                MigrateType::Movable,
+            );
             pfn += 1 << order;
         }
     }
@@ -1139,13 +1195,12 @@ impl PageAlloc {
         mt: MigrateType,
     ) -> Option<PfnIdx> {
         let z = &mut self.zones[zi];
-        cx.lock(z.lock_id());
-        cx.charge(Cost::ZoneLockAcquire);
-        let pfn = z.rmqueue(&mut self.mem, cx, &mut self.vmstat, order, mt);
+        let locked = z.lock(cx);
+        let pfn = z.rmqueue(&locked, &mut self.mem, cx, &mut self.vmstat, order, mt);
         if pfn.is_some() {
             z.nr_free_pages -= 1 << order;
         }
-        cx.unlock(z.lock_id());
+        z.unlock(cx, locked);
         pfn
     }
 
@@ -1181,7 +1236,11 @@ impl PageAlloc {
             }
             // Patch 8 of the PCP series: remember that the zone fell below its
             // high watermark, so that PCP high shrinks until a drain lifts it.
-            if self.pcp_policy.has(8) && !z.flags.below_high {
+            if self
+                .pcp_policy
+                .has(crate::pcp::PcpPatch::BelowHighWatermark)
+                && !z.flags.below_high
+            {
                 cx.charge(Cost::WatermarkCheck);
                 if !z.watermark_ok(order, z.wmark_pages(Wmark::High), highest) {
                     self.zones[zi].flags.below_high = true;
@@ -1277,10 +1336,9 @@ impl PageAlloc {
         mt: MigrateType,
     ) {
         let z = &mut self.zones[zi];
-        cx.lock(z.lock_id());
-        cx.charge(Cost::ZoneLockAcquire);
-        z.free_one_page(&mut self.mem, cx, p, order, mt);
-        cx.unlock(z.lock_id());
+        let locked = z.lock(cx);
+        z.free_one_page(&locked, &mut self.mem, cx, p, order, mt);
+        z.unlock(cx, locked);
     }
 
     /// Checks every invariant of the allocator (like CONFIG_DEBUG_VM): free
@@ -1433,6 +1491,7 @@ impl PageAlloc {
             "nr_pcp_pages is not the pagesets' sum"
         );
         for (i, pcp) in self.pcp.iter().enumerate() {
+            pcp.check_high_bounds();
             let mut count = 0u64;
             for (pindex, list) in pcp.lists.iter().enumerate() {
                 let order = crate::pcp::pindex_to_order(pindex);

@@ -18,7 +18,8 @@
 //! # The auto-tuning series, patch by patch
 //!
 //! [`PcpPolicy::patches`] applies the first N patches of the series on top of
-//! 6.6, so that each row of the seed's tables is a kernel of its own:
+//! 6.6, so that each row of the seed's tables is a kernel of its own; the
+//! code asks for a patch by name ([`PcpPatch`], `pol.has(PcpPatch::TuneHigh)`):
 //!
 //! 1. `PCPF_PREV_FREE_HIGH_ORDER`: drain everything on a high-order free only
 //!    if the previous free was high-order too (not on the lone order-1 frees
@@ -87,6 +88,45 @@ pub enum PcpGrowth {
     UnlessBelowHigh,
 }
 
+/// The ten patches of the PCP `high` auto-tuning series (seed 003, merged
+/// in Linux 6.7), in series order: the discriminant is the patch's number,
+/// and the title its subject line.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+#[repr(u8)]
+pub enum PcpPatch {
+    /// 1, "mm, pcp: avoid to drain PCP when process exit":
+    /// `PCPF_PREV_FREE_HIGH_ORDER`.
+    AvoidDrainOnExit = 1,
+    /// 2, "cacheinfo: calculate per-CPU data cache size": the per-CPU slice
+    /// of the LLC that patch 3 uses (the model takes it as given,
+    /// [`PageAlloc::setup_pcp_cacheinfo`]).
+    PerCpuCacheSize = 2,
+    /// 3, "mm, pcp: reduce lock contention for draining high-order pages":
+    /// `PCPF_FREE_HIGH_BATCH`.
+    FreeHighBatch = 3,
+    /// 4, "mm: restrict the pcp batch scale factor to avoid too long
+    /// latency": `CONFIG_PCP_BATCH_SCALE_MAX`.
+    BatchScaleMax = 4,
+    /// 5, "mm, page_alloc: scale the number of pages that are batch
+    /// allocated": `alloc_factor`.
+    AllocFactor = 5,
+    /// 6, "mm: add framework for PCP high auto-tuning": `high_min` and
+    /// `high_max`.
+    HighBounds = 6,
+    /// 7, "mm: tune PCP high automatically": grow on refills, shrink on
+    /// drains, decay from vmstat work.
+    TuneHigh = 7,
+    /// 8, "mm, pcp: decrease PCP high if free pages < high watermark":
+    /// `ZONE_BELOW_HIGH`.
+    BelowHighWatermark = 8,
+    /// 9, "mm, pcp: avoid to reduce PCP high unnecessarily": a floor under
+    /// the decay.
+    DecayFloor = 9,
+    /// 10, "mm, pcp: reduce detecting time of consecutive high order page
+    /// freeing": `free_count`.
+    FreeCount = 10,
+}
+
 /// Which PCP behaviours are in force: Linux 6.6 plus the first `patches`
 /// patches of the auto-tuning series, and the later changes of today's kernel.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -139,16 +179,17 @@ impl PcpPolicy {
         }
     }
 
-    /// True if patch `n` of the series is applied.
+    /// True if `patch` is applied (the series applies in order: patch N
+    /// comes with every patch before it).
     #[inline]
-    pub fn has(&self, n: u8) -> bool {
-        self.patches >= n
+    pub fn has(&self, patch: PcpPatch) -> bool {
+        self.patches >= patch as u8
     }
 
     /// `CONFIG_PCP_BATCH_SCALE_MAX` in force: unlimited (in effect) before patch 4.
     #[inline]
     fn scale_max(&self) -> u8 {
-        if self.has(4) {
+        if self.has(PcpPatch::BatchScaleMax) {
             self.batch_scale_max
         } else {
             u8::MAX
@@ -184,8 +225,10 @@ pub fn pindex_to_order(pindex: usize) -> u8 {
 
 /// One CPU's pageset for one zone (`struct per_cpu_pages`).
 ///
-/// Invariant: `count` is the number of base pages on `lists`; with tuning,
-/// `high_min <= high <= high_max` after every PCP operation.
+/// Invariant: `count` is the number of base pages on `lists`;
+/// `high_min <= high <= high_max` once the pageset is set up (asserted by
+/// [`PerCpuPages::set_high`] at every change and by
+/// [`PageAlloc::check_invariants`]).
 #[derive(Clone, Debug, Default)]
 pub struct PerCpuPages {
     /// Pages on the lists.
@@ -210,6 +253,30 @@ pub struct PerCpuPages {
     pub free_count: i32,
     /// The lists, by [`order_to_pindex`].
     pub lists: [PageList; NR_PCP_LISTS],
+}
+
+impl PerCpuPages {
+    /// Sets `high`: every change of `high` comes through here, so that the
+    /// bounds are checked where they could first break.
+    #[inline]
+    pub fn set_high(&mut self, high: i32) {
+        self.high = high;
+        self.check_high_bounds();
+    }
+
+    /// Panics unless `high_min <= high <= high_max`. With tuning (patch 6
+    /// on) `high` moves between the two; without it both bounds equal
+    /// `high` ([`PageAlloc::pageset_update_all`]).
+    #[inline]
+    pub fn check_high_bounds(&self) {
+        assert!(
+            self.high_min <= self.high && self.high <= self.high_max,
+            "pcp->high {} outside [high_min {}, high_max {}]",
+            self.high,
+            self.high_min,
+            self.high_max
+        );
+    }
 }
 
 /// Models `zone_batchsize()`: about 0.1 % of the zone or 1 MiB, whichever is
@@ -264,7 +331,7 @@ impl PageAlloc {
     pub fn pageset_update_all(&mut self) {
         let nz = self.zones.len();
         let fraction = self.sysctl.percpu_pagelist_high_fraction;
-        let tuning = self.pcp_policy.has(7);
+        let tuning = self.pcp_policy.has(PcpPatch::TuneHigh);
         for zi in 0..nz {
             let z = &self.zones[zi];
             // A tiny zone computes a batch of 0; the pageset uses at least 1.
@@ -288,7 +355,7 @@ impl PageAlloc {
                 p.batch = batch;
                 p.high_min = high_min;
                 p.high_max = high_max;
-                p.high = p.high.clamp(high_min, high_max);
+                p.set_high(p.high.clamp(high_min, high_max));
             }
         }
     }
@@ -297,7 +364,7 @@ impl PageAlloc {
     /// (patches 2 and 3): sets `PCPF_FREE_HIGH_BATCH` where this CPU's share
     /// of the last-level cache holds more than `3 * batch` pages.
     pub fn setup_pcp_cacheinfo(&mut self, per_cpu_data_slice_bytes: u64) {
-        let on = self.pcp_policy.has(3);
+        let on = self.pcp_policy.has(PcpPatch::FreeHighBatch);
         let slice_pages = (per_cpu_data_slice_bytes / crate::types::PAGE_SIZE) as i64;
         for p in &mut self.pcp {
             if on && slice_pages > 3 * p.batch as i64 {
@@ -328,11 +395,11 @@ impl PageAlloc {
     ) -> i32 {
         let pindex = order_to_pindex(mt, order);
         let z = &mut self.zones[zi];
-        cx.lock(z.lock_id());
-        cx.charge(Cost::ZoneLockAcquire);
+        let locked = z.lock(cx);
         let mut i = 0;
         while i < count {
-            let Some(pfn) = z.rmqueue(&mut self.mem, cx, &mut self.vmstat, order, mt) else {
+            let Some(pfn) = z.rmqueue(&locked, &mut self.mem, cx, &mut self.vmstat, order, mt)
+            else {
                 break;
             };
             // Blocks arrive in physical order; adding at the tail keeps the
@@ -344,7 +411,7 @@ impl PageAlloc {
             i += 1;
         }
         z.nr_free_pages -= (i as u64) << order;
-        cx.unlock(z.lock_id());
+        z.unlock(cx, locked);
         self.vmstat.count(VmEvent::PCP_BULK_ALLOC, 1);
         i
     }
@@ -362,19 +429,19 @@ impl PageAlloc {
     /// `__rmqueue_pcplist()`: how many blocks a refill takes.
     fn nr_pcp_alloc(&mut self, pi: usize, zi: usize, order: u8) -> i32 {
         let pol = self.pcp_policy;
-        let grow = pol.has(7) && self.growth_allowed(zi);
+        let grow = pol.has(PcpPatch::TuneHigh) && self.growth_allowed(zi);
         let p = &mut self.pcp[pi];
         let base = p.batch;
         let mut high = p.high;
-        if pol.has(6) {
+        if pol.has(PcpPatch::HighBounds) {
             high = p.high.clamp(p.high_min, p.high_max);
-            p.high = high;
+            p.set_high(high);
             // A pageset that must not hoard pages takes one at a time.
             if high < base {
                 return 1;
             }
         }
-        let mut batch = if pol.has(5) && order == 0 {
+        let mut batch = if pol.has(PcpPatch::AllocFactor) && order == 0 {
             base << p.alloc_factor
         } else {
             base
@@ -382,9 +449,9 @@ impl PageAlloc {
         // A larger high would have saved this trip to the zone.
         if grow && p.high_min != p.high_max {
             high = (high + batch).min(p.high_max);
-            p.high = high;
+            p.set_high(high);
         }
-        if pol.has(5) && order == 0 {
+        if pol.has(PcpPatch::AllocFactor) && order == 0 {
             let max_nr_alloc = (high - p.count - base).max(base);
             // Each refill without a free in between doubles the next one.
             if batch <= max_nr_alloc && p.alloc_factor < pol.scale_max() {
@@ -411,7 +478,7 @@ impl PageAlloc {
         let pi = self.pcp_index(cx.cpu, zi);
         cx.charge(Cost::PcpLock);
         // An allocation damps the scale of the next bulk free.
-        if self.pcp_policy.has(10) {
+        if self.pcp_policy.has(PcpPatch::FreeCount) {
             self.pcp[pi].free_count >>= 1;
         } else {
             self.pcp[pi].free_factor >>= 1;
@@ -441,7 +508,7 @@ impl PageAlloc {
     /// Pages the CPU has been freeing in a row: `free_count` (patch 10) or
     /// `batch << free_factor` before it.
     fn free_amount(p: &PerCpuPages, pol: &PcpPolicy) -> i32 {
-        if pol.has(10) {
+        if pol.has(PcpPatch::FreeCount) {
             p.free_count
         } else {
             p.batch
@@ -458,7 +525,7 @@ impl PageAlloc {
         let flags = self.zones[zi].flags;
         let p = &mut self.pcp[pi];
         let batch = p.batch;
-        if !pol.has(6) {
+        if !pol.has(PcpPatch::HighBounds) {
             if p.high == 0 || free_high {
                 return 0;
             }
@@ -470,41 +537,41 @@ impl PageAlloc {
         }
         let (hmin, hmax) = (p.high_min, p.high_max);
         let mut high = p.high.clamp(hmin, hmax);
-        p.high = high;
+        p.set_high(high);
         if high == 0 {
             return 0;
         }
-        let tune = pol.has(7);
+        let tune = pol.has(PcpPatch::TuneHigh);
         let big_batch = batch
             .checked_shl(pol.scale_max().min(30) as u32)
             .unwrap_or(i32::MAX);
         if free_high {
             if tune {
-                p.high = (high - big_batch).max(hmin);
+                p.set_high((high - big_batch).max(hmin));
             }
             return 0;
         }
         if flags.reclaim_active {
             if tune {
                 let fc = Self::free_amount(p, &pol).max(batch);
-                p.high = (high - fc).max(hmin);
+                p.set_high((high - fc).max(hmin));
             }
             return (batch << 2).min(p.high);
         }
         if hmin == hmax {
             return high;
         }
-        if pol.has(8) && flags.below_high {
+        if pol.has(PcpPatch::BelowHighWatermark) && flags.below_high {
             // Memory is short: shrink high by what is being freed, and drain
             // now down to what the CPU holds.
             let fc = Self::free_amount(p, &pol).max(batch);
-            p.high = (high - fc).max(hmin);
+            p.set_high((high - fc).max(hmin));
             high = p.count.max(hmin);
         } else if tune && p.count >= high {
             // high should hold a whole freed batch.
             let need_high = Self::free_amount(p, &pol).saturating_add(batch);
             if p.high < need_high {
-                p.high = need_high.clamp(hmin, hmax);
+                p.set_high(need_high.clamp(hmin, hmax));
             }
         }
         high
@@ -515,7 +582,7 @@ impl PageAlloc {
         let batch = p.batch;
         if free_high {
             // Patch 4 bounds how long one drain holds the zone lock.
-            if pol.has(4) {
+            if pol.has(PcpPatch::BatchScaleMax) {
                 let cap = batch
                     .checked_shl(pol.scale_max() as u32)
                     .unwrap_or(i32::MAX);
@@ -527,7 +594,7 @@ impl PageAlloc {
             return 1;
         }
         let (min_nr_free, max_nr_free) = (batch, (high - batch).max(batch));
-        if pol.has(10) {
+        if pol.has(PcpPatch::FreeCount) {
             // Free as many pages as were freed in a row.
             return p.free_count.clamp(min_nr_free, max_nr_free);
         }
@@ -571,7 +638,7 @@ impl PageAlloc {
             .set_flags(pfn, PG_PCP | order as u32 | ((mt as u32) << MT_SHIFT));
         let pol = self.pcp_policy;
         let p = &mut self.pcp[pi];
-        if pol.has(5) {
+        if pol.has(PcpPatch::AllocFactor) {
             // A free damps the scale of the next refill.
             p.alloc_factor >>= 1;
         }
@@ -587,7 +654,7 @@ impl PageAlloc {
         let high_order = order > 0 && order <= PAGE_ALLOC_COSTLY_ORDER;
         let mut free_high = false;
         if high_order {
-            let freeing = if pol.has(10) {
+            let freeing = if pol.has(PcpPatch::FreeCount) {
                 let threshold = if pol.free_high_half_high_min {
                     batch + p.high_min / 2
                 } else {
@@ -597,15 +664,17 @@ impl PageAlloc {
             } else {
                 p.free_factor != 0
             };
-            let prev_ok = !pol.has(1) || p.flags & PCPF_PREV_FREE_HIGH_ORDER != 0;
-            let keep_batch_ok =
-                !pol.has(3) || p.flags & PCPF_FREE_HIGH_BATCH == 0 || p.count >= batch;
+            let prev_ok =
+                !pol.has(PcpPatch::AvoidDrainOnExit) || p.flags & PCPF_PREV_FREE_HIGH_ORDER != 0;
+            let keep_batch_ok = !pol.has(PcpPatch::FreeHighBatch)
+                || p.flags & PCPF_FREE_HIGH_BATCH == 0
+                || p.count >= batch;
             free_high = freeing && prev_ok && keep_batch_ok;
             p.flags |= PCPF_PREV_FREE_HIGH_ORDER;
         } else {
             p.flags &= !PCPF_PREV_FREE_HIGH_ORDER;
         }
-        if pol.has(10) {
+        if pol.has(PcpPatch::FreeCount) {
             let cap = batch
                 .checked_shl(pol.scale_max() as u32)
                 .unwrap_or(i32::MAX);
@@ -621,7 +690,7 @@ impl PageAlloc {
             let n = Self::nr_pcp_free(&mut self.pcp[pi], &pol, high, free_high);
             self.free_pcppages_bulk(cx, zi, pi, n, pindex);
             let z = &mut self.zones[zi];
-            if pol.has(8) && z.flags.below_high {
+            if pol.has(PcpPatch::BelowHighWatermark) && z.flags.below_high {
                 cx.charge(Cost::WatermarkCheck);
                 if z.watermark_ok(0, z.wmark_pages(Wmark::High), ZoneType::Normal) {
                     z.flags.below_high = false;
@@ -635,7 +704,7 @@ impl PageAlloc {
     /// eighth towards `high_min` and drains what is above it.
     pub fn decay_pcp_high(&mut self, cx: &mut Cx, cpu: crate::types::VcpuId) {
         let pol = self.pcp_policy;
-        if !pol.has(7) {
+        if !pol.has(PcpPatch::TuneHigh) {
             return;
         }
         for zi in 0..self.zones.len() {
@@ -647,14 +716,14 @@ impl PageAlloc {
                 .unwrap_or(i32::MAX);
             if p.high > p.high_min {
                 let step = p.high - (p.high >> 3);
-                p.high = if pol.has(9) {
+                p.set_high(if pol.has(PcpPatch::DecayFloor) {
                     // Never below what the CPU is actively using.
                     (p.count.saturating_sub(big_batch))
                         .max(step)
                         .max(p.high_min)
                 } else {
                     step.max(p.high_min)
-                };
+                });
             }
             let to_drain = p.count - p.high;
             if to_drain > 0 {
@@ -696,8 +765,7 @@ impl PageAlloc {
             return;
         }
         let z = &mut self.zones[zi];
-        cx.lock(z.lock_id());
-        cx.charge(Cost::ZoneLockAcquire);
+        let locked = z.lock(cx);
         let mut idx = pindex;
         let mut first = true;
         while count > 0 {
@@ -726,14 +794,14 @@ impl PageAlloc {
                 p.count -= nr;
                 self.nr_pcp_pages -= nr as u64;
                 cx.charge(Cost::PcpListOp);
-                z.free_one_page(&mut self.mem, cx, pfn, order, mt);
+                z.free_one_page(&locked, &mut self.mem, cx, pfn, order, mt);
                 self.vmstat.count(VmEvent::MM_PAGE_PCPU_DRAIN, 1);
                 if count <= 0 {
                     break;
                 }
             }
         }
-        cx.unlock(z.lock_id());
+        z.unlock(cx, locked);
         self.vmstat.count(VmEvent::PCP_BULK_FREE, 1);
     }
 
@@ -748,5 +816,44 @@ impl PageAlloc {
                 self.drain_in_chunks(cx, zi, pi, count);
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn patches_apply_in_series_order() {
+        let p = PcpPolicy::series(7);
+        assert!(p.has(PcpPatch::AvoidDrainOnExit));
+        assert!(p.has(PcpPatch::TuneHigh));
+        assert!(!p.has(PcpPatch::BelowHighWatermark));
+        assert!(!PcpPolicy::default().has(PcpPatch::AvoidDrainOnExit));
+        assert!(PcpPolicy::linux_6_7().has(PcpPatch::FreeCount));
+        assert!(PcpPolicy::linux_6_18().has(PcpPatch::FreeCount));
+    }
+
+    #[test]
+    fn set_high_within_bounds() {
+        let mut p = PerCpuPages {
+            high_min: 100,
+            high_max: 800,
+            ..PerCpuPages::default()
+        };
+        p.set_high(100);
+        p.set_high(800);
+        assert_eq!(p.high, 800);
+    }
+
+    #[test]
+    #[should_panic(expected = "pcp->high 801 outside [high_min 100, high_max 800]")]
+    fn set_high_refuses_a_high_above_high_max() {
+        let mut p = PerCpuPages {
+            high_min: 100,
+            high_max: 800,
+            ..PerCpuPages::default()
+        };
+        p.set_high(801);
     }
 }

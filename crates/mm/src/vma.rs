@@ -73,6 +73,13 @@ pub const MMAP_BASE: u64 = TASK_SIZE - (128 << 20);
 pub const MMAP_RND_BITS: u32 = 28;
 /// `vm.mmap_min_addr` default.
 pub const MMAP_MIN_ADDR: u64 = 0x10000;
+/// `stack_guard_gap` (mm/mmap.c): the gap `expand_downwards()` keeps
+/// between a growing stack and the accessible VMA below it, 256 pages by
+/// default (the `stack_guard_gap=` boot parameter).
+pub const STACK_GUARD_GAP: u64 = 256 * PAGE_SIZE;
+/// `RLIMIT_STACK`'s usual soft limit (`ulimit -s` 8192 KiB, `_STK_LIM`):
+/// how far the stack may grow ([`MmStruct::rlimit_stack`]).
+pub const STK_LIM: u64 = 8 << 20;
 /// `ELF_ET_DYN_BASE` of x86-64 (`DEFAULT_MAP_WINDOW / 3 * 2`, page-aligned
 /// by `load_elf_binary()`): where a position-independent executable is
 /// loaded when its base is not randomized.
@@ -107,6 +114,14 @@ impl VmFlags {
     pub const HUGETLB_RESV_OWNER: VmFlags = VmFlags(1 << 28);
     /// `VM_EXEC`.
     pub const EXEC: VmFlags = VmFlags(1 << 2);
+    /// `VM_GROWSDOWN` (0x00000100): the stack, which a fault just below it
+    /// extends ([`MmStruct::expand_downwards`]).
+    pub const GROWSDOWN: VmFlags = VmFlags(1 << 8);
+    /// `VM_STACK_INCOMPLETE_SETUP` (`VM_RAND_READ | VM_SEQ_READ`, bits 16
+    /// and 15 in the kernel; one model bit here): the temporary stack of an
+    /// `execve()` in progress, which gets no large folio
+    /// (`vma_is_temporary_stack()` in `__thp_vma_allowable_orders()`).
+    pub const STACK_INCOMPLETE_SETUP: VmFlags = VmFlags(1 << 16);
     /// `VM_ACCESS_FLAGS`: read, write, exec. A VMA with none of them is
     /// `PROT_NONE` (`vma_is_accessible()` false).
     pub const ACCESS: VmFlags = VmFlags(0b111);
@@ -261,6 +276,9 @@ pub struct MmStruct {
     /// address, whose reservation a fault has consumed. A page of an owner
     /// VMA not in the set still holds a reservation.
     pub hugetlb_resv_map: BTreeSet<u64>,
+    /// `rlimit(RLIMIT_STACK)`: the largest stack VMA `expand_downwards()`
+    /// allows ([`STK_LIM`] unless set).
+    pub rlimit_stack: u64,
 }
 
 fn page_align(len: u64) -> Option<u64> {
@@ -284,6 +302,7 @@ impl MmStruct {
             start_brk: DEFAULT_START_BRK,
             brk: DEFAULT_START_BRK,
             hugetlb_resv_map: BTreeSet::new(),
+            rlimit_stack: STK_LIM,
         })
     }
 
@@ -339,6 +358,52 @@ impl MmStruct {
     /// The VMA containing `addr`, if any (`vma_lookup()`).
     pub fn vma_lookup(&self, cx: &mut Cx, addr: u64) -> Option<Vma> {
         self.find_vma(cx, addr).filter(|v| v.start <= addr)
+    }
+
+    /// Models `expand_downwards()` (mm/mmap.c, 6.18) as a fault below the
+    /// stack calls it (`lock_mm_and_find_vma()` → `expand_stack_locked()`):
+    /// the `VM_GROWSDOWN` VMA that is the first above `addr` grows down to
+    /// `addr`'s page. Refused (`ENOMEM`) below `mmap_min_addr`, when the
+    /// stack would exceed [`MmStruct::rlimit_stack`] (`acct_stack_growth()`),
+    /// or when it would come within [`STACK_GUARD_GAP`] of an accessible VMA
+    /// below that does not itself grow down. Returns the grown VMA.
+    ///
+    /// Deviation: the kernel's VMA keeps its identity as it grows; the
+    /// model's VMAs are keyed by their start, so growing one invalidates the
+    /// VMA caches (`vmacache_invalidate()`), which the 3.15–6.0 kernels did
+    /// not do here. The guard gap is checked against the model's VMAs only
+    /// (a caller that knows of other mappings below checks them itself).
+    pub fn expand_downwards(&mut self, cx: &mut Cx, addr: u64) -> Result<Vma, Errno> {
+        let address = addr & !(PAGE_SIZE - 1);
+        cx.charge_n(Cost::VmaLookupLevel, self.maple_depth());
+        let vma = self
+            .vmas
+            .range(addr..)
+            .next()
+            .map(|(_, v)| *v)
+            .filter(|v| v.flags.contains(VmFlags::GROWSDOWN))
+            .ok_or(Errno::Fault)?;
+        if address >= vma.start {
+            return Ok(vma);
+        }
+        if address < MMAP_MIN_ADDR || vma.end - address > self.rlimit_stack {
+            return Err(Errno::NoMem);
+        }
+        if let Some((_, prev)) = self.vmas.range(..vma.start).next_back() {
+            let guarded =
+                !prev.flags.contains(VmFlags::GROWSDOWN) && prev.flags.0 & VmFlags::ACCESS.0 != 0;
+            if prev.end > address || (guarded && address - prev.end < STACK_GUARD_GAP) {
+                return Err(Errno::NoMem);
+            }
+        }
+        let grow = (vma.start - address) / PAGE_SIZE;
+        let mut grown = vma;
+        grown.start = address;
+        grown.pgoff = vma.pgoff.wrapping_sub(grow);
+        self.vmas.remove(&vma.start);
+        self.vmas.insert(address, grown);
+        crate::vmacache::vmacache_invalidate(self);
+        Ok(grown)
     }
 
     /// True if no VMA overlaps `[start, end)`.

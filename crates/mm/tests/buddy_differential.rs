@@ -110,6 +110,11 @@ fn run_on(layout: &MemoryLayout, seed: u64, nr_ops: usize, policy: PcpPolicy, fr
             }
             pa.free_pages(&mut cx, pfn, order);
         }
+        if op % 53 == 0 {
+            // The vmstat work's decay of `high` (patch 7 on), between
+            // operations as on a machine.
+            pa.decay_pcp_high(&mut cx, cpu);
+        }
         if op % 97 == 0 {
             pa.check_invariants();
         }

@@ -73,6 +73,9 @@ pub enum NativeError {
         /// Which thread.
         what: &'static str,
     },
+    /// A change to system state could not be journalled, so it was not made
+    /// (`host::journal`).
+    Journal(host::journal::JournalError),
 }
 
 impl NativeError {
@@ -155,6 +158,7 @@ impl fmt::Display for NativeError {
             }
             NativeError::InvalidConfig { what } => write!(f, "invalid configuration: {what}"),
             NativeError::ThreadPanicked { what } => write!(f, "{what} thread panicked"),
+            NativeError::Journal(e) => write!(f, "{e}"),
         }
     }
 }
@@ -163,6 +167,7 @@ impl std::error::Error for NativeError {
     fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
         match self {
             NativeError::Io { source, .. } => Some(source),
+            NativeError::Journal(e) => Some(e),
             _ => None,
         }
     }
@@ -171,5 +176,21 @@ impl std::error::Error for NativeError {
 impl From<CannotRun> for NativeError {
     fn from(why: CannotRun) -> Self {
         NativeError::CannotRun(why)
+    }
+}
+
+impl From<host::journal::JournalError> for NativeError {
+    fn from(e: host::journal::JournalError) -> Self {
+        NativeError::Journal(e)
+    }
+}
+
+impl From<host::lock::LockError> for NativeError {
+    fn from(e: host::lock::LockError) -> Self {
+        NativeError::Io {
+            op: e.op,
+            path: e.path,
+            source: e.source,
+        }
     }
 }

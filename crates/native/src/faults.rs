@@ -367,6 +367,7 @@ fn fork_and_measure(pattern: &FaultPattern, order: &[u32]) -> Result<FaultReport
         return Err(e);
     }
     if pid == 0 {
+        crate::sys::die_with_parent();
         close_fd(rd);
         let code = child_main(&plan, order, &pattern.steps);
         // SAFETY: _exit ends the child without running the parent's atexit handlers
@@ -603,6 +604,7 @@ fn child_body(plan: &ChildPlan, order: &[u32], steps: &[Step]) -> Result<(), Chi
                     return Err(ChildErr(5, errno()));
                 }
                 if pid == 0 {
+                    crate::sys::die_with_parent();
                     prefault_stack();
                     let writer = ChildPlan {
                         access: Access::Write,

@@ -327,6 +327,7 @@ fn runner(fd: libc::c_int, nr_pool: usize) -> i32 {
         return 1;
     }
     if pid == 0 {
+        crate::sys::die_with_parent();
         warm_up();
         // SAFETY: inside the mapping, inherited copy-on-write.
         unsafe {
@@ -377,6 +378,7 @@ fn fork_and_measure() -> Result<Vec<Step>, NativeError> {
         return Err(NativeError::last_os("fork", "hugetlb runner"));
     }
     if pid == 0 {
+        crate::sys::die_with_parent();
         // SAFETY: closing our copy of the read end.
         unsafe { libc::close(rd) };
         let code = runner(wr, nr_pool);

@@ -11,33 +11,32 @@
 //!
 //! # The protocol
 //!
-//! 1. [`LiveLock::acquire`] serializes every user of system-wide state: a process-wide
-//!    [`Mutex`] (cargo runs tests of one binary on many threads) plus an exclusive
-//!    `flock(2)` on [`LOCK_PATH`] (cargo runs each test binary as its own process).
-//! 2. A [`KnobGuard`] borrows the lock, so it cannot outlive it. It saves each knob's
-//!    value before its first write and writes the saved values back, in reverse
-//!    order, when dropped — also while unwinding from a panic.
+//! 1. [`LiveLock::acquire`] (`host::lock`) serializes every user of system-wide
+//!    state: a process-wide mutex (cargo runs tests of one binary on many threads)
+//!    plus an exclusive `flock(2)` on [`LOCK_PATH`] (cargo runs each test binary as
+//!    its own process). Taking it first restores what a process that died holding
+//!    it left behind.
+//! 2. A [`KnobGuard`] borrows the lock, so it cannot outlive it. Before its first
+//!    write to a knob it journals the knob's value (`host::journal`), then writes;
+//!    it writes the saved values back, in reverse order, when dropped — also while
+//!    unwinding from a panic. A SIGINT/SIGTERM/SIGHUP/SIGQUIT to the `mmlab`
+//!    binary restores them through the journal (`host::signals`), and after a
+//!    SIGKILL the next `mmlab` process does.
 //! 3. [`KnobGuard::restore`] does the same but reports failures; tests call it and
 //!    then compare [`thp_snapshot`] with the one taken before the run.
 //!
 //! [`LiveKernel::probe`] says up front whether any of this can work here, and why not.
 
-use std::fs::{File, OpenOptions};
+use std::fs::OpenOptions;
 use std::io::Write;
-use std::os::fd::AsRawFd;
 use std::path::{Path, PathBuf};
-use std::sync::{Mutex, MutexGuard};
+
+use host::journal::{self, Change, Entry};
+pub use host::live::{mthp_sizes_kb, size_knob_path, top_knob_path};
+pub use host::live::{PERCPU_PAGELIST_HIGH_FRACTION, THP_DIR, TRACEFS_PATHS};
+pub use host::lock::{LiveLock, LOCK_PATH};
 
 use crate::error::NativeError;
-
-/// The cross-process lock file that serializes live-kernel measurements.
-pub const LOCK_PATH: &str = "/tmp/mmlab-live-kernel.lock";
-/// The THP sysfs directory.
-pub const THP_DIR: &str = "/sys/kernel/mm/transparent_hugepage";
-/// `/proc/sys/vm/percpu_pagelist_high_fraction`: PCP high tuning (0 = auto-tuned).
-pub const PERCPU_PAGELIST_HIGH_FRACTION: &str = "/proc/sys/vm/percpu_pagelist_high_fraction";
-/// Where tracefs is usually mounted.
-const TRACEFS_PATHS: [&str; 2] = ["/sys/kernel/tracing", "/sys/kernel/debug/tracing"];
 
 /// The values of a THP `enabled` file (top level or per size).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -270,58 +269,10 @@ impl LiveKernel {
     }
 }
 
-/// The anonymous mTHP sizes (KiB) this kernel has an `enabled` knob for, ascending.
-///
-/// A `hugepages-<size>kB` directory with only `shmem_enabled` (6.18 has one for
-/// 8 KiB: order 1 is allowed for shmem and tmpfs but not for anonymous memory) is
-/// not an anonymous size and is left out.
-pub fn mthp_sizes_kb() -> Vec<u32> {
-    let mut sizes: Vec<u32> = std::fs::read_dir(THP_DIR)
-        .into_iter()
-        .flatten()
-        .flatten()
-        .filter_map(|e| {
-            let name = e.file_name().into_string().ok()?;
-            let size = name
-                .strip_prefix("hugepages-")?
-                .strip_suffix("kB")?
-                .parse()
-                .ok()?;
-            e.path().join("enabled").exists().then_some(size)
-        })
-        .collect();
-    sizes.sort_unstable();
-    sizes
-}
-
-/// `transparent_hugepage/hugepages-<size_kb>kB/enabled`.
-pub fn size_knob_path(size_kb: u32) -> PathBuf {
-    Path::new(THP_DIR)
-        .join(format!("hugepages-{size_kb}kB"))
-        .join("enabled")
-}
-
-/// `transparent_hugepage/enabled`.
-pub fn top_knob_path() -> PathBuf {
-    Path::new(THP_DIR).join("enabled")
-}
-
 /// Reads a knob's current value: for a sysfs choice list such as
 /// `always [madvise] never` the bracketed word, otherwise the trimmed content.
 pub fn read_knob(path: &Path) -> Result<String, NativeError> {
-    let text = std::fs::read_to_string(path).map_err(|e| NativeError::io("read", path, e))?;
-    Ok(current_choice(&text))
-}
-
-/// The selected word of a sysfs choice list, or the trimmed text if it is not one.
-fn current_choice(text: &str) -> String {
-    let text = text.trim();
-    if let (Some(open), Some(close)) = (text.find('['), text.find(']')) {
-        if open < close {
-            return text[open + 1..close].to_string();
-        }
-    }
-    text.to_string()
+    host::live::read_choice(path).map_err(|e| NativeError::io("read", path, e))
 }
 
 fn write_knob(path: &Path, value: &str) -> Result<(), NativeError> {
@@ -333,67 +284,14 @@ fn write_knob(path: &Path, value: &str) -> Result<(), NativeError> {
         .map_err(|e| NativeError::io("write", path, e))
 }
 
-/// The process-wide half of [`LiveLock`].
-static PROCESS_LOCK: Mutex<()> = Mutex::new(());
-
-/// Exclusive use of the live kernel's system-wide state (knobs, `/proc/vmstat`
-/// deltas) by this thread, across threads and processes. Released on drop.
-#[derive(Debug)]
-pub struct LiveLock {
-    // Field order matters: the flock is released (file closed) before the mutex.
-    file: File,
-    _guard: MutexGuard<'static, ()>,
-}
-
-impl LiveLock {
-    /// Blocks until no other thread of this process and no other process holds the
-    /// lock. A test that panicked while holding the mutex poisons it; the knobs were
-    /// restored by its guard's `Drop`, so the poison is cleared and the lock taken.
-    pub fn acquire() -> Result<LiveLock, NativeError> {
-        let guard = PROCESS_LOCK.lock().unwrap_or_else(|poisoned| {
-            PROCESS_LOCK.clear_poison();
-            poisoned.into_inner()
-        });
-        let file = OpenOptions::new()
-            .create(true)
-            .truncate(false)
-            .write(true)
-            .open(LOCK_PATH)
-            .map_err(|e| NativeError::io("open", LOCK_PATH, e))?;
-        loop {
-            // SAFETY: flock on a descriptor we own; blocks until exclusive.
-            let rc = unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX) };
-            if rc == 0 {
-                break;
-            }
-            let err = std::io::Error::last_os_error();
-            if err.raw_os_error() != Some(libc::EINTR) {
-                return Err(NativeError::io("flock", LOCK_PATH, err));
-            }
-        }
-        Ok(LiveLock {
-            file,
-            _guard: guard,
-        })
-    }
-}
-
-impl Drop for LiveLock {
-    fn drop(&mut self) {
-        // Closing the file would release the lock too; unlocking first makes the
-        // release explicit.
-        // SAFETY: flock on a descriptor we own.
-        unsafe { libc::flock(self.file.as_raw_fd(), libc::LOCK_UN) };
-    }
-}
-
 /// Knob changes for one run, undone on drop. Borrows the [`LiveLock`], so the
 /// restore always happens while the lock is still held.
 #[derive(Debug)]
 pub struct KnobGuard<'lock> {
     _lock: &'lock LiveLock,
-    /// `(path, value before our first write)`, in the order first written.
-    saved: Vec<(PathBuf, String)>,
+    /// `(path, value before our first write, its journal entry)`, in the
+    /// order first written.
+    saved: Vec<(PathBuf, String, Entry)>,
 }
 
 impl<'lock> KnobGuard<'lock> {
@@ -405,14 +303,20 @@ impl<'lock> KnobGuard<'lock> {
         }
     }
 
-    /// Writes `value` to the knob at `path`, after saving its current value (once),
-    /// and checks that it reads back as `value`.
+    /// Writes `value` to the knob at `path`, after saving its current value (once,
+    /// journalled before the write), and checks that it reads back as `value`.
     pub fn set(&mut self, path: &Path, value: &str) -> Result<(), NativeError> {
-        if !self.saved.iter().any(|(p, _)| p == path) {
+        if self.saved.iter().any(|(p, _, _)| p == path) {
+            journal::locked(|| write_knob(path, value))?;
+        } else {
             let before = read_knob(path)?;
-            self.saved.push((path.to_path_buf(), before));
+            let change = Change::File {
+                path: path.to_path_buf(),
+                old: before.clone(),
+            };
+            let (entry, ()) = journal::change(change, || write_knob(path, value))?;
+            self.saved.push((path.to_path_buf(), before, entry));
         }
-        write_knob(path, value)?;
         let got = read_knob(path)?;
         if got != value {
             return Err(NativeError::KnobRejected {
@@ -445,8 +349,11 @@ impl<'lock> KnobGuard<'lock> {
     }
 
     /// The knobs this guard will restore, with their saved values.
-    pub fn saved(&self) -> &[(PathBuf, String)] {
-        &self.saved
+    pub fn saved(&self) -> Vec<(PathBuf, String)> {
+        self.saved
+            .iter()
+            .map(|(p, v, _)| (p.clone(), v.clone()))
+            .collect()
     }
 
     /// Restores every saved value now, reporting the first failure (all are tried).
@@ -456,21 +363,10 @@ impl<'lock> KnobGuard<'lock> {
 
     fn restore_all(&mut self) -> Result<(), NativeError> {
         let mut first_err = None;
-        while let Some((path, value)) = self.saved.pop() {
-            let r = write_knob(&path, &value).and_then(|()| {
-                let got = read_knob(&path)?;
-                if got == value {
-                    Ok(())
-                } else {
-                    Err(NativeError::KnobRejected {
-                        path: path.clone(),
-                        wanted: value.clone(),
-                        got,
-                    })
-                }
-            });
-            if let Err(e) = r {
-                first_err.get_or_insert(e);
+        while let Some((path, _, entry)) = self.saved.pop() {
+            // The journal writes the saved value back and checks it reads so.
+            if let Err(e) = journal::undo(entry) {
+                first_err.get_or_insert(NativeError::io("restore", path, e));
             }
         }
         first_err.map_or(Ok(()), Err)
@@ -504,9 +400,6 @@ mod tests {
 
     #[test]
     fn parses_choice_lists() {
-        assert_eq!(current_choice("always [madvise] never\n"), "madvise");
-        assert_eq!(current_choice("always inherit madvise [never]"), "never");
-        assert_eq!(current_choice("0\n"), "0");
         for v in [
             ThpEnabled::Always,
             ThpEnabled::Inherit,
@@ -541,26 +434,5 @@ mod tests {
         }));
         assert!(r.is_err());
         assert_eq!(thp_snapshot().unwrap(), before, "a knob was left changed");
-    }
-
-    #[test]
-    fn lock_serializes_threads() {
-        use std::sync::atomic::{AtomicUsize, Ordering};
-        static INSIDE: AtomicUsize = AtomicUsize::new(0);
-        let threads: Vec<_> = (0..4)
-            .map(|_| {
-                std::thread::spawn(|| {
-                    for _ in 0..5 {
-                        let _l = LiveLock::acquire().unwrap();
-                        assert_eq!(INSIDE.fetch_add(1, Ordering::SeqCst), 0);
-                        std::thread::sleep(std::time::Duration::from_millis(1));
-                        INSIDE.fetch_sub(1, Ordering::SeqCst);
-                    }
-                })
-            })
-            .collect();
-        for t in threads {
-            t.join().unwrap();
-        }
     }
 }

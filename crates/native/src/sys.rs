@@ -260,6 +260,16 @@ pub fn flush_cache(bytes: &[u8]) {
     }
 }
 
+/// Makes the calling (forked) process die with SIGKILL when its parent
+/// thread ends, so that a measurement child never outlives an `mmlab` that
+/// was killed (`PR_SET_PDEATHSIG`). Async-signal-safe: call it first thing in
+/// a child after `fork`.
+pub fn die_with_parent() {
+    // SAFETY: prctl with integer arguments; it changes only this process's
+    // parent-death signal.
+    unsafe { libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) };
+}
+
 /// The time of the CPU-time clock `clock` in nanoseconds. Async-signal-safe.
 fn cpu_clock_ns(clock: libc::clockid_t) -> u64 {
     // SAFETY: timespec is plain data.

@@ -39,24 +39,15 @@ pub struct Snapshot {
 impl Snapshot {
     /// Reads all counters now.
     pub fn take() -> Result<Snapshot, NativeError> {
-        let path = Path::new("/proc/vmstat");
+        let path = Path::new(host::live::PROC_VMSTAT);
         let text = std::fs::read_to_string(path).map_err(|e| NativeError::io("read", path, e))?;
-        let mut vmstat = BTreeMap::new();
-        for line in text.lines() {
-            let mut it = line.split_whitespace();
-            let (Some(name), Some(value), None) = (it.next(), it.next(), it.next()) else {
-                return Err(NativeError::Parse {
-                    path: path.into(),
-                    content: line.into(),
-                    expected: "<name> <value>",
-                });
-            };
-            let value = value.parse().map_err(|_| NativeError::Parse {
+        let (vmstat, bad) = host::live::parse_vmstat(&text);
+        if let Some(line) = bad.into_iter().next() {
+            return Err(NativeError::Parse {
                 path: path.into(),
-                content: line.into(),
+                content: line,
                 expected: "<name> <unsigned value>",
-            })?;
-            vmstat.insert(name.to_string(), value);
+            });
         }
         let mut per_size = BTreeMap::new();
         for s in mthp_sizes_kb() {

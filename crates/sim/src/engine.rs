@@ -45,25 +45,210 @@
 //! queue after each fault (and after every [`TOUCH_CHUNK`] accesses that do
 //! not fault), so that the faults of different vCPUs interleave in virtual
 //! time as they would on a machine.
+//!
+//! # Events
+//!
+//! The queue holds three kinds of [`Event`]: a vCPU continuing
+//! (`Event::Run`), a vCPU's periodic vmstat work coming due
+//! (`Event::VmstatTimer`) and a sleeping task waking (`Event::Wake`).
+//! Each is queued with the time it comes due and a sequence number, and
+//! the queue hands them out by `(time, sequence)`: two events due at the
+//! same nanosecond come out in the order they were queued.
+//!
+//! # Dispatch
+//!
+//! [`Engine::start_next_op`] runs the per-CPU kernel work that is due, then
+//! asks the vCPU's current task for its next operation and hands it to one
+//! method per [`Op`] (`op_mmap`, `op_touch`, ...). A method that calls into
+//! `mm` does it through [`Engine::record`] (the cost context begun at the
+//! vCPU's time, the recorded segments queued on the vCPU) or, for a system
+//! call on an address space, [`Engine::mm_syscall`] (the same, under the
+//! process's `mmap_lock`, with the address space made on first use).
 
 use crate::cache::{AccessKind, CacheCosts, CacheModel, CacheStats};
-use crate::op::{Block, ChanId, Op, OpResult, TaskSpec};
+use crate::op::{Block, ChanId, ChildProgram, Op, OpResult, Program, TaskSpec};
 use crate::rng::Rng;
 use mm::cost::{Cost, CostTable, Cx, LockClass, LockId, MemAccess, Seg};
 use mm::memory::{MmConfig, MmGlobal, VmFault};
-use mm::page_alloc::PageAlloc;
-use mm::vma::{Errno, MmStruct};
-use mm::{SimTime, VcpuId};
-use std::cmp::Reverse;
+use mm::mprotect::Prot;
+use mm::mremap::MremapFlags;
+use mm::page_alloc::{AllocError, Gfp, PageAlloc};
+use mm::vma::{Advice, Errno, MmStruct};
+use mm::vmacache::{TaskStruct, VmacachePolicy};
+use mm::{NodeId, Pfn, SimTime, VcpuId};
+use std::cmp::{Ordering, Reverse};
 use std::collections::{BTreeMap, BinaryHeap, VecDeque};
+use std::marker::PhantomData;
+use std::ops::{Index, IndexMut};
 
-type TaskId = usize;
+/// A task, by its place in the engine's task table (spawned tasks first, in
+/// spawn order, then forked ones as they are forked).
+#[derive(Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Debug)]
+struct TaskId(usize);
+
+/// A process, by its index in the engine's process table.
 type Pid = usize;
+
+/// An id that indexes a [`Table`].
+trait TableId: Copy {
+    fn from_idx(i: usize) -> Self;
+    fn idx(self) -> usize;
+}
+
+impl TableId for TaskId {
+    fn from_idx(i: usize) -> TaskId {
+        TaskId(i)
+    }
+    fn idx(self) -> usize {
+        self.0
+    }
+}
+
+impl TableId for VcpuId {
+    fn from_idx(i: usize) -> VcpuId {
+        VcpuId(i as u32)
+    }
+    fn idx(self) -> usize {
+        self.0 as usize
+    }
+}
+
+/// A `Vec` indexed by one kind of id only, so that a task number can never
+/// pick a vCPU or the other way round.
+struct Table<I, T> {
+    items: Vec<T>,
+    id: PhantomData<fn(I)>,
+}
+
+impl<I: TableId, T> Table<I, T> {
+    fn new(items: Vec<T>) -> Self {
+        Table {
+            items,
+            id: PhantomData,
+        }
+    }
+
+    fn len(&self) -> usize {
+        self.items.len()
+    }
+
+    /// Appends `item` and returns its id.
+    fn push(&mut self, item: T) -> I {
+        self.items.push(item);
+        I::from_idx(self.items.len() - 1)
+    }
+
+    fn iter(&self) -> std::slice::Iter<'_, T> {
+        self.items.iter()
+    }
+
+    /// Every id, in order.
+    fn ids(&self) -> impl Iterator<Item = I> + use<I, T> {
+        (0..self.items.len()).map(I::from_idx)
+    }
+}
+
+impl<I: TableId, T> Index<I> for Table<I, T> {
+    type Output = T;
+    #[inline]
+    fn index(&self, i: I) -> &T {
+        &self.items[i.idx()]
+    }
+}
+
+impl<I: TableId, T> IndexMut<I> for Table<I, T> {
+    #[inline]
+    fn index_mut(&mut self, i: I) -> &mut T {
+        &mut self.items[i.idx()]
+    }
+}
 
 /// Accesses of a `Touch` that do not fault, played before the engine returns
 /// to the event queue: enough to keep the event count low on a mapped range,
 /// few enough that other vCPUs' operations interleave.
 pub const TOUCH_CHUNK: u64 = 512;
+
+/// `sysctl_stat_interval`: the vmstat work runs once a second (HZ).
+pub const VMSTAT_INTERVAL_NS: u64 = 1_000_000_000;
+
+/// What a queued event does when it comes due.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Event {
+    /// The vCPU goes on: plays the rest of its segments, then starts its
+    /// next operation.
+    Run(VcpuId),
+    /// The vCPU's per-CPU vmstat timer fires (`vmstat_update()`).
+    VmstatTimer(VcpuId),
+    /// A task's `Sleep` ends.
+    Wake(TaskId),
+}
+
+/// An event with the time it comes due and its place in queueing order.
+#[derive(Debug)]
+struct Queued {
+    at: SimTime,
+    seq: u64,
+    event: Event,
+}
+
+impl PartialEq for Queued {
+    fn eq(&self, other: &Queued) -> bool {
+        self.cmp(other) == Ordering::Equal
+    }
+}
+
+impl Eq for Queued {}
+
+impl PartialOrd for Queued {
+    fn partial_cmp(&self, other: &Queued) -> Option<Ordering> {
+        Some(self.cmp(other))
+    }
+}
+
+impl Ord for Queued {
+    /// By time, then FIFO: sequence numbers are unique, so the event is
+    /// never needed to break a tie.
+    fn cmp(&self, other: &Queued) -> Ordering {
+        (self.at, self.seq).cmp(&(other.at, other.seq))
+    }
+}
+
+/// The event queue: a min-heap on `(time, sequence)`.
+#[derive(Default)]
+struct EventQueue {
+    heap: BinaryHeap<Reverse<Queued>>,
+    seq: u64,
+}
+
+impl EventQueue {
+    fn push(&mut self, at: SimTime, event: Event) {
+        self.seq += 1;
+        self.heap.push(Reverse(Queued {
+            at,
+            seq: self.seq,
+            event,
+        }));
+    }
+
+    fn pop(&mut self) -> Option<(SimTime, Event)> {
+        self.heap.pop().map(|Reverse(q)| (q.at, q.event))
+    }
+
+    /// When the first queued event comes due.
+    fn next_at(&self) -> Option<SimTime> {
+        self.heap.peek().map(|Reverse(q)| q.at)
+    }
+}
+
+/// The operation being started: which task, of which process, on which
+/// vCPU, at what time.
+#[derive(Clone, Copy, Debug)]
+struct OpCtx {
+    tid: TaskId,
+    pid: Pid,
+    v: VcpuId,
+    t: SimTime,
+}
 
 /// Where a task is in a `Touch` operation.
 #[derive(Clone, Copy, Debug)]
@@ -103,7 +288,7 @@ enum TaskState {
 }
 
 struct Task {
-    program: Box<dyn crate::op::Program>,
+    program: Box<dyn Program>,
     rng: Rng,
     cpu: VcpuId,
     state: TaskState,
@@ -114,30 +299,61 @@ struct Task {
     /// The task's VMA cache (`task_struct::vmacache`), made at its first
     /// fault; a forked child starts with an empty one, as after
     /// `vmacache_flush()`.
-    vmacache: Option<mm::vmacache::TaskStruct>,
+    vmacache: Option<TaskStruct>,
     /// Bytes covered by the task's `Touch` accesses.
     touch_bytes: u64,
     /// When its first `Touch` started and its last one ended (the measured
     /// phase of a usemem-like program).
-    touch_start: Option<u64>,
-    touch_end: u64,
+    touch_start: Option<SimTime>,
+    touch_end: SimTime,
     /// A `Touch` is the task's current operation.
     in_touch: bool,
     /// `set_mempolicy(MPOL_PREFERRED)`'s node; `None`: the default policy.
-    mempolicy: Option<mm::NodeId>,
+    mempolicy: Option<NodeId>,
+}
+
+impl Task {
+    /// Task number `id` of process `pid`, about to run `program` on `cpu`.
+    fn new(id: TaskId, seed: u64, program: Box<dyn Program>, cpu: VcpuId, pid: Pid) -> Task {
+        Task {
+            program,
+            rng: Rng::stream(seed, id.0 as u64 + 1),
+            cpu,
+            state: TaskState::Runnable,
+            result: Some(OpResult::Start),
+            nr_ops: 0,
+            pid,
+            touch: None,
+            vmacache: None,
+            touch_bytes: 0,
+            touch_start: None,
+            touch_end: SimTime::default(),
+            in_touch: false,
+            mempolicy: None,
+        }
+    }
+
+    /// Ends the task's access phase at `t` if a `Touch` was its last
+    /// operation.
+    fn end_touch_phase(&mut self, t: SimTime) {
+        if self.in_touch {
+            self.in_touch = false;
+            self.touch_end = t;
+        }
+    }
 }
 
 #[derive(Default)]
 struct Vcpu {
     segs: Vec<Seg>,
     pos: usize,
-    time: u64,
+    time: SimTime,
     current: Option<TaskId>,
     runq: VecDeque<TaskId>,
     /// True while an event for this vCPU is queued or it waits for a lock.
     active: bool,
     busy_ns: u64,
-    lock_wait_since: u64,
+    lock_wait_since: SimTime,
     /// The per-CPU vmstat work is due and runs before the next operation.
     kwork_pending: bool,
     /// Nanoseconds of work items other CPUs' migrations queued here (a
@@ -149,7 +365,7 @@ struct Vcpu {
     playing_task: bool,
     /// When this vCPU last finished work for a task (operations and the
     /// teardown of an address space), for the run's duration.
-    task_work_end: u64,
+    task_work_end: SimTime,
     /// Busy time spent on tasks' behalf (their operations, the kernel work
     /// they cause and the spinning in it), not on periodic kernel work.
     task_ns: u64,
@@ -169,18 +385,30 @@ impl Vcpu {
             self.task_ns += ns;
         }
     }
+
+    /// Drops what the vCPU was playing, to play something new from the start.
+    fn reset_segs(&mut self) {
+        self.segs.clear();
+        self.pos = 0;
+    }
+
+    /// True if the vCPU neither has an event queued nor runs a task: it
+    /// needs an event to notice new work.
+    fn idle(&self) -> bool {
+        !self.active && self.current.is_none()
+    }
 }
 
 #[derive(Default)]
 struct LockState {
     /// The vCPU holding it exclusively.
-    owner: Option<u32>,
-    last_owner: Option<u32>,
-    acquired_at: u64,
+    owner: Option<VcpuId>,
+    last_owner: Option<VcpuId>,
+    acquired_at: SimTime,
     /// vCPUs holding it for reading, with the time each got it.
-    readers: Vec<(u32, u64)>,
+    readers: Vec<(VcpuId, SimTime)>,
     /// Queued vCPUs, in arrival order, and whether each wants to read.
-    waiters: VecDeque<(u32, bool)>,
+    waiters: VecDeque<(VcpuId, bool)>,
 }
 
 #[derive(Default)]
@@ -188,7 +416,6 @@ struct Chan {
     msgs: VecDeque<Vec<Block>>,
     waiters: VecDeque<TaskId>,
 }
-
 /// Time accounted to one lock class.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct LockStats {
@@ -273,14 +500,6 @@ pub struct PcpSample {
     pub high: i32,
 }
 
-/// Marks an event as the firing of a vCPU's vmstat timer.
-const TIMER: u32 = 1 << 31;
-/// Marks an event as the end of a task's `Sleep` (the low bits are the
-/// task, not a vCPU).
-const WAKE: u32 = 1 << 30;
-/// `sysctl_stat_interval`: the vmstat work runs once a second (HZ).
-pub const VMSTAT_INTERVAL_NS: u64 = 1_000_000_000;
-
 impl RunStats {
     /// Share of busy vCPU time spent waiting for or holding `class`, in percent.
     pub fn lock_pct(&self, class: LockClass) -> f64 {
@@ -311,15 +530,14 @@ pub struct Engine {
     migrate_cfg: mm::migrate::MigrateConfig,
     /// The machine's memory system, for the copy model.
     numa_hw: mm::copy_page::NumaHw,
-    vmacache_policy: mm::vmacache::VmacachePolicy,
+    vmacache_policy: VmacachePolicy,
     procs: Vec<Process>,
     groups: BTreeMap<u32, Pid>,
     costs: CostTable,
     cx: Cx,
-    vcpus: Vec<Vcpu>,
-    tasks: Vec<Task>,
-    queue: BinaryHeap<Reverse<(u64, u64, u32)>>,
-    seq: u64,
+    vcpus: Table<VcpuId, Vcpu>,
+    tasks: Table<TaskId, Task>,
+    queue: EventQueue,
     locks: Vec<Vec<LockState>>,
     /// Page-table locks by table pfn (sparse: a Vec would be as long as the
     /// highest pfn).
@@ -334,12 +552,41 @@ pub struct Engine {
     /// Lock statistics and busy time when the last task ended: the run's
     /// figures, before any idle tail.
     at_last_task: Option<(Vec<LockStats>, u64)>,
-    last_task_end: u64,
+    last_task_end: SimTime,
     /// The cache model fed with the memory traffic, and what it costs.
     cache: Option<(CacheModel, CacheCosts)>,
     /// Per socket: the picosecond at which its memory channels have served
     /// every line missed so far (a FIFO server at the socket's bandwidth).
     dram_free_at_ps: Vec<u64>,
+}
+
+/// What a system call on an address space works with: the allocator, the
+/// cost context, the address space (its `mmap_lock` held for writing) and
+/// the calling task's VMA cache.
+struct SyscallCx<'a> {
+    pa: &'a mut PageAlloc,
+    cx: &'a mut Cx,
+    mm: &'a mut MmStruct,
+    vmacache: &'a mut Option<TaskStruct>,
+    policy: VmacachePolicy,
+}
+
+impl SyscallCx<'_> {
+    /// The cached `find_vma()` at the start of `munmap()`, `madvise()` and a
+    /// hinted `mmap()` (Linux 3.15–6.0): makes the task's VMA cache if it
+    /// has none yet, then [`mm::vmacache::find_vma_syscall`]. Nothing under
+    /// the `none` policy.
+    fn find_vma(&mut self, addr: u64) {
+        if self.policy == VmacachePolicy::None {
+            return;
+        }
+        let mm = &*self.mm;
+        let policy = self.policy;
+        let t = self
+            .vmacache
+            .get_or_insert_with(|| TaskStruct::new(mm, policy));
+        mm::vmacache::find_vma_syscall(t, mm, &mut self.pa.vmstat, self.cx, addr);
+    }
 }
 
 impl Engine {
@@ -353,15 +600,14 @@ impl Engine {
             mmg: MmGlobal::new(MmConfig::default()),
             migrate_cfg: mm::migrate::MigrateConfig::default(),
             numa_hw,
-            vmacache_policy: mm::vmacache::VmacachePolicy::None,
+            vmacache_policy: VmacachePolicy::None,
             procs: Vec::new(),
             groups: BTreeMap::new(),
             costs,
             cx,
-            vcpus: (0..nr_cpus).map(|_| Vcpu::default()).collect(),
-            tasks: Vec::new(),
-            queue: BinaryHeap::new(),
-            seq: 0,
+            vcpus: Table::new((0..nr_cpus).map(|_| Vcpu::default()).collect()),
+            tasks: Table::new(Vec::new()),
+            queue: EventQueue::default(),
             locks: (0..LockClass::COUNT).map(|_| Vec::new()).collect(),
             ptls: BTreeMap::new(),
             chans: Vec::new(),
@@ -375,7 +621,7 @@ impl Engine {
             live_tasks: 0,
             idle_tail_ns: 0,
             at_last_task: None,
-            last_task_end: 0,
+            last_task_end: SimTime::default(),
             cache: None,
             dram_free_at_ps: Vec::new(),
         }
@@ -435,7 +681,7 @@ impl Engine {
 
     /// Uses the per-task VMA cache with `policy` (`none`: 6.1+, every
     /// lookup walks the tree).
-    pub fn with_vmacache(mut self, policy: mm::vmacache::VmacachePolicy) -> Engine {
+    pub fn with_vmacache(mut self, policy: VmacachePolicy) -> Engine {
         self.vmacache_policy = policy;
         self
     }
@@ -455,7 +701,6 @@ impl Engine {
 
     /// Adds a task; it starts at time 0 on its vCPU.
     pub fn spawn(&mut self, spec: TaskSpec) {
-        let id = self.tasks.len();
         assert!(
             spec.cpu.idx() < self.vcpus.len(),
             "task bound to vCPU {} of {}",
@@ -474,23 +719,11 @@ impl Engine {
             None => self.new_process(None),
         };
         self.procs[pid].live_tasks += 1;
-        self.tasks.push(Task {
-            program: spec.program,
-            rng: Rng::stream(self.seed, id as u64 + 1),
-            cpu: spec.cpu,
-            state: TaskState::Runnable,
-            result: Some(OpResult::Start),
-            nr_ops: 0,
-            pid,
-            touch: None,
-            vmacache: None,
-            touch_bytes: 0,
-            touch_start: None,
-            touch_end: 0,
-            in_touch: false,
-            mempolicy: None,
-        });
-        self.vcpus[spec.cpu.idx()].runq.push_back(id);
+        let id = TaskId(self.tasks.len());
+        let id = self
+            .tasks
+            .push(Task::new(id, self.seed, spec.program, spec.cpu, pid));
+        self.vcpus[spec.cpu].runq.push_back(id);
     }
 
     fn new_process(&mut self, parent: Option<Pid>) -> Pid {
@@ -504,9 +737,9 @@ impl Engine {
     /// Empties every vCPU's PCP lists into the buddy free areas
     /// (`drain_all_pages()`), for checks that every page came back.
     pub fn drain_all_pages(&mut self) {
-        for c in 0..self.vcpus.len() as u32 {
-            self.cx.begin(VcpuId(c), SimTime(0));
-            self.pa.drain_pages(&mut self.cx, VcpuId(c));
+        for v in self.vcpus.ids() {
+            self.cx.begin(v, SimTime(0));
+            self.pa.drain_pages(&mut self.cx, v);
         }
     }
 
@@ -523,10 +756,20 @@ impl Engine {
         self.procs.iter().filter(|p| p.mm.is_some()).count()
     }
 
-    fn schedule(&mut self, v: u32, t: u64) {
-        self.seq += 1;
-        self.vcpus[v as usize].active = true;
-        self.queue.push(Reverse((t, self.seq, v)));
+    /// Queues an event for vCPU `v` to go on at `t`.
+    fn schedule(&mut self, v: VcpuId, t: SimTime) {
+        self.vcpus[v].active = true;
+        self.queue.push(t, Event::Run(v));
+    }
+
+    /// Wakes vCPU `v` at `t` (or when its clock says, if later) for work
+    /// that was just given to it, unless it is busy and will find the work
+    /// itself.
+    fn kick(&mut self, v: VcpuId, t: SimTime) {
+        if self.vcpus[v].idle() {
+            let at = t.max(self.vcpus[v].time);
+            self.schedule(v, at);
+        }
     }
 
     fn lock_state(&mut self, l: LockId) -> &mut LockState {
@@ -552,39 +795,47 @@ impl Engine {
 
     /// Runs every task to completion and returns what was measured.
     pub fn run(&mut self) -> RunStats {
-        for v in 0..self.vcpus.len() as u32 {
-            if !self.vcpus[v as usize].runq.is_empty() {
-                self.schedule(v, 0);
+        for v in self.vcpus.ids() {
+            if !self.vcpus[v].runq.is_empty() {
+                self.schedule(v, SimTime(0));
             }
         }
         self.stats.nr_tasks = self.tasks.len() as u64;
         self.live_tasks = self.tasks.len();
-        for v in 0..self.vcpus.len() as u32 {
-            self.seq += 1;
+        for v in self.vcpus.ids() {
             self.queue
-                .push(Reverse((VMSTAT_INTERVAL_NS, self.seq, v | TIMER)));
+                .push(SimTime(VMSTAT_INTERVAL_NS), Event::VmstatTimer(v));
         }
-        while let Some(Reverse((t, _, v))) = self.queue.pop() {
-            if v & TIMER != 0 {
-                self.vmstat_timer(v & !TIMER, t);
-            } else if v & WAKE != 0 {
-                let tid = (v & !WAKE) as usize;
-                // A task whose process died while it slept is done already.
-                if self.tasks[tid].state == TaskState::Blocked {
-                    self.tasks[tid].result = Some(OpResult::Done);
-                    self.wake(tid, t);
+        while let Some((t, event)) = self.queue.pop() {
+            match event {
+                Event::Run(v) => self.step(v, t),
+                Event::VmstatTimer(v) => self.vmstat_timer(v, t),
+                Event::Wake(tid) => {
+                    // A task whose process died while it slept is done
+                    // already.
+                    if self.tasks[tid].state == TaskState::Blocked {
+                        self.tasks[tid].result = Some(OpResult::Done);
+                        self.wake(tid, t);
+                    }
                 }
-            } else {
-                self.step(v, t);
             }
         }
-        let stuck: Vec<usize> = (0..self.tasks.len())
+        let stuck: Vec<usize> = self
+            .tasks
+            .ids()
             .filter(|&i| self.tasks[i].state != TaskState::Done)
+            .map(|i| i.0)
             .collect();
         assert!(
             stuck.is_empty(),
             "deadlock: tasks {stuck:?} never finished (waiting on a channel nobody sends to)"
         );
+        self.sum_stats();
+        self.stats.clone()
+    }
+
+    /// Sums what the vCPUs and tasks counted into the run's statistics.
+    fn sum_stats(&mut self) {
         self.stats.busy_ns = self.vcpus.iter().map(|v| v.busy_ns).sum();
         self.stats.user_ns = self.vcpus.iter().map(|v| v.user_ns).sum();
         self.stats.sys_ns = self.vcpus.iter().map(|v| v.task_ns).sum::<u64>() - self.stats.user_ns;
@@ -603,8 +854,8 @@ impl Engine {
             .iter()
             .map(|v| v.task_work_end)
             .max()
-            .unwrap_or(0);
-        self.stats.runtime_ns = self.stats.runtime_ns.max(last);
+            .unwrap_or_default();
+        self.stats.runtime_ns = self.stats.runtime_ns.max(last.0);
         self.stats.nr_tasks = self.tasks.len() as u64;
         self.stats.nr_processes = self.procs.len() as u64;
         self.stats.touch_bytes = self.tasks.iter().map(|t| t.touch_bytes).sum();
@@ -613,7 +864,7 @@ impl Engine {
             .iter()
             .filter_map(|t| {
                 let start = t.touch_start?;
-                let ns = t.touch_end.saturating_sub(start).max(1);
+                let ns = t.touch_end.0.saturating_sub(start.0).max(1);
                 Some((t.touch_bytes as u128 * 1_000_000_000 / ns as u128) as u64)
             })
             .sum();
@@ -621,26 +872,21 @@ impl Engine {
             self.stats.cache = c.total_stats();
         }
         self.stats.final_pcp_pages = self.pa.nr_pcp_pages();
-        self.stats.clone()
-    }
-
-    /// True if no queued event comes at or before `t`: then the vCPU may go
-    /// on to `t` at once, exactly as if it had queued an event for `t` (which
-    /// would be the next one processed), without the round trip.
-    fn nothing_before(&self, t: u64) -> bool {
-        self.queue.peek().is_none_or(|Reverse((at, _, _))| *at > t)
     }
 
     /// Brings vCPU `v`, whose work has reached `t`, to global time `now`:
-    /// true if it may go on at once (no queued event comes before `t`; `now`
-    /// advances to `t`), false if it queued an event for `t` and must
-    /// return to the event loop.
-    fn reach(&mut self, v: u32, t: u64, now: &mut u64) -> bool {
+    /// true if it may go on at once, false if it queued an event for `t`
+    /// and must return to the event loop.
+    ///
+    /// If no queued event comes at or before `t`, the vCPU goes on to `t`
+    /// at once, exactly as if it had queued an event for `t` (which would
+    /// be the next one processed), without the round trip.
+    fn reach(&mut self, v: VcpuId, t: SimTime, now: &mut SimTime) -> bool {
         if t <= *now {
             return true;
         }
-        self.vcpus[v as usize].time = t;
-        if !self.nothing_before(t) {
+        self.vcpus[v].time = t;
+        if self.queue.next_at().is_some_and(|at| at <= t) {
             self.schedule(v, t);
             return false;
         }
@@ -648,83 +894,19 @@ impl Engine {
         true
     }
 
-    /// Continues vCPU `v` at the time of its event, `now`.
-    fn step(&mut self, v: u32, now: u64) {
-        let vi = v as usize;
-        self.vcpus[vi].active = false;
+    /// Continues vCPU `v` at the time of its event, `now`: plays its
+    /// segments and starts operation after operation until it must wait for
+    /// global time to catch up, for a lock, or for work.
+    fn step(&mut self, v: VcpuId, now: SimTime) {
+        self.vcpus[v].active = false;
         let mut now = now;
-        let mut t = now.max(self.vcpus[vi].time);
+        let mut t = now.max(self.vcpus[v].time);
         loop {
-            // Play the current operation's segments.
-            while self.vcpus[vi].pos < self.vcpus[vi].segs.len() {
-                let seg = self.vcpus[vi].segs[self.vcpus[vi].pos];
-                match seg {
-                    Seg::Compute(ns) => {
-                        t += ns;
-                        self.vcpus[vi].charge_busy(ns);
-                        self.vcpus[vi].pos += 1;
-                    }
-                    Seg::Lock(l) | Seg::LockRead(l) => {
-                        if !self.reach(v, t, &mut now) {
-                            return;
-                        }
-                        let read = matches!(seg, Seg::LockRead(_));
-                        let handoff = self.handoff_ns(l);
-                        let st = self.lock_state(l);
-                        // A reader waits behind a queued writer (rwsem
-                        // fairness); a writer waits for every reader.
-                        let busy = st.owner.is_some()
-                            || (read && !st.waiters.is_empty())
-                            || (!read && !st.readers.is_empty());
-                        if busy {
-                            st.waiters.push_back((v, read));
-                            self.stats.locks[l.class as usize].contended += 1;
-                            self.stats.locks[l.class as usize].acquisitions += 1;
-                            self.vcpus[vi].time = t;
-                            self.vcpus[vi].lock_wait_since = t;
-                            self.vcpus[vi].active = true;
-                            return;
-                        }
-                        let extra = if st.last_owner.is_some_and(|o| o != v) {
-                            handoff
-                        } else {
-                            0
-                        };
-                        if read {
-                            st.readers.push((v, t + extra));
-                        } else {
-                            st.owner = Some(v);
-                            st.acquired_at = t + extra;
-                        }
-                        let ls = &mut self.stats.locks[l.class as usize];
-                        ls.acquisitions += 1;
-                        ls.wait_ns += extra;
-                        t += extra;
-                        self.vcpus[vi].charge_busy(extra);
-                        self.vcpus[vi].pos += 1;
-                    }
-                    Seg::Unlock(l) | Seg::UnlockRead(l) => {
-                        if !self.reach(v, t, &mut now) {
-                            return;
-                        }
-                        self.release(l, v, t, matches!(seg, Seg::UnlockRead(_)));
-                        self.vcpus[vi].pos += 1;
-                    }
-                    Seg::Mem(m) => {
-                        // Memory traffic reaches the shared caches in global
-                        // time order, like a lock acquisition.
-                        if !self.reach(v, t, &mut now) {
-                            return;
-                        }
-                        let ns = self.play_mem(v, t, m);
-                        t += ns;
-                        self.vcpus[vi].charge_busy(ns);
-                        self.vcpus[vi].pos += 1;
-                    }
-                }
+            if !self.play_segs(v, &mut t, &mut now) {
+                return;
             }
-            if self.vcpus[vi].playing_task {
-                self.vcpus[vi].task_work_end = self.vcpus[vi].task_work_end.max(t);
+            if self.vcpus[v].playing_task {
+                self.vcpus[v].task_work_end = self.vcpus[v].task_work_end.max(t);
             }
             // The operation is over: the next one starts in global time order.
             if !self.reach(v, t, &mut now) {
@@ -732,11 +914,83 @@ impl Engine {
             }
             if !self.start_next_op(v, t) {
                 // Idle: whatever wakes the vCPU next is not a task's work yet.
-                self.vcpus[vi].playing_task = false;
-                self.vcpus[vi].time = t;
+                self.vcpus[v].playing_task = false;
+                self.vcpus[v].time = t;
                 return;
             }
         }
+    }
+
+    /// Plays vCPU `v`'s remaining segments from its time `t`, advancing
+    /// `t`. Returns false if it stopped to wait (for global time, queued
+    /// as an event, or for a lock), true when all were played.
+    fn play_segs(&mut self, v: VcpuId, t: &mut SimTime, now: &mut SimTime) -> bool {
+        while self.vcpus[v].pos < self.vcpus[v].segs.len() {
+            let seg = self.vcpus[v].segs[self.vcpus[v].pos];
+            // Lock operations and memory traffic (which reaches the shared
+            // caches) happen in global time order.
+            if !matches!(seg, Seg::Compute(_)) && !self.reach(v, *t, now) {
+                return false;
+            }
+            let ns = match seg {
+                Seg::Compute(ns) => ns,
+                Seg::Lock(l) | Seg::LockRead(l) => {
+                    let read = matches!(seg, Seg::LockRead(_));
+                    let Some(extra) = self.acquire(l, read, v, *t) else {
+                        return false;
+                    };
+                    extra
+                }
+                Seg::Unlock(l) | Seg::UnlockRead(l) => {
+                    self.release(l, v, *t, matches!(seg, Seg::UnlockRead(_)));
+                    0
+                }
+                Seg::Mem(m) => self.play_mem(v, *t, m),
+            };
+            *t = t.after(ns);
+            self.vcpus[v].charge_busy(ns);
+            self.vcpus[v].pos += 1;
+        }
+        true
+    }
+
+    /// Vcpu `v` takes `l` at `t` (for reading if `read`). Returns the
+    /// nanoseconds the acquisition took (the lock's cache line coming from
+    /// its last owner's CPU), or `None` if the lock is held and the vCPU
+    /// queued to wait for it.
+    fn acquire(&mut self, l: LockId, read: bool, v: VcpuId, t: SimTime) -> Option<u64> {
+        let handoff = self.handoff_ns(l);
+        let st = self.lock_state(l);
+        // A reader waits behind a queued writer (rwsem fairness); a writer
+        // waits for every reader.
+        let busy = st.owner.is_some()
+            || (read && !st.waiters.is_empty())
+            || (!read && !st.readers.is_empty());
+        if busy {
+            st.waiters.push_back((v, read));
+            self.stats.locks[l.class as usize].contended += 1;
+            self.stats.locks[l.class as usize].acquisitions += 1;
+            let vc = &mut self.vcpus[v];
+            vc.time = t;
+            vc.lock_wait_since = t;
+            vc.active = true;
+            return None;
+        }
+        let extra = if st.last_owner.is_some_and(|o| o != v) {
+            handoff
+        } else {
+            0
+        };
+        if read {
+            st.readers.push((v, t.after(extra)));
+        } else {
+            st.owner = Some(v);
+            st.acquired_at = t.after(extra);
+        }
+        let ls = &mut self.stats.locks[l.class as usize];
+        ls.acquisitions += 1;
+        ls.wait_ns += extra;
+        Some(extra)
     }
 
     /// Plays one memory access through the cache model on vCPU `v`, starting
@@ -747,19 +1001,18 @@ impl Engine {
     /// ([`CacheCosts::ps`]), or, if the socket's memory channels are busy
     /// with earlier misses, the time until they have also served this
     /// access's misses: a FIFO server at the socket's sustained bandwidth.
-    fn play_mem(&mut self, v: u32, t: u64, m: MemAccess) -> u64 {
+    fn play_mem(&mut self, v: VcpuId, t: SimTime, m: MemAccess) -> u64 {
         let Some((cache, costs)) = self.cache.as_mut() else {
             return 0;
         };
-        let cpu = VcpuId(v);
         let mut st = CacheStats::default();
         let user = match m {
             MemAccess::ClearPage(pfn) => {
-                cache.clear_page(cpu, pfn, &mut st);
+                cache.clear_page(v, pfn, &mut st);
                 false
             }
             MemAccess::CopyPage { dst, src } => {
-                cache.copy_page(cpu, dst, src, &mut st);
+                cache.copy_page(v, dst, src, &mut st);
                 false
             }
             MemAccess::User { phys, len, write } => {
@@ -768,26 +1021,26 @@ impl Engine {
                 } else {
                     AccessKind::Read
                 };
-                cache.access_range(cpu, phys, len as u64, kind, &mut st);
+                cache.access_range(v, phys, len as u64, kind, &mut st);
                 true
             }
         };
-        let vc = &mut self.vcpus[v as usize];
+        let vc = &mut self.vcpus[v];
         let mut ps = costs.ps(&st) + vc.mem_ps_rem;
         if user {
             ps += st.accesses() * costs.user_line_ps;
         }
         if st.llc_misses > 0 && costs.dram_socket_line_ps > 0 {
-            let socket = v as usize / cache.config().cpus_per_socket as usize;
-            let now_ps = t * 1000 + vc.mem_ps_rem;
+            let socket = v.idx() / cache.config().cpus_per_socket as usize;
+            let now_ps = t.0 * 1000 + vc.mem_ps_rem;
             let free = &mut self.dram_free_at_ps[socket];
             *free = (*free).max(now_ps) + st.llc_misses * costs.dram_socket_line_ps;
-            ps = ps.max(*free - t * 1000);
+            ps = ps.max(*free - t.0 * 1000);
         }
         vc.mem_ps_rem = ps % 1000;
         let ns = ps / 1000;
         if user {
-            self.vcpus[v as usize].user_ns += ns;
+            vc.user_ns += ns;
         } else {
             self.stats.cache_kernel += st;
         }
@@ -797,45 +1050,40 @@ impl Engine {
     /// The per-CPU vmstat timer (`vmstat_update()`): marks the work due on
     /// vCPU `v`, samples its pagesets, and re-arms while tasks run (and for
     /// the idle tail after).
-    fn vmstat_timer(&mut self, v: u32, t: u64) {
-        let vi = v as usize;
+    fn vmstat_timer(&mut self, v: VcpuId, t: SimTime) {
         for zi in 0..self.pa.zones.len() {
-            let p = &self.pa.pcp[self.pa.pcp_index(VcpuId(v), zi)];
+            let p = &self.pa.pcp[self.pa.pcp_index(v, zi)];
             self.stats.pcp_series.push(PcpSample {
-                time_ns: t,
-                cpu: v,
+                time_ns: t.0,
+                cpu: v.0,
                 zone: zi as u32,
                 count: p.count,
                 high: p.high,
             });
         }
-        self.vcpus[vi].kwork_pending = true;
+        self.vcpus[v].kwork_pending = true;
         // An idle vCPU wakes for the work; a busy one runs it between
         // operations, as a kworker would run when the task yields.
-        if !self.vcpus[vi].active && self.vcpus[vi].current.is_none() {
-            let at = t.max(self.vcpus[vi].time);
-            self.schedule(v, at);
-        }
-        let next = t + VMSTAT_INTERVAL_NS;
-        if self.live_tasks > 0 || next <= self.last_task_end + self.idle_tail_ns {
-            self.seq += 1;
-            self.queue.push(Reverse((next, self.seq, v | TIMER)));
+        self.kick(v, t);
+        let next = t.after(VMSTAT_INTERVAL_NS);
+        if self.live_tasks > 0 || next <= self.last_task_end.after(self.idle_tail_ns) {
+            self.queue.push(next, Event::VmstatTimer(v));
         }
     }
 
     /// Releases `l` held by vCPU `v` at `t` (a read hold if `read`) and, if
     /// it is now free, grants it to the first waiter: a writer alone, or the
     /// readers at the head of the queue together.
-    fn release(&mut self, l: LockId, v: u32, t: u64, read: bool) {
+    fn release(&mut self, l: LockId, v: VcpuId, t: SimTime, read: bool) {
         let handoff = self.handoff_ns(l);
         let st = self.lock_state(l);
-        let held = if read {
+        let acquired_at = if read {
             let i = st
                 .readers
                 .iter()
                 .position(|&(r, _)| r == v)
                 .expect("read unlock by a vCPU that does not hold the lock");
-            t - st.readers.swap_remove(i).1
+            st.readers.swap_remove(i).1
         } else {
             debug_assert_eq!(
                 st.owner,
@@ -843,10 +1091,10 @@ impl Engine {
                 "unlock by a vCPU that does not hold the lock"
             );
             st.owner = None;
-            t - st.acquired_at
+            st.acquired_at
         };
         st.last_owner = Some(v);
-        let mut grants: Vec<(u32, bool)> = Vec::new();
+        let mut grants: Vec<(VcpuId, bool)> = Vec::new();
         if st.owner.is_none() && st.readers.is_empty() {
             while let Some(&(w, wr)) = st.waiters.front() {
                 if !grants.is_empty() && !wr {
@@ -859,10 +1107,10 @@ impl Engine {
                 }
             }
         }
-        self.stats.locks[l.class as usize].hold_ns += held;
+        self.stats.locks[l.class as usize].hold_ns += t.0 - acquired_at.0;
         for (w, wr) in grants {
             let extra = if w != v { handoff } else { 0 };
-            let tw = t + extra;
+            let tw = t.after(extra);
             let st = self.lock_state(l);
             if wr {
                 st.readers.push((w, tw));
@@ -870,339 +1118,470 @@ impl Engine {
                 st.owner = Some(w);
                 st.acquired_at = tw;
             }
-            let wi = w as usize;
-            let waited = tw - self.vcpus[wi].lock_wait_since;
+            let waited = tw.0 - self.vcpus[w].lock_wait_since.0;
             self.stats.locks[l.class as usize].wait_ns += waited;
-            self.vcpus[wi].charge_busy(waited);
-            self.vcpus[wi].pos += 1;
-            self.vcpus[wi].time = tw;
+            let wc = &mut self.vcpus[w];
+            wc.charge_busy(waited);
+            wc.pos += 1;
+            wc.time = tw;
             self.schedule(w, tw);
         }
     }
 
-    /// Starts the next operation on vCPU `v` at `t`. Returns false if the
-    /// vCPU has nothing to run.
-    fn start_next_op(&mut self, v: u32, t: u64) -> bool {
-        let vi = v as usize;
+    /// Records into `self.cx` what `f` makes the kernel model do on vCPU
+    /// `v` at `t`, and queues those segments on the vCPU to be played.
+    fn record<R>(&mut self, v: VcpuId, t: SimTime, f: impl FnOnce(&mut Engine) -> R) -> R {
+        self.cx.begin(v, t);
+        let r = f(self);
+        self.vcpus[v].segs.extend_from_slice(self.cx.segs());
+        r
+    }
+
+    /// Starts the next operation on vCPU `v` at `t`: the per-CPU kernel
+    /// work that is due, or else the next operation of a task. Returns
+    /// false if the vCPU has nothing to run.
+    fn start_next_op(&mut self, v: VcpuId, t: SimTime) -> bool {
         // Until a task's operation starts, nothing played belongs to a task.
-        self.vcpus[vi].playing_task = false;
-        if self.vcpus[vi].kwork_pending {
-            self.vcpus[vi].kwork_pending = false;
-            self.vcpus[vi].segs.clear();
-            self.vcpus[vi].pos = 0;
-            self.cx.begin(VcpuId(v), SimTime(t));
-            self.pa.decay_pcp_high(&mut self.cx, VcpuId(v));
-            self.vcpus[vi].segs.extend_from_slice(self.cx.segs());
-            return true;
-        }
-        if self.vcpus[vi].helper_ns > 0 {
-            // A kworker runs the copy work items queued here before the
-            // task goes on (no preemption in the model: at its next
-            // operation).
-            let ns = std::mem::take(&mut self.vcpus[vi].helper_ns);
-            self.vcpus[vi].segs.clear();
-            self.vcpus[vi].pos = 0;
-            self.vcpus[vi].segs.push(Seg::Compute(ns));
+        self.vcpus[v].playing_task = false;
+        if self.run_kworker(v, t) {
             return true;
         }
         loop {
-            let tid = match self.vcpus[vi].current {
-                Some(tid) => tid,
-                None => match self.vcpus[vi].runq.pop_front() {
-                    Some(tid) => {
-                        self.vcpus[vi].current = Some(tid);
-                        tid
-                    }
-                    None => return false,
-                },
+            let vc = &mut self.vcpus[v];
+            if vc.current.is_none() {
+                vc.current = vc.runq.pop_front();
+            }
+            let Some(tid) = vc.current else {
+                return false;
             };
-            self.vcpus[vi].segs.clear();
-            self.vcpus[vi].pos = 0;
-            self.vcpus[vi].playing_task = true;
-            self.pa
-                .set_task_mempolicy(VcpuId(v), self.tasks[tid].mempolicy);
-            let pid = self.tasks[tid].pid;
-            if self.procs[pid].dying {
-                // A sibling called exit_group(): this thread ends here.
-                self.tasks[tid].touch = None;
-                if self.finish_task(tid, v, t) {
-                    return true;
-                }
-                continue;
+            if self.start_task_op(tid, v, t) {
+                return true;
             }
-            if self.tasks[tid].touch.is_some() {
-                if self.continue_touch(tid, v, t) {
-                    return true;
-                }
-                continue;
-            }
-            let res = self.tasks[tid].result.take().unwrap_or(OpResult::Done);
-            let task = &mut self.tasks[tid];
-            if task.in_touch {
-                task.in_touch = false;
-                task.touch_end = t;
-            }
-            let Some(op) = task.program.next(res, &mut task.rng) else {
-                if self.finish_task(tid, v, t) {
-                    return true;
-                }
-                continue;
-            };
-            task.nr_ops += 1;
-            self.stats.nr_ops += 1;
-            if self.stats.nr_ops.is_multiple_of(self.pcp_sample_every) {
-                self.stats.peak_pcp_pages = self.stats.peak_pcp_pages.max(self.pa.nr_pcp_pages());
-            }
-            if self.check_every > 0 && self.stats.nr_ops.is_multiple_of(self.check_every) {
-                self.check_invariants();
-            }
-            match op {
-                Op::AllocPages { gfp, order } => {
-                    self.cx.begin(VcpuId(v), SimTime(t));
-                    let r = self.pa.alloc_pages(&mut self.cx, gfp, order);
-                    self.vcpus[vi].segs.extend_from_slice(self.cx.segs());
-                    self.tasks[tid].result = Some(OpResult::Alloc(r));
-                }
-                Op::FreePages { block } => {
-                    self.cx.begin(VcpuId(v), SimTime(t));
-                    self.pa.free_pages(&mut self.cx, block.0, block.1);
-                    self.vcpus[vi].segs.extend_from_slice(self.cx.segs());
-                }
-                Op::Compute { ns } => {
-                    self.vcpus[vi].segs.push(Seg::Compute(ns));
-                    self.vcpus[vi].user_ns += ns;
-                }
-                Op::Send { chan, blocks } => {
-                    // A task already waiting gets the message directly; one
-                    // killed while it waited is skipped.
-                    let mut blocks = Some(blocks);
-                    while let Some(w) = self.chan(chan).waiters.pop_front() {
-                        if self.tasks[w].state == TaskState::Blocked {
-                            let b = blocks.take().expect("delivered once");
-                            self.tasks[w].result = Some(OpResult::Received(b));
-                            self.wake(w, t);
-                            break;
-                        }
-                    }
-                    if let Some(b) = blocks {
-                        self.chan(chan).msgs.push_back(b);
-                    }
-                }
-                Op::Recv { chan } => {
-                    let c = self.chan(chan);
-                    if let Some(m) = c.msgs.pop_front() {
-                        self.tasks[tid].result = Some(OpResult::Received(m));
-                    } else {
-                        c.waiters.push_back(tid);
-                        self.block(tid, v);
-                        continue;
-                    }
-                }
-                Op::Mmap {
-                    len,
-                    hint,
-                    fixed,
-                    advice,
-                } => {
-                    self.cx.begin(VcpuId(v), SimTime(t));
-                    let mut task = self.tasks[tid].vmacache.take();
-                    let policy = self.vmacache_policy;
-                    let r = self.with_mm_locked(pid, |pa, cx, mm| {
-                        // arch_get_unmapped_area_topdown() looks the hint up;
-                        // MAP_FIXED over a mapping goes through do_munmap().
-                        if let Some(h) = hint {
-                            let over = mm
-                                .find_vma_uncharged(h)
-                                .is_some_and(|v| v.start < h.saturating_add(len));
-                            if !fixed || over {
-                                syscall_find_vma(&mut task, policy, pa, cx, mm, h);
-                            }
-                        }
-                        let addr = mm.mmap(pa, cx, hint.unwrap_or(0), len, fixed)?;
-                        if let Some(a) = advice {
-                            mm.madvise(pa, cx, addr, len, a)?;
-                        }
-                        Ok(addr)
-                    });
-                    self.tasks[tid].vmacache = task;
-                    self.vcpus[vi].segs.extend_from_slice(self.cx.segs());
-                    self.tasks[tid].result = Some(OpResult::Mapped(r));
-                }
-                Op::MmapHugetlb {
-                    len,
-                    hint,
-                    fixed,
-                    noreserve,
-                } => {
-                    self.cx.begin(VcpuId(v), SimTime(t));
-                    let r = self.with_mm_locked(pid, |pa, cx, mm| {
-                        mm::hugetlb::hugetlb_mmap(
-                            pa,
-                            cx,
-                            mm,
-                            hint.unwrap_or(0),
-                            len,
-                            fixed,
-                            noreserve,
-                        )
-                    });
-                    self.vcpus[vi].segs.extend_from_slice(self.cx.segs());
-                    self.tasks[tid].result = Some(OpResult::Mapped(r));
-                }
-                Op::SetHugepages {
-                    nr_hugepages,
-                    nr_overcommit_hugepages,
-                } => {
-                    self.cx.begin(VcpuId(v), SimTime(t));
-                    if let Some(n) = nr_overcommit_hugepages {
-                        self.pa.hugetlb.nr_overcommit_huge_pages = n;
-                    }
-                    if let Some(n) = nr_hugepages {
-                        mm::hugetlb::set_max_huge_pages(&mut self.pa, &mut self.cx, n);
-                    }
-                    self.vcpus[vi].segs.extend_from_slice(self.cx.segs());
-                    self.tasks[tid].result = Some(OpResult::Sys(Ok(())));
-                }
-                Op::Munmap { addr, len } => {
-                    self.cx.begin(VcpuId(v), SimTime(t));
-                    let mut task = self.tasks[tid].vmacache.take();
-                    let policy = self.vmacache_policy;
-                    let r = self.with_mm_locked(pid, |pa, cx, mm| {
-                        syscall_find_vma(&mut task, policy, pa, cx, mm, addr);
-                        mm.munmap(pa, cx, addr, len)
-                    });
-                    self.tasks[tid].vmacache = task;
-                    self.vcpus[vi].segs.extend_from_slice(self.cx.segs());
-                    self.tasks[tid].result = Some(OpResult::Sys(r));
-                }
-                Op::Mprotect { addr, len, prot } => {
-                    self.cx.begin(VcpuId(v), SimTime(t));
-                    let r =
-                        self.with_mm_locked(pid, |pa, cx, mm| mm.mprotect(pa, cx, addr, len, prot));
-                    self.vcpus[vi].segs.extend_from_slice(self.cx.segs());
-                    self.tasks[tid].result = Some(OpResult::Sys(r));
-                }
-                Op::Mremap {
-                    addr,
-                    old_len,
-                    new_len,
-                    flags,
-                    new_addr,
-                } => {
-                    self.cx.begin(VcpuId(v), SimTime(t));
-                    let r = self.with_mm_locked(pid, |pa, cx, mm| {
-                        mm.mremap(pa, cx, addr, old_len, new_len, flags, new_addr)
-                    });
-                    self.vcpus[vi].segs.extend_from_slice(self.cx.segs());
-                    self.tasks[tid].result = Some(OpResult::Mapped(r));
-                }
-                Op::Madvise { addr, len, advice } => {
-                    self.cx.begin(VcpuId(v), SimTime(t));
-                    let mut task = self.tasks[tid].vmacache.take();
-                    let policy = self.vmacache_policy;
-                    let r = self.with_mm_locked(pid, |pa, cx, mm| {
-                        syscall_find_vma(&mut task, policy, pa, cx, mm, addr);
-                        mm.madvise(pa, cx, addr, len, advice)
-                    });
-                    self.tasks[tid].vmacache = task;
-                    self.vcpus[vi].segs.extend_from_slice(self.cx.segs());
-                    self.tasks[tid].result = Some(OpResult::Sys(r));
-                }
-                Op::Brk { brk } => {
-                    self.cx.begin(VcpuId(v), SimTime(t));
-                    let r = self.with_mm_locked(pid, |pa, cx, mm| Ok(mm.brk(pa, cx, brk)));
-                    self.vcpus[vi].segs.extend_from_slice(self.cx.segs());
-                    self.tasks[tid].result = Some(OpResult::Brk(r.unwrap_or(0)));
-                }
-                Op::Touch {
-                    addr,
-                    len,
-                    stride,
-                    bytes,
-                    write,
-                } => {
-                    let task = &mut self.tasks[tid];
-                    task.touch = Some(TouchCursor {
-                        next: addr,
-                        end: addr.saturating_add(len),
-                        stride: stride.max(1),
-                        bytes: bytes.max(1),
-                        write,
-                    });
-                    task.touch_start.get_or_insert(t);
-                    task.in_touch = true;
-                    self.tasks[tid].result = Some(OpResult::Done);
-                    if self.continue_touch(tid, v, t) {
-                        return true;
-                    }
-                    continue;
-                }
-                Op::Fork { child, cpu } => {
-                    self.cx.begin(VcpuId(v), SimTime(t));
-                    let r = self.fork(tid, child.0, cpu, t);
-                    self.vcpus[vi].segs.extend_from_slice(self.cx.segs());
-                    self.tasks[tid].result = Some(OpResult::Forked(r));
-                }
-                Op::Exit => {
-                    self.exit_group(pid);
-                    if self.finish_task(tid, v, t) {
-                        return true;
-                    }
-                    continue;
-                }
-                Op::MovePages {
-                    pages,
-                    nodes,
-                    flags,
-                } => {
-                    self.cx.begin(VcpuId(v), SimTime(t));
-                    let (ret, status) = self.move_pages(pid, &pages, nodes.as_deref(), flags);
-                    self.stats.nr_move_pages += 1;
-                    self.stats.move_pages_ns += self.cx.compute_ns();
-                    self.vcpus[vi].segs.extend_from_slice(self.cx.segs());
-                    self.tasks[tid].result = Some(OpResult::MovedPages { ret, status });
-                    for (cpu, ns) in self.cx.take_helper_work() {
-                        let ci = cpu.idx();
-                        self.vcpus[ci].helper_ns += ns;
-                        if !self.vcpus[ci].active && self.vcpus[ci].current.is_none() {
-                            let at = t.max(self.vcpus[ci].time);
-                            self.schedule(cpu.0, at);
-                        }
-                    }
-                }
-                Op::SetMempolicy { preferred } => {
-                    let r = match preferred {
-                        Some(n) if n as usize >= self.pa.nr_nodes() => Err(Errno::Inval),
-                        p => {
-                            let p = p.map(mm::NodeId);
-                            self.tasks[tid].mempolicy = p;
-                            self.pa.set_task_mempolicy(VcpuId(v), p);
-                            Ok(())
-                        }
-                    };
-                    self.vcpus[vi]
-                        .segs
-                        .push(Seg::Compute(self.costs.get(Cost::SyscallEntry)));
-                    self.tasks[tid].result = Some(OpResult::Sys(r));
-                }
-                Op::Sleep { ns } => {
-                    self.seq += 1;
-                    let at = t + ns;
-                    self.queue.push(Reverse((at, self.seq, tid as u32 | WAKE)));
-                    self.block(tid, v);
-                    continue;
-                }
-                Op::Wait => {
-                    if self.procs[pid].live_children > 0 {
-                        self.procs[pid].waiters.push(tid);
-                        self.block(tid, v);
-                        continue;
-                    }
-                    self.tasks[tid].result = Some(OpResult::Done);
-                }
-            }
+        }
+    }
+
+    /// Queues the per-CPU kernel work due on vCPU `v` at `t`, if any: the
+    /// vmstat work (PCP `high` decay), else the copy work items other CPUs'
+    /// migrations queued here. A kworker runs it before the vCPU's task goes
+    /// on (at the task's next operation: no preemption in the model).
+    fn run_kworker(&mut self, v: VcpuId, t: SimTime) -> bool {
+        let vc = &mut self.vcpus[v];
+        if vc.kwork_pending {
+            vc.kwork_pending = false;
+            vc.reset_segs();
+            self.record(v, t, |e| e.pa.decay_pcp_high(&mut e.cx, v));
             return true;
         }
+        if vc.helper_ns > 0 {
+            let ns = std::mem::take(&mut vc.helper_ns);
+            vc.reset_segs();
+            vc.segs.push(Seg::Compute(ns));
+            return true;
+        }
+        false
+    }
+
+    /// Starts task `tid`'s next operation on vCPU `v` at `t` (or goes on
+    /// with its `Touch`, or ends it if its process is dying). Returns true
+    /// if that gave the vCPU something to play (possibly nothing at all, for
+    /// an operation that takes no time), false if the task left the vCPU
+    /// without work (it blocked, or it ended with nothing to tear down).
+    fn start_task_op(&mut self, tid: TaskId, v: VcpuId, t: SimTime) -> bool {
+        let vc = &mut self.vcpus[v];
+        vc.reset_segs();
+        vc.playing_task = true;
+        self.pa.set_task_mempolicy(v, self.tasks[tid].mempolicy);
+        let pid = self.tasks[tid].pid;
+        if self.procs[pid].dying {
+            // A sibling called exit_group(): this thread ends here.
+            self.tasks[tid].touch = None;
+            return self.finish_task(tid, v, t);
+        }
+        if self.tasks[tid].touch.is_some() {
+            return self.continue_touch(tid, v, t);
+        }
+        let task = &mut self.tasks[tid];
+        let res = task.result.take().unwrap_or(OpResult::Done);
+        task.end_touch_phase(t);
+        let Some(op) = task.program.next(res, &mut task.rng) else {
+            return self.finish_task(tid, v, t);
+        };
+        task.nr_ops += 1;
+        self.count_op();
+        self.start_op(OpCtx { tid, pid, v, t }, op)
+    }
+
+    /// Counts an operation; samples the PCP pages and runs the invariant
+    /// checker every so many.
+    fn count_op(&mut self) {
+        self.stats.nr_ops += 1;
+        if self.stats.nr_ops.is_multiple_of(self.pcp_sample_every) {
+            self.stats.peak_pcp_pages = self.stats.peak_pcp_pages.max(self.pa.nr_pcp_pages());
+        }
+        if self.check_every > 0 && self.stats.nr_ops.is_multiple_of(self.check_every) {
+            self.check_invariants();
+        }
+    }
+
+    /// Starts `op` (see [`Engine::start_task_op`] for what it returns). The
+    /// task learns the result at its next operation.
+    fn start_op(&mut self, c: OpCtx, op: Op) -> bool {
+        let res = match op {
+            Op::AllocPages { gfp, order } => OpResult::Alloc(self.op_alloc_pages(c, gfp, order)),
+            Op::FreePages { block } => self.op_free_pages(c, block),
+            Op::Compute { ns } => self.op_compute(c, ns),
+            Op::Send { chan, blocks } => self.op_send(c, chan, blocks),
+            Op::Recv { chan } => match self.op_recv(c, chan) {
+                Some(msg) => OpResult::Received(msg),
+                None => return false,
+            },
+            Op::Mmap {
+                len,
+                hint,
+                fixed,
+                advice,
+            } => OpResult::Mapped(self.op_mmap(c, len, hint, fixed, advice)),
+            Op::MmapHugetlb {
+                len,
+                hint,
+                fixed,
+                noreserve,
+            } => OpResult::Mapped(self.op_mmap_hugetlb(c, len, hint, fixed, noreserve)),
+            Op::SetHugepages {
+                nr_hugepages,
+                nr_overcommit_hugepages,
+            } => OpResult::Sys(self.op_set_hugepages(c, nr_hugepages, nr_overcommit_hugepages)),
+            Op::Munmap { addr, len } => OpResult::Sys(self.op_munmap(c, addr, len)),
+            Op::Mprotect { addr, len, prot } => OpResult::Sys(self.op_mprotect(c, addr, len, prot)),
+            Op::Mremap {
+                addr,
+                old_len,
+                new_len,
+                flags,
+                new_addr,
+            } => OpResult::Mapped(self.op_mremap(c, addr, old_len, new_len, flags, new_addr)),
+            Op::Madvise { addr, len, advice } => {
+                OpResult::Sys(self.op_madvise(c, addr, len, advice))
+            }
+            Op::Brk { brk } => OpResult::Brk(self.op_brk(c, brk)),
+            Op::Touch {
+                addr,
+                len,
+                stride,
+                bytes,
+                write,
+            } => return self.op_touch(c, addr, len, stride, bytes, write),
+            Op::Fork { child, cpu } => OpResult::Forked(self.op_fork(c, child, cpu)),
+            Op::Exit => return self.op_exit(c),
+            Op::MovePages {
+                pages,
+                nodes,
+                flags,
+            } => self.op_move_pages(c, &pages, nodes.as_deref(), flags),
+            Op::SetMempolicy { preferred } => OpResult::Sys(self.op_set_mempolicy(c, preferred)),
+            Op::Sleep { ns } => return self.op_sleep(c, ns),
+            Op::Wait => {
+                if !self.op_wait(c) {
+                    return false;
+                }
+                OpResult::Done
+            }
+        };
+        self.tasks[c.tid].result = Some(res);
+        true
+    }
+
+    /// Runs `f` as a system call of task `c.tid` on its process's address
+    /// space, recorded on the vCPU: under `mmap_lock` held for writing, the
+    /// address space made first if the process has none yet.
+    fn mm_syscall<R>(
+        &mut self,
+        c: OpCtx,
+        f: impl FnOnce(&mut SyscallCx<'_>) -> Result<R, Errno>,
+    ) -> Result<R, Errno> {
+        self.record(c.v, c.t, |e| {
+            e.ensure_mm(c.pid)?;
+            let lock = mmap_lock(c.pid);
+            e.cx.lock(lock);
+            let mut vmacache = e.tasks[c.tid].vmacache.take();
+            let r = f(&mut SyscallCx {
+                pa: &mut e.pa,
+                cx: &mut e.cx,
+                mm: e.procs[c.pid].mm.as_mut().expect("made above"),
+                vmacache: &mut vmacache,
+                policy: e.vmacache_policy,
+            });
+            e.tasks[c.tid].vmacache = vmacache;
+            e.cx.unlock(lock);
+            r
+        })
+    }
+
+    /// Gives process `pid` an address space if it has none yet, recording
+    /// into `self.cx`: `mm_alloc()` at exec, the PGD, and the layout that
+    /// `arch_pick_mmap_layout()` chooses (randomized with ASLR, from a
+    /// stream of the run's seed that is this process's own).
+    fn ensure_mm(&mut self, pid: Pid) -> Result<(), Errno> {
+        if self.procs[pid].mm.is_some() {
+            return Ok(());
+        }
+        let mut mm = MmStruct::new(&mut self.pa, &mut self.cx, self.mmg.cfg.mmap_layout)?;
+        if self.mmg.cfg.randomize_va_space != 0 {
+            let mut r = mm::rng::SplitMix64(
+                self.seed ^ (pid as u64 + 1).wrapping_mul(0xA5A5_5A5A_0F0F_F0F1),
+            );
+            mm.randomize_mmap_base(r.next_u64());
+        }
+        self.procs[pid].mm = Some(mm);
+        Ok(())
+    }
+
+    /// `alloc_pages(gfp, order)`.
+    fn op_alloc_pages(&mut self, c: OpCtx, gfp: Gfp, order: u8) -> Result<Pfn, AllocError> {
+        self.record(c.v, c.t, |e| e.pa.alloc_pages(&mut e.cx, gfp, order))
+    }
+
+    /// `__free_pages()` of a block the task owns.
+    fn op_free_pages(&mut self, c: OpCtx, block: Block) -> OpResult {
+        self.record(c.v, c.t, |e| e.pa.free_pages(&mut e.cx, block.0, block.1));
+        OpResult::Done
+    }
+
+    /// User-mode work.
+    fn op_compute(&mut self, c: OpCtx, ns: u64) -> OpResult {
+        let vc = &mut self.vcpus[c.v];
+        vc.segs.push(Seg::Compute(ns));
+        vc.user_ns += ns;
+        OpResult::Done
+    }
+
+    /// Sends `blocks` on `chan`: a task already waiting gets them directly
+    /// (one killed while it waited is skipped); else they wait in the
+    /// channel.
+    fn op_send(&mut self, c: OpCtx, chan: ChanId, blocks: Vec<Block>) -> OpResult {
+        let mut blocks = Some(blocks);
+        while let Some(w) = self.chan(chan).waiters.pop_front() {
+            if self.tasks[w].state == TaskState::Blocked {
+                let b = blocks.take().expect("delivered once");
+                self.tasks[w].result = Some(OpResult::Received(b));
+                self.wake(w, c.t);
+                break;
+            }
+        }
+        if let Some(b) = blocks {
+            self.chan(chan).msgs.push_back(b);
+        }
+        OpResult::Done
+    }
+
+    /// Takes a message from `chan`, or blocks the task until one comes
+    /// (`None`).
+    fn op_recv(&mut self, c: OpCtx, chan: ChanId) -> Option<Vec<Block>> {
+        let ch = self.chan(chan);
+        if let Some(m) = ch.msgs.pop_front() {
+            return Some(m);
+        }
+        ch.waiters.push_back(c.tid);
+        self.block(c.tid, c.v);
+        None
+    }
+
+    /// `mmap()` of an anonymous private mapping, then `madvise(advice)` on it.
+    fn op_mmap(
+        &mut self,
+        c: OpCtx,
+        len: u64,
+        hint: Option<u64>,
+        fixed: bool,
+        advice: Option<Advice>,
+    ) -> Result<u64, Errno> {
+        self.mm_syscall(c, |s| {
+            // arch_get_unmapped_area_topdown() looks the hint up; MAP_FIXED
+            // over a mapping goes through do_munmap().
+            if let Some(h) = hint {
+                let over =
+                    s.mm.find_vma_uncharged(h)
+                        .is_some_and(|v| v.start < h.saturating_add(len));
+                if !fixed || over {
+                    s.find_vma(h);
+                }
+            }
+            let addr = s.mm.mmap(s.pa, s.cx, hint.unwrap_or(0), len, fixed)?;
+            if let Some(a) = advice {
+                s.mm.madvise(s.pa, s.cx, addr, len, a)?;
+            }
+            Ok(addr)
+        })
+    }
+
+    /// `mmap(MAP_HUGETLB)` ([`mm::hugetlb::hugetlb_mmap`]).
+    fn op_mmap_hugetlb(
+        &mut self,
+        c: OpCtx,
+        len: u64,
+        hint: Option<u64>,
+        fixed: bool,
+        noreserve: bool,
+    ) -> Result<u64, Errno> {
+        self.mm_syscall(c, |s| {
+            let hint = hint.unwrap_or(0);
+            mm::hugetlb::hugetlb_mmap(s.pa, s.cx, s.mm, hint, len, fixed, noreserve)
+        })
+    }
+
+    /// Writes to the hugetlb pool's `nr_overcommit_hugepages` and
+    /// `nr_hugepages`.
+    fn op_set_hugepages(
+        &mut self,
+        c: OpCtx,
+        nr_hugepages: Option<u64>,
+        nr_overcommit_hugepages: Option<u64>,
+    ) -> Result<(), Errno> {
+        self.record(c.v, c.t, |e| {
+            if let Some(n) = nr_overcommit_hugepages {
+                e.pa.hugetlb.nr_overcommit_huge_pages = n;
+            }
+            if let Some(n) = nr_hugepages {
+                mm::hugetlb::set_max_huge_pages(&mut e.pa, &mut e.cx, n);
+            }
+        });
+        Ok(())
+    }
+
+    /// `munmap()`.
+    fn op_munmap(&mut self, c: OpCtx, addr: u64, len: u64) -> Result<(), Errno> {
+        self.mm_syscall(c, |s| {
+            s.find_vma(addr);
+            s.mm.munmap(s.pa, s.cx, addr, len)
+        })
+    }
+
+    /// `mprotect()`.
+    fn op_mprotect(&mut self, c: OpCtx, addr: u64, len: u64, prot: Prot) -> Result<(), Errno> {
+        self.mm_syscall(c, |s| s.mm.mprotect(s.pa, s.cx, addr, len, prot))
+    }
+
+    /// `mremap()`.
+    fn op_mremap(
+        &mut self,
+        c: OpCtx,
+        addr: u64,
+        old_len: u64,
+        new_len: u64,
+        flags: MremapFlags,
+        new_addr: u64,
+    ) -> Result<u64, Errno> {
+        self.mm_syscall(c, |s| {
+            s.mm.mremap(s.pa, s.cx, addr, old_len, new_len, flags, new_addr)
+        })
+    }
+
+    /// `madvise()`.
+    fn op_madvise(&mut self, c: OpCtx, addr: u64, len: u64, advice: Advice) -> Result<(), Errno> {
+        self.mm_syscall(c, |s| {
+            s.find_vma(addr);
+            s.mm.madvise(s.pa, s.cx, addr, len, advice)
+        })
+    }
+
+    /// `brk()`: the break afterwards (0 if the process could not even get
+    /// an address space).
+    fn op_brk(&mut self, c: OpCtx, brk: u64) -> u64 {
+        self.mm_syscall(c, |s| Ok(s.mm.brk(s.pa, s.cx, brk)))
+            .unwrap_or(0)
+    }
+
+    /// Starts a `Touch` and plays its first chunk.
+    fn op_touch(
+        &mut self,
+        c: OpCtx,
+        addr: u64,
+        len: u64,
+        stride: u64,
+        bytes: u64,
+        write: bool,
+    ) -> bool {
+        let task = &mut self.tasks[c.tid];
+        task.touch = Some(TouchCursor {
+            next: addr,
+            end: addr.saturating_add(len),
+            stride: stride.max(1),
+            bytes: bytes.max(1),
+            write,
+        });
+        task.touch_start.get_or_insert(c.t);
+        task.in_touch = true;
+        task.result = Some(OpResult::Done);
+        self.continue_touch(c.tid, c.v, c.t)
+    }
+
+    /// `fork()`.
+    fn op_fork(
+        &mut self,
+        c: OpCtx,
+        child: ChildProgram,
+        cpu: Option<VcpuId>,
+    ) -> Result<u32, Errno> {
+        self.record(c.v, c.t, |e| e.fork(c.tid, child.0, cpu, c.t))
+    }
+
+    /// `exit_group()`.
+    fn op_exit(&mut self, c: OpCtx) -> bool {
+        self.exit_group(c.pid);
+        self.finish_task(c.tid, c.v, c.t)
+    }
+
+    /// `move_pages()`: the migration's copy work that other CPUs do (a
+    /// multi-threaded copy) is queued on them.
+    fn op_move_pages(
+        &mut self,
+        c: OpCtx,
+        pages: &[u64],
+        nodes: Option<&[u16]>,
+        flags: i32,
+    ) -> OpResult {
+        let (ret, status) = self.record(c.v, c.t, |e| e.move_pages(c.pid, pages, nodes, flags));
+        self.stats.nr_move_pages += 1;
+        self.stats.move_pages_ns += self.cx.compute_ns();
+        for (cpu, ns) in self.cx.take_helper_work() {
+            self.vcpus[cpu].helper_ns += ns;
+            self.kick(cpu, c.t);
+        }
+        OpResult::MovedPages { ret, status }
+    }
+
+    /// `set_mempolicy(MPOL_PREFERRED)` or `MPOL_DEFAULT`.
+    fn op_set_mempolicy(&mut self, c: OpCtx, preferred: Option<u16>) -> Result<(), Errno> {
+        let r = match preferred {
+            Some(n) if n as usize >= self.pa.nr_nodes() => Err(Errno::Inval),
+            p => {
+                let p = p.map(NodeId);
+                self.tasks[c.tid].mempolicy = p;
+                self.pa.set_task_mempolicy(c.v, p);
+                Ok(())
+            }
+        };
+        let ns = self.costs.get(Cost::SyscallEntry);
+        self.vcpus[c.v].segs.push(Seg::Compute(ns));
+        r
+    }
+
+    /// `nanosleep()`: the task blocks until its wake event.
+    fn op_sleep(&mut self, c: OpCtx, ns: u64) -> bool {
+        self.queue.push(c.t.after(ns), Event::Wake(c.tid));
+        self.block(c.tid, c.v);
+        false
+    }
+
+    /// `wait()` for every child: false if the task blocked until the last
+    /// child exits.
+    fn op_wait(&mut self, c: OpCtx) -> bool {
+        if self.procs[c.pid].live_children == 0 {
+            return true;
+        }
+        self.procs[c.pid].waiters.push(c.tid);
+        self.block(c.tid, c.v);
+        false
     }
 
     /// `move_pages()` by process `pid`, recording into `self.cx`: every
@@ -1228,7 +1607,7 @@ impl Engine {
             .map(|c| c.current.is_none() && c.runq.is_empty())
             .collect();
         let mut cpus_of = vec![Vec::new(); self.procs.len()];
-        for task in &self.tasks {
+        for task in self.tasks.iter() {
             if task.state != TaskState::Done && !cpus_of[task.pid].contains(&task.cpu.0) {
                 cpus_of[task.pid].push(task.cpu.0);
             }
@@ -1262,49 +1641,46 @@ impl Engine {
     }
 
     /// Takes task `tid` off vCPU `v` until something wakes it.
-    fn block(&mut self, tid: TaskId, v: u32) {
+    fn block(&mut self, tid: TaskId, v: VcpuId) {
         self.tasks[tid].state = TaskState::Blocked;
-        self.vcpus[v as usize].current = None;
-    }
-
-    /// Runs `f` on process `pid`'s address space (created if need be) under
-    /// its `mmap_lock` held for writing, recording into `self.cx`.
-    fn with_mm_locked<R>(
-        &mut self,
-        pid: Pid,
-        f: impl FnOnce(&mut PageAlloc, &mut Cx, &mut MmStruct) -> Result<R, Errno>,
-    ) -> Result<R, Errno> {
-        if self.procs[pid].mm.is_none() {
-            // mm_alloc() at exec: the PGD, and the layout that
-            // arch_pick_mmap_layout() chooses (randomized with ASLR, from a
-            // stream of the run's seed that is this process's own).
-            let mut mm = MmStruct::new(&mut self.pa, &mut self.cx, self.mmg.cfg.mmap_layout)?;
-            if self.mmg.cfg.randomize_va_space != 0 {
-                let mut r = mm::rng::SplitMix64(
-                    self.seed ^ (pid as u64 + 1).wrapping_mul(0xA5A5_5A5A_0F0F_F0F1),
-                );
-                mm.randomize_mmap_base(r.next_u64());
-            }
-            self.procs[pid].mm = Some(mm);
-        }
-        let lock = mmap_lock(pid);
-        self.cx.lock(lock);
-        let mm = self.procs[pid].mm.as_mut().expect("created above");
-        let r = f(&mut self.pa, &mut self.cx, mm);
-        self.cx.unlock(lock);
-        r
+        self.vcpus[v].current = None;
     }
 
     /// Plays task `tid`'s `Touch` up to and including its next fault (or
     /// [`TOUCH_CHUNK`] accesses). Returns true if it produced work for the
     /// vCPU; false if the task ended without any (killed, nothing to tear
     /// down).
-    fn continue_touch(&mut self, tid: TaskId, v: u32, t: u64) -> bool {
-        let vi = v as usize;
+    fn continue_touch(&mut self, tid: TaskId, v: VcpuId, t: SimTime) -> bool {
         let pid = self.tasks[tid].pid;
         let mut cur = self.tasks[tid].touch.take().expect("a touch in progress");
-        self.cx.begin(VcpuId(v), SimTime(t));
-        let mut fault = None;
+        let (n, fault) = self.record(v, t, |e| e.touch_chunk(tid, pid, &mut cur));
+        self.vcpus[v].user_ns += n * self.costs.get(Cost::Touch);
+        let Some(fault) = fault else {
+            if cur.next < cur.end {
+                self.tasks[tid].touch = Some(cur);
+            }
+            return true;
+        };
+        // force_sig(SIGSEGV) or the OOM killer: the process dies.
+        match fault {
+            VmFault::Sigsegv => self.stats.nr_sigsegv += 1,
+            VmFault::Oom => self.stats.nr_oom_kills += 1,
+            VmFault::Sigbus => self.stats.nr_sigbus += 1,
+        }
+        self.exit_group(pid);
+        let torn_down = self.finish_task(tid, v, t);
+        torn_down || !self.vcpus[v].segs.is_empty()
+    }
+
+    /// Plays the accesses of `cur` into `self.cx`, up to and including the
+    /// first one that faults, or [`TOUCH_CHUNK`] of them. Returns how many
+    /// it played and the fault that kills the process, if one does.
+    fn touch_chunk(
+        &mut self,
+        tid: TaskId,
+        pid: Pid,
+        cur: &mut TouchCursor,
+    ) -> (u64, Option<VmFault>) {
         let mut n = 0;
         while cur.next < cur.end && n < TOUCH_CHUNK {
             let addr = cur.next;
@@ -1316,67 +1692,52 @@ impl Engine {
             let len = cur.bytes.min(in_page).min(cur.end - addr) as u32;
             self.tasks[tid].touch_bytes += len as u64;
             let Some(mm) = self.procs[pid].mm.as_mut() else {
-                fault = Some(VmFault::Sigsegv);
-                break;
+                return (n, Some(VmFault::Sigsegv));
             };
             if let Some(phys) = mm::memory::user_access(&mut self.pa, mm, addr, cur.write) {
                 self.cx.user_access(phys, len, cur.write);
                 continue;
             }
-            let policy = self.vmacache_policy;
-            let task = self.tasks[tid]
-                .vmacache
-                .get_or_insert_with(|| mm::vmacache::TaskStruct::new(mm, policy));
-            // The fault runs under mmap_lock held for reading.
-            let lock = mmap_lock(pid);
-            self.cx.lock_read(lock);
-            let r = mm::memory::do_user_addr_fault(
-                &mut self.pa,
-                &mut self.cx,
-                &mut self.mmg,
-                mm,
-                task,
-                addr,
-                cur.write,
-            );
-            self.cx.unlock_read(lock);
-            match r {
-                Ok(()) => {
-                    // The access is retried and now succeeds.
-                    let phys = mm::memory::user_access(&mut self.pa, mm, addr, cur.write);
-                    debug_assert!(phys.is_some(), "fault at {addr:#x} left it unmapped");
-                    if let Some(phys) = phys {
-                        self.cx.user_access(phys, len, cur.write);
-                    }
-                    break;
-                }
-                Err(e) => {
-                    fault = Some(e);
-                    break;
-                }
-            }
+            return (n, self.user_fault(tid, pid, addr, len, cur.write).err());
         }
-        self.vcpus[vi].segs.extend_from_slice(self.cx.segs());
-        self.vcpus[vi].user_ns += n * self.costs.get(Cost::Touch);
-        match fault {
-            None => {
-                if cur.next < cur.end {
-                    self.tasks[tid].touch = Some(cur);
-                }
-                true
-            }
-            Some(e) => {
-                // force_sig(SIGSEGV) or the OOM killer: the process dies.
-                match e {
-                    VmFault::Sigsegv => self.stats.nr_sigsegv += 1,
-                    VmFault::Oom => self.stats.nr_oom_kills += 1,
-                    VmFault::Sigbus => self.stats.nr_sigbus += 1,
-                }
-                self.exit_group(pid);
-                let torn_down = self.finish_task(tid, v, t);
-                torn_down || !self.vcpus[vi].segs.is_empty()
-            }
+        (n, None)
+    }
+
+    /// The page fault of task `tid`'s access of `len` bytes at `addr`
+    /// (`do_user_addr_fault()`, under `mmap_lock` held for reading), then
+    /// the access again, which now succeeds. Records into `self.cx`.
+    fn user_fault(
+        &mut self,
+        tid: TaskId,
+        pid: Pid,
+        addr: u64,
+        len: u32,
+        write: bool,
+    ) -> Result<(), VmFault> {
+        let mm = self.procs[pid].mm.as_mut().expect("the access found it");
+        let policy = self.vmacache_policy;
+        let task = self.tasks[tid]
+            .vmacache
+            .get_or_insert_with(|| TaskStruct::new(mm, policy));
+        let lock = mmap_lock(pid);
+        self.cx.lock_read(lock);
+        let r = mm::memory::do_user_addr_fault(
+            &mut self.pa,
+            &mut self.cx,
+            &mut self.mmg,
+            mm,
+            task,
+            addr,
+            write,
+        );
+        self.cx.unlock_read(lock);
+        r?;
+        let phys = mm::memory::user_access(&mut self.pa, mm, addr, write);
+        debug_assert!(phys.is_some(), "fault at {addr:#x} left it unmapped");
+        if let Some(phys) = phys {
+            self.cx.user_access(phys, len, write);
         }
+        Ok(())
     }
 
     /// `fork()` by task `tid` at `t`: copies its process's address space and
@@ -1384,9 +1745,9 @@ impl Engine {
     fn fork(
         &mut self,
         tid: TaskId,
-        program: Box<dyn crate::op::Program>,
+        program: Box<dyn Program>,
         cpu: Option<VcpuId>,
-        t: u64,
+        t: SimTime,
     ) -> Result<u32, Errno> {
         let pid = self.tasks[tid].pid;
         let child_mm = if self.procs[pid].mm.is_some() {
@@ -1410,28 +1771,14 @@ impl Engine {
             Some(c) => VcpuId(c.0 % nr_cpus),
             None => VcpuId((self.tasks[tid].cpu.0 + 1 + nth % nr_cpus) % nr_cpus),
         };
-        let ctid = self.tasks.len();
+        let mut task = Task::new(TaskId(self.tasks.len()), self.seed, program, cpu, child);
+        task.state = TaskState::Blocked;
         // The child inherits the task's memory policy (mpol_dup()).
-        let mempolicy = self.tasks[tid].mempolicy;
+        task.mempolicy = self.tasks[tid].mempolicy;
         self.live_tasks += 1;
-        self.tasks.push(Task {
-            program,
-            rng: Rng::stream(self.seed, ctid as u64 + 1),
-            cpu,
-            state: TaskState::Blocked,
-            result: Some(OpResult::Start),
-            nr_ops: 0,
-            pid: child,
-            touch: None,
-            vmacache: None,
-            touch_bytes: 0,
-            touch_start: None,
-            touch_end: 0,
-            in_touch: false,
-            mempolicy,
-        });
+        let ctid = self.tasks.push(task);
         // The child runs once the parent's fork() has done its work.
-        let at = t + self.cx.compute_ns();
+        let at = t.after(self.cx.compute_ns());
         self.wake(ctid, at);
         Ok(child as u32)
     }
@@ -1441,7 +1788,7 @@ impl Engine {
     fn exit_group(&mut self, pid: Pid) {
         self.procs[pid].dying = true;
         self.procs[pid].waiters.clear();
-        for i in 0..self.tasks.len() {
+        for i in self.tasks.ids() {
             if self.tasks[i].pid == pid && self.tasks[i].state == TaskState::Blocked {
                 self.tasks[i].state = TaskState::Done;
                 self.procs[pid].live_tasks -= 1;
@@ -1454,15 +1801,11 @@ impl Engine {
     /// task, tears the address space down (`exit_mmap()`), with the work
     /// put on the vCPU, and tells the parent; returns true if there is such
     /// work to play.
-    fn finish_task(&mut self, tid: TaskId, v: u32, t: u64) -> bool {
-        let vi = v as usize;
+    fn finish_task(&mut self, tid: TaskId, v: VcpuId, t: SimTime) -> bool {
         self.tasks[tid].state = TaskState::Done;
-        if self.tasks[tid].in_touch {
-            self.tasks[tid].in_touch = false;
-            self.tasks[tid].touch_end = t;
-        }
-        self.vcpus[vi].current = None;
-        self.stats.runtime_ns = self.stats.runtime_ns.max(t);
+        self.tasks[tid].end_touch_phase(t);
+        self.vcpus[v].current = None;
+        self.stats.runtime_ns = self.stats.runtime_ns.max(t.0);
         self.live_tasks -= 1;
         self.last_task_end = self.last_task_end.max(t);
         if self.live_tasks == 0 && self.idle_tail_ns > 0 {
@@ -1474,22 +1817,23 @@ impl Engine {
         if self.procs[pid].live_tasks > 0 {
             return false;
         }
-        let mut work = false;
-        if let Some(mm) = self.procs[pid].mm.take() {
-            self.cx.begin(VcpuId(v), SimTime(t));
-            let lock = mmap_lock(pid);
-            self.cx.lock(lock);
-            mm::memory::exit_mmap(&mut self.pa, &mut self.cx, mm);
-            self.cx.unlock(lock);
-            self.vcpus[vi].segs.extend_from_slice(self.cx.segs());
-            work = true;
-        }
+        let work = if let Some(mm) = self.procs[pid].mm.take() {
+            self.record(v, t, |e| {
+                let lock = mmap_lock(pid);
+                e.cx.lock(lock);
+                mm::memory::exit_mmap(&mut e.pa, &mut e.cx, mm);
+                e.cx.unlock(lock);
+            });
+            true
+        } else {
+            false
+        };
         if let Some(parent) = self.procs[pid].parent {
             let p = &mut self.procs[parent];
             p.live_children -= 1;
             if p.live_children == 0 {
                 let waiters = std::mem::take(&mut p.waiters);
-                let at = t + if work { self.cx.compute_ns() } else { 0 };
+                let at = t.after(if work { self.cx.compute_ns() } else { 0 });
                 for w in waiters {
                     self.tasks[w].result = Some(OpResult::Done);
                     self.wake(w, at);
@@ -1508,16 +1852,12 @@ impl Engine {
     }
 
     /// Makes a blocked task runnable again, its message already delivered.
-    fn wake(&mut self, tid: TaskId, t: u64) {
+    fn wake(&mut self, tid: TaskId, t: SimTime) {
         let task = &mut self.tasks[tid];
         task.state = TaskState::Runnable;
-        let cpu = task.cpu.0;
-        let ci = cpu as usize;
-        self.vcpus[ci].runq.push_back(tid);
-        if !self.vcpus[ci].active && self.vcpus[ci].current.is_none() {
-            let at = t.max(self.vcpus[ci].time);
-            self.schedule(cpu, at);
-        }
+        let cpu = task.cpu;
+        self.vcpus[cpu].runq.push_back(tid);
+        self.kick(cpu, t);
     }
 
     /// The address space of process `pid` (processes are numbered in the
@@ -1540,21 +1880,31 @@ fn mmap_lock(pid: Pid) -> LockId {
     }
 }
 
-/// The cached `find_vma()` at the start of `munmap()`, `madvise()` and a
-/// hinted `mmap()` (Linux 3.15–6.0): makes the task's VMA cache if it has
-/// none yet, then [`mm::vmacache::find_vma_syscall`]. Nothing under the
-/// `none` policy.
-fn syscall_find_vma(
-    task: &mut Option<mm::vmacache::TaskStruct>,
-    policy: mm::vmacache::VmacachePolicy,
-    pa: &mut PageAlloc,
-    cx: &mut Cx,
-    mm: &MmStruct,
-    addr: u64,
-) {
-    if policy == mm::vmacache::VmacachePolicy::None {
-        return;
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn queue_orders_by_time_then_fifo() {
+        let mut q = EventQueue::default();
+        q.push(SimTime(20), Event::Run(VcpuId(0)));
+        q.push(SimTime(10), Event::Wake(TaskId(7)));
+        q.push(SimTime(20), Event::VmstatTimer(VcpuId(3)));
+        q.push(SimTime(10), Event::Run(VcpuId(1)));
+        // Far more tasks than the old bit-packed events could name (2^30).
+        q.push(SimTime(20), Event::Wake(TaskId(1 << 40)));
+        assert_eq!(q.next_at(), Some(SimTime(10)));
+        let order: Vec<(SimTime, Event)> = std::iter::from_fn(|| q.pop()).collect();
+        assert_eq!(
+            order,
+            vec![
+                (SimTime(10), Event::Wake(TaskId(7))),
+                (SimTime(10), Event::Run(VcpuId(1))),
+                (SimTime(20), Event::Run(VcpuId(0))),
+                (SimTime(20), Event::VmstatTimer(VcpuId(3))),
+                (SimTime(20), Event::Wake(TaskId(1 << 40))),
+            ]
+        );
+        assert_eq!(q.next_at(), None);
     }
-    let t = task.get_or_insert_with(|| mm::vmacache::TaskStruct::new(mm, policy));
-    mm::vmacache::find_vma_syscall(t, mm, &mut pa.vmstat, cx, addr);
 }

@@ -125,12 +125,12 @@ use mm::memory::{self, MmGlobal, VmFault};
 use mm::mprotect::Prot;
 use mm::mremap::MremapFlags;
 use mm::page_alloc::{MemoryLayout, PageAlloc};
-use mm::vma::{Advice, MmStruct, Vma, MMAP_MIN_ADDR, TASK_SIZE};
+use mm::vma::{Advice, MmStruct, VmFlags, Vma, MMAP_MIN_ADDR, TASK_SIZE};
 use mm::vmacache::{MmId, TaskStruct, VmacachePolicy};
 use mm::vmstat::VmStat;
 use mm::{SimTime, VcpuId, PAGE_SIZE};
 
-use crate::event::{Event, EventKind, Header, Trailer};
+use crate::event::{Event, EventKind, ExecVma, Header, Trailer};
 use crate::format::TraceReader;
 use crate::replay::ReplayError;
 
@@ -166,6 +166,10 @@ enum Kind {
     SharedAnon,
     /// `MAP_HUGETLB`.
     Hugetlb,
+    /// A special mapping `execve()` made: the vDSO and its data pages
+    /// (`[vdso]`, `[vvar]`, `[vvar_vclock]`), whose faults no anonymous
+    /// policy changes.
+    Special,
     /// Anonymous private, larger than the machine (a sanitizer's shadow, a
     /// runtime's `MAP_NORESERVE` arena): not modelled, see
     /// `World::map_anon`. An `mprotect` that opens part of it brings that
@@ -266,6 +270,10 @@ pub struct AspaceRecorded {
     pub forks: u64,
     pub execs: u64,
     pub exits: u64,
+    /// `ExecLayout` events: execs whose mappings the trace records, so that
+    /// the stack, the `.bss` and the program's and interpreter's files are
+    /// in the replay.
+    pub exec_layouts: u64,
     /// Forked children that turned out to be threads.
     pub threads: u64,
     /// Processes whose first event was not their fork (they existed before
@@ -291,7 +299,8 @@ pub struct AspaceModel {
     pub faults_absorbed: u64,
     /// Recorded faults outside the model's VMAs, carried over unchanged.
     pub faults_passthrough: u64,
-    /// Of those: in file-backed, shared or hugetlb mappings.
+    /// Of those: in file-backed, shared or hugetlb mappings, and the
+    /// special mappings of an exec (vDSO, vvar).
     pub faults_passthrough_file: u64,
     /// Faults the model could not handle: [`Self::faults_sigsegv`], or no
     /// memory in the model.
@@ -300,6 +309,11 @@ pub struct AspaceModel {
     /// `PROT_READ` VMA, any access to a `PROT_NONE` one): a SIGSEGV, in the
     /// kernel as in the model, and counted in neither's `pgfault`.
     pub faults_sigsegv: u64,
+    /// Faults the model took for the argument pages of each recorded exec
+    /// (`get_user_pages_remote()` in `copy_strings()`): no tracepoint fires
+    /// for them, but the kernel counts them in `pgfault` and in the task's
+    /// `ru_minflt`. Order 0 under every kernel.
+    pub faults_exec_args: u64,
     /// Virtual nanoseconds the model charged for the faults it took.
     pub fault_ns: u64,
     /// Most processes alive at once.
@@ -323,9 +337,9 @@ pub struct LiveProc {
 
 impl AspaceModel {
     /// The model's prediction of `pgfault`: the faults it took plus those
-    /// it carried over.
+    /// it carried over, and the argument pages of the execs.
     pub fn predicted_pgfault(&self) -> u64 {
-        self.faults_taken + self.faults_passthrough
+        self.faults_taken + self.faults_passthrough + self.faults_exec_args
     }
 }
 
@@ -356,6 +370,12 @@ struct World {
     hot: Option<(i32, Proc)>,
     hot_task: Option<(i32, TaskStruct)>,
     hot_vma: (u64, u64),
+    /// Kernel faults outside every mapping of their process, per thread
+    /// group, held until the process's next event: the ones `execve()`
+    /// takes on the new stack (`create_elf_tables()`) come before its
+    /// `sched_process_exec`, and belong to the address space that the
+    /// exec's layout describes ([`World::flush_deferred`]).
+    deferred: BTreeMap<i32, Vec<(i32, u64, bool)>>,
     out: AspaceModel,
 }
 
@@ -391,6 +411,7 @@ impl World {
             hot: None,
             hot_task: None,
             hot_vma: (0, 0),
+            deferred: BTreeMap::new(),
             max_anon_bytes: (layout.nodes.iter().map(|n| n.nr_pages).sum::<u64>() * PAGE_SIZE)
                 .max(64 << 30),
             out: AspaceModel::default(),
@@ -534,87 +555,87 @@ impl World {
     }
 
     fn apply(&mut self, ev: &Event, t0: u64, rec: &mut AspaceRecorded, first: bool) {
-        if !matches!(
+        let is_fault = matches!(
             ev.kind,
             EventKind::PageFaultUser { .. } | EventKind::PageFaultKernel { .. }
-        ) {
+        );
+        if !is_fault {
             self.park();
         }
         if matches!(
             ev.kind,
-            EventKind::Fork { .. } | EventKind::Exec { .. } | EventKind::Exit { .. }
+            EventKind::Fork { .. }
+                | EventKind::Exec { .. }
+                | EventKind::Exit { .. }
+                | EventKind::ExecLayout { .. }
         ) {
             // They add, replace and remove processes and tasks.
             self.last_bound = None;
         }
+        let (pid, tid) = (ev.pid, ev.tid);
+        if !self.deferred.is_empty()
+            && !matches!(
+                ev.kind,
+                EventKind::PageFaultKernel { .. }
+                    | EventKind::Exec { .. }
+                    | EventKind::ExecLayout { .. }
+            )
+        {
+            // The held kernel faults were not an exec's after all (or the
+            // exec's layout was not recorded): carried over as before.
+            self.flush_deferred(pid, false);
+        }
         let cpu = VcpuId(ev.cpu % self.nr_cpus);
         self.cx.begin(cpu, SimTime(ev.ts_ns.saturating_sub(t0)));
-        let (pid, tid) = (ev.pid, ev.tid);
         match &ev.kind {
             EventKind::PageFaultUser {
                 address,
                 error_code,
                 ..
+            } => {
+                self.bind(pid, tid, rec, first);
+                self.on_fault(pid, tid, *address, *error_code, false);
             }
-            | EventKind::PageFaultKernel {
+            EventKind::PageFaultKernel {
                 address,
                 error_code,
                 ..
             } => {
                 self.bind(pid, tid, rec, first);
-                if *address >= TASK_SIZE {
-                    // A kernel fault on a kernel address: not an mm fault.
-                    return;
-                }
-                self.fault(pid, tid, *address, error_code & X86_PF_WRITE != 0);
+                self.on_fault(pid, tid, *address, *error_code, true);
             }
+            EventKind::Exit { pid: task } => self.exit(pid, *task),
+            EventKind::PageAlloc { .. }
+            | EventKind::PageFree { .. }
+            | EventKind::PageAllocZoneLocked { .. }
+            | EventKind::PagePcpuDrain { .. } => {}
+            kind => {
+                self.bind(pid, tid, rec, first);
+                self.apply_call(pid, tid, kind);
+            }
+        }
+    }
+
+    /// The system calls and process events of a bound task.
+    fn apply_call(&mut self, pid: i32, tid: i32, kind: &EventKind) {
+        match kind {
             EventKind::Mmap {
                 len,
                 prot,
                 flags,
                 ret,
                 ..
-            } => {
-                self.bind(pid, tid, rec, first);
-                if *ret < 0 {
-                    return;
-                }
-                let start = *ret as u64;
-                let end = start.saturating_add(page_up(*len));
-                if flags & MAP_HUGETLB != 0 {
-                    self.map_other(pid, start, end, Kind::Hugetlb);
-                } else if flags & MAP_ANONYMOUS == 0 {
-                    self.map_other(pid, start, end, Kind::File);
-                } else if flags & MAP_SHARED != 0 {
-                    self.map_other(pid, start, end, Kind::SharedAnon);
-                } else {
-                    if flags & MAP_POPULATE != 0 {
-                        self.note("MAP_POPULATE mappings (pre-faulted without page_fault_user)");
-                    }
-                    self.map_anon(pid, start, end, *prot);
-                }
+            } if *ret >= 0 => self.mmap(pid, *ret as u64, *len, *prot, *flags),
+            EventKind::Munmap { addr, len, ret: 0 } => {
+                self.unmap(pid, *addr, addr.saturating_add(page_up(*len)))
             }
-            EventKind::Munmap { addr, len, ret } => {
-                self.bind(pid, tid, rec, first);
-                if *ret == 0 {
-                    self.unmap(pid, *addr, addr.saturating_add(page_up(*len)));
-                }
-            }
-            EventKind::Brk { brk, ret } => {
-                self.bind(pid, tid, rec, first);
-                self.brk(pid, *brk, *ret);
-            }
+            EventKind::Brk { brk, ret } => self.brk(pid, *brk, *ret),
             EventKind::Mprotect {
                 start,
                 len,
                 prot,
-                ret,
-            } => {
-                self.bind(pid, tid, rec, first);
-                if *ret == 0 {
-                    self.mprotect(pid, *start, start.saturating_add(page_up(*len)), *prot);
-                }
-            }
+                ret: 0,
+            } => self.mprotect(pid, *start, start.saturating_add(page_up(*len)), *prot),
             EventKind::Mremap {
                 addr,
                 old_len,
@@ -622,75 +643,192 @@ impl World {
                 flags,
                 new_addr,
                 ret,
-            } => {
-                self.bind(pid, tid, rec, first);
-                if *ret >= 0 {
-                    self.mremap(
-                        pid,
-                        *addr,
-                        *old_len,
-                        *new_len,
-                        *flags,
-                        *new_addr,
-                        *ret as u64,
-                    );
-                }
+            } if *ret >= 0 => {
+                let (a, o, n) = (*addr, *old_len, *new_len);
+                self.mremap(pid, a, o, n, *flags, *new_addr, *ret as u64);
             }
+            // ENOMEM still applies the advice to the mapped parts.
             EventKind::Madvise {
                 start,
                 len_in,
                 behavior,
-                ret,
-            } => {
-                self.bind(pid, tid, rec, first);
-                // ENOMEM still applies the advice to the mapped parts.
-                if *ret == 0 || *ret == -12 {
-                    self.madvise(pid, *start, *len_in, *behavior);
-                }
+                ret: 0 | -12,
+            } => self.madvise(pid, *start, *len_in, *behavior),
+            EventKind::Fork { child, .. } => self.fork(pid, *child),
+            EventKind::Exec { .. } => self.exec(pid, tid),
+            EventKind::ExecLayout { vmas, .. } => {
+                self.load_elf_binary(pid, vmas);
+                self.flush_deferred(pid, true);
             }
-            EventKind::Fork { child, .. } => {
-                self.bind(pid, tid, rec, first);
-                self.fork(pid, *child);
-            }
-            EventKind::Exec { .. } => {
-                self.bind(pid, tid, rec, first);
-                if let Some(old) = self.procs.remove(&pid) {
-                    self.drop_proc(old);
-                }
-                if let Some(p) = self.new_proc(tid) {
-                    self.procs.insert(pid, p);
-                }
-            }
-            EventKind::Exit { pid: task } => {
-                self.pending.remove(task);
-                self.tasks.remove(task);
-                let Some(p) = self.procs.get_mut(&pid) else {
-                    return;
-                };
-                p.tids.remove(task);
-                if p.tids.is_empty() {
-                    if let Some(p) = self.procs.remove(&pid) {
-                        self.drop_proc(p);
-                    }
-                }
-            }
-            EventKind::PageAlloc { .. }
-            | EventKind::PageFree { .. }
-            | EventKind::PageAllocZoneLocked { .. }
-            | EventKind::PagePcpuDrain { .. } => {}
+            _ => {}
         }
     }
 
-    fn fault(&mut self, pid: i32, tid: i32, addr: u64, write: bool) {
-        if self.hot.as_ref().is_none_or(|(h, _)| *h != pid) {
-            self.park();
-            match self.procs.remove(&pid) {
-                Some(p) => self.hot = Some((pid, p)),
-                None => {
-                    self.out.faults_passthrough += 1;
-                    return;
-                }
+    /// `mmap(...) = start`: the kind of mapping decides who has it.
+    fn mmap(&mut self, pid: i32, start: u64, len: u64, prot: u64, flags: u64) {
+        let end = start.saturating_add(page_up(len));
+        if flags & MAP_HUGETLB != 0 {
+            self.map_other(pid, start, end, Kind::Hugetlb);
+        } else if flags & MAP_ANONYMOUS == 0 {
+            self.map_other(pid, start, end, Kind::File);
+        } else if flags & MAP_SHARED != 0 {
+            self.map_other(pid, start, end, Kind::SharedAnon);
+        } else {
+            if flags & MAP_POPULATE != 0 {
+                self.note("MAP_POPULATE mappings (pre-faulted without page_fault_user)");
             }
+            self.map_anon(pid, start, end, prot);
+        }
+    }
+
+    /// `sched_process_exec`: a new, empty address space (what the exec
+    /// mapped follows in its `ExecLayout` event, when recorded).
+    fn exec(&mut self, pid: i32, tid: i32) {
+        if let Some(old) = self.procs.remove(&pid) {
+            self.drop_proc(old);
+        }
+        if let Some(p) = self.new_proc(tid) {
+            self.procs.insert(pid, p);
+        }
+    }
+
+    /// `sched_process_exit` of `task`: the process goes with its last task.
+    fn exit(&mut self, pid: i32, task: i32) {
+        self.flush_deferred(pid, false);
+        self.pending.remove(&task);
+        self.tasks.remove(&task);
+        let Some(p) = self.procs.get_mut(&pid) else {
+            return;
+        };
+        p.tids.remove(&task);
+        if p.tids.is_empty() {
+            if let Some(p) = self.procs.remove(&pid) {
+                self.drop_proc(p);
+            }
+        }
+    }
+
+    /// Models the address space `load_elf_binary()` leaves, from the
+    /// mappings the kernel reported for the exec (in its order, so that the
+    /// program's first segment, mapped over the whole image, is then cut by
+    /// the others): the stack through [`mm::exec::setup_arg_pages`], the
+    /// `.bss` (and any other private anonymous mapping) into the model, the
+    /// file parts of the segments and the vDSO/vvar pages beside it.
+    ///
+    /// Deviation: the argument pages are the stack's length less
+    /// [`mm::exec::STACK_EXPAND`] (true unless `RLIMIT_STACK` is below
+    /// 128 KiB plus the arguments); a stack of 128 KiB or less gets one.
+    fn load_elf_binary(&mut self, pid: i32, vmas: &[ExecVma]) {
+        for v in vmas {
+            let start = page_down(v.start);
+            let end = v.start.saturating_add(page_up(v.len));
+            if start >= end || end > TASK_SIZE + PAGE_SIZE {
+                self.note("exec mappings outside the user address space (skipped)");
+                continue;
+            }
+            if v.name == "[stack]" {
+                self.setup_arg_pages(pid, start, end);
+            } else if v.name.starts_with('[') && v.name != "[heap]" {
+                self.map_other(pid, start, end, Kind::Special);
+            } else if v.name == "//anon" || v.name == "[heap]" {
+                if v.flags as u64 & MAP_SHARED != 0 {
+                    self.map_other(pid, start, end, Kind::SharedAnon);
+                } else {
+                    self.map_anon(pid, start, end, v.prot as u64);
+                }
+            } else {
+                self.map_other(pid, start, end, Kind::File);
+            }
+        }
+    }
+
+    fn setup_arg_pages(&mut self, pid: i32, start: u64, end: u64) {
+        self.unmap(pid, start, end);
+        let Some(p) = self.procs.get_mut(&pid) else {
+            return;
+        };
+        let nr_args = ((end - start).saturating_sub(mm::exec::STACK_EXPAND) / PAGE_SIZE).max(1);
+        let (pa, cx, g) = (&mut self.pa, &mut self.cx, &mut self.g);
+        match mm::exec::setup_arg_pages(pa, cx, g, &mut p.mm, start, end, nr_args) {
+            Ok(()) => self.out.faults_exec_args += nr_args,
+            Err(_) => self.note("exec stacks the model refused (address or memory)"),
+        }
+    }
+
+    /// Replays the kernel faults held for `pid` ([`World::deferred`]): in
+    /// the address space the exec's layout has just built (`in_exec`), or
+    /// carried over unchanged.
+    fn flush_deferred(&mut self, pid: i32, in_exec: bool) {
+        let Some(held) = self.deferred.remove(&pid) else {
+            return;
+        };
+        for (tid, addr, write) in held {
+            if in_exec {
+                self.fault(pid, tid, addr, write, false);
+            } else {
+                self.out.faults_passthrough += 1;
+            }
+        }
+    }
+
+    fn on_fault(&mut self, pid: i32, tid: i32, address: u64, error_code: u64, kernel: bool) {
+        if address >= TASK_SIZE {
+            // A kernel fault on a kernel address: not an mm fault.
+            return;
+        }
+        self.fault(pid, tid, address, error_code & X86_PF_WRITE != 0, kernel);
+    }
+
+    /// True if `addr` is below a stack (`VM_GROWSDOWN`) that a fault there
+    /// would grow within `RLIMIT_STACK`, and in no other mapping. (A
+    /// kernel fault farther down is an exec's, on the new stack.)
+    fn below_stack(p: &Proc, addr: u64) -> bool {
+        p.mm.vmas.range(addr..).next().is_some_and(|(_, v)| {
+            v.flags.contains(VmFlags::GROWSDOWN) && v.end - page_down(addr) <= p.mm.rlimit_stack
+        }) && p.other.get(addr).is_none()
+    }
+
+    /// Takes `pid` out of `procs` as the hot process; false if it has none.
+    fn make_hot(&mut self, pid: i32) -> bool {
+        if self.hot.as_ref().is_some_and(|(h, _)| *h == pid) {
+            return true;
+        }
+        self.park();
+        match self.procs.remove(&pid) {
+            Some(p) => {
+                self.hot = Some((pid, p));
+                true
+            }
+            None => false,
+        }
+    }
+
+    /// A recorded fault outside the model's VMAs: carried over, or held if
+    /// it is a kernel fault in no mapping at all (an exec's, see
+    /// [`World::deferred`]).
+    fn fault_outside(&mut self, pid: i32, tid: i32, addr: u64, write: bool, kernel: bool) {
+        let Some((_, p)) = self.hot.as_ref() else {
+            return;
+        };
+        match p.other.get(addr) {
+            Some(Kind::File | Kind::SharedAnon | Kind::Hugetlb | Kind::Special) => {
+                self.out.faults_passthrough += 1;
+                self.out.faults_passthrough_file += 1;
+            }
+            Some(Kind::Oversize) => self.out.faults_passthrough += 1,
+            None if kernel => self
+                .deferred
+                .entry(pid)
+                .or_default()
+                .push((tid, addr, write)),
+            None => self.out.faults_passthrough += 1,
+        }
+    }
+
+    fn fault(&mut self, pid: i32, tid: i32, addr: u64, write: bool, kernel: bool) {
+        if !self.make_hot(pid) {
+            self.out.faults_passthrough += 1;
+            return;
         }
         let Some((_, p)) = self.hot.as_mut() else {
             unreachable!("the hot process was just set");
@@ -701,16 +839,10 @@ impl World {
                     self.hot_vma = (v.start, v.end);
                     true
                 }
-                _ => false,
+                _ => Self::below_stack(p, addr),
             };
         if !in_vma {
-            self.out.faults_passthrough += 1;
-            if matches!(
-                p.other.get(addr),
-                Some(Kind::File | Kind::SharedAnon | Kind::Hugetlb)
-            ) {
-                self.out.faults_passthrough_file += 1;
-            }
+            self.fault_outside(pid, tid, addr, write, kernel);
             return;
         }
         self.out.faults_replayed += 1;
@@ -718,6 +850,15 @@ impl World {
             self.out.faults_absorbed += 1;
             return;
         }
+        self.fault_in_vma(tid, addr, write);
+    }
+
+    /// A recorded fault in a modelled VMA of the hot process, not mapped
+    /// under this kernel: through `do_user_addr_fault()`.
+    fn fault_in_vma(&mut self, tid: i32, addr: u64, write: bool) {
+        let Some((_, p)) = self.hot.as_mut() else {
+            unreachable!("a fault in a VMA has a hot process");
+        };
         let policy = self.vmacache;
         if self.hot_task.as_ref().is_none_or(|(t, _)| *t != tid) {
             if let Some((t, task)) = self.hot_task.take() {
@@ -1057,6 +1198,10 @@ impl World {
 
     fn finish(mut self) -> AspaceModel {
         self.park();
+        let held: Vec<i32> = self.deferred.keys().copied().collect();
+        for pid in held {
+            self.flush_deferred(pid, false);
+        }
         self.out.vmstat = self.pa.vmstat.clone();
         self.out.live = self
             .procs
@@ -1200,6 +1345,10 @@ fn replay_events<I: Iterator<Item = Result<Event, ReplayError>>>(
             }
             EventKind::Exec { .. } => {
                 rec.execs += 1;
+                None
+            }
+            EventKind::ExecLayout { .. } => {
+                rec.exec_layouts += 1;
                 None
             }
             EventKind::Exit { .. } => {

@@ -126,10 +126,42 @@ pub enum EventKind {
         ip: u64,
         error_code: u64,
     },
+    /// The address space `execve()` set up for process `pid`: every mapping
+    /// the kernel made or grew while it loaded the program, in the order it
+    /// made them (see [`ExecVma`]). Follows the `sched_process_exec` event
+    /// of the same exec. Not a tracepoint: `mmlab record` takes the
+    /// kernel's `PERF_RECORD_MMAP2` records of the exec (perf's `mmap_data`
+    /// stream of the process tree), an importer the same records of a
+    /// `perf record -d` file.
+    ExecLayout { pid: i32, vmas: Vec<ExecVma> },
+}
+
+/// One mapping made by `execve()`, with the fields of `PERF_RECORD_MMAP2`.
+///
+/// The kernel reports, in order: the stack once `setup_arg_pages()` has
+/// grown it (`[stack]`); the program's `PT_LOAD` segments (the first one
+/// over the whole image, which the loader then trims), each segment's
+/// `.bss` beyond its file part (`//anon`); the same for the interpreter;
+/// the vDSO and its data pages (`[vdso]`, `[vvar]`, `[vvar_vclock]`).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ExecVma {
+    /// First byte (page-aligned).
+    pub start: u64,
+    /// Length in bytes.
+    pub len: u64,
+    /// Page offset in the file (for anonymous memory, the kernel reports
+    /// the start address).
+    pub pgoff: u64,
+    /// `PROT_*` bits.
+    pub prot: u32,
+    /// `MAP_SHARED` or `MAP_PRIVATE`.
+    pub flags: u32,
+    /// The file's path, or `//anon`, `[stack]`, `[heap]`, `[vdso]`, ...
+    pub name: String,
 }
 
 /// The number of distinct [`EventKind`] variants, for per-kind tables.
-pub const NR_EVENT_KINDS: usize = 15;
+pub const NR_EVENT_KINDS: usize = 16;
 
 impl EventKind {
     /// A stable small number per variant; the trace format stores it.
@@ -150,6 +182,7 @@ impl EventKind {
             EventKind::Exec { .. } => 12,
             EventKind::Exit { .. } => 13,
             EventKind::PageFaultKernel { .. } => 14,
+            EventKind::ExecLayout { .. } => 15,
         }
     }
 
@@ -172,6 +205,7 @@ impl EventKind {
             "sched:sched_process_exec",
             "sched:sched_process_exit",
             "exceptions:page_fault_kernel",
+            "mmlab:exec_layout",
         ];
         NAMES.get(code as usize).copied().unwrap_or("unknown")
     }

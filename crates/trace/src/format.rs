@@ -26,17 +26,25 @@
 //! damage is. Memory stays bounded by one chunk ([`MAX_CHUNK_BYTES`]).
 
 use std::fmt;
-use std::fs::{File, OpenOptions};
+use std::fs::File;
 use std::io::{self, BufReader, BufWriter, Read, Write};
-use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
 use std::path::Path;
 
-use crate::event::{Event, EventKind, Header, Trailer};
+use host::output::{AtomicFile, Mode, OutputError};
+
+use crate::event::{Event, EventKind, ExecVma, Header, Trailer};
 
 /// The first eight bytes of every mmlab trace.
 pub const MAGIC: [u8; 8] = *b"MMLABTR\0";
-/// The format version this code writes and reads.
-pub const VERSION: u16 = 1;
+/// The format version this code writes. Version 2 added the
+/// `ExecLayout` event (kind 15); version 1 files, which cannot hold one,
+/// read as before.
+pub const VERSION: u16 = 2;
+/// The oldest format version this code reads.
+pub const MIN_VERSION: u16 = 1;
+/// Most mappings one `ExecLayout` event may hold: a real exec makes a few
+/// dozen; a corrupted count must not allocate gigabytes.
+const MAX_EXEC_VMAS: u64 = 4096;
 /// The writer closes a chunk once its payload reaches this size. 64 KiB keeps
 /// the loss on damage small while the framing costs under 0.03 %.
 pub const CHUNK_TARGET_BYTES: usize = 64 * 1024;
@@ -100,7 +108,7 @@ impl fmt::Display for TraceError {
                 String::from_utf8_lossy(found)
             ),
             TraceError::UnsupportedVersion { found, supported } => {
-                write!(f, "mmlab trace version {found} is not supported (this build reads {supported})")
+                write!(f, "mmlab trace version {found} is not supported (this build reads {MIN_VERSION} to {supported})")
             }
             TraceError::Truncated { offset, record, expected } => write!(
                 f,
@@ -356,6 +364,22 @@ fn encode_event(buf: &mut Vec<u8>, st: &mut DeltaState, ev: &Event) {
             buf.extend_from_slice(&bytes[..len]);
         }
         EventKind::Exit { pid } => put_signed(buf, *pid as i64),
+        EventKind::ExecLayout { pid, vmas } => {
+            put_signed(buf, *pid as i64);
+            let n = vmas.len().min(MAX_EXEC_VMAS as usize);
+            put_varint(buf, n as u64);
+            for v in &vmas[..n] {
+                put_varint(buf, v.start);
+                put_varint(buf, v.len);
+                put_varint(buf, v.pgoff);
+                put_varint(buf, v.prot as u64);
+                put_varint(buf, v.flags as u64);
+                let bytes = v.name.as_bytes();
+                let len = bytes.len().min(MAX_FILENAME_BYTES as usize);
+                put_varint(buf, len as u64);
+                buf.extend_from_slice(&bytes[..len]);
+            }
+        }
     }
 }
 
@@ -373,26 +397,78 @@ pub struct TraceWriter<W: Write> {
     nr_bytes: u64,
 }
 
-impl TraceWriter<BufWriter<File>> {
-    /// Creates (or truncates) `path` with mode 0600, since a trace shows
-    /// addresses and the commands a user ran, and writes the header.
+impl TraceWriter<TraceFile> {
+    /// Starts the trace file `path` (see [`TraceFile`]) and writes the header.
+    /// The file appears at `path` when [`TraceWriter::finish`] returns `Ok`.
     pub fn create(path: &Path, header: &Header) -> Result<Self, TraceError> {
-        let file = create_private(path).map_err(|source| TraceError::Io { offset: 0, source })?;
-        TraceWriter::new(BufWriter::with_capacity(256 * 1024, file), header)
+        let file = TraceFile::create(path).map_err(|e| TraceError::Io {
+            offset: 0,
+            source: e.into(),
+        })?;
+        TraceWriter::new(file, header)
     }
 }
 
-/// Opens `path` for writing with mode 0600, also when it already existed
-/// with a wider mode.
-pub(crate) fn create_private(path: &Path) -> io::Result<File> {
-    let file = OpenOptions::new()
-        .write(true)
-        .create(true)
-        .truncate(true)
-        .mode(0o600)
-        .open(path)?;
-    file.set_permissions(std::fs::Permissions::from_mode(0o600))?;
-    Ok(file)
+/// Where a [`TraceWriter`] writes: what [`TraceWriter::finish`] does last.
+pub trait TraceSink: Write {
+    /// Makes the written bytes final (by default, flushes them).
+    fn complete(&mut self) -> io::Result<()> {
+        self.flush()
+    }
+}
+
+impl TraceSink for Vec<u8> {}
+impl TraceSink for io::Sink {}
+impl TraceSink for File {}
+impl<W: Write> TraceSink for BufWriter<W> {}
+
+/// A trace file being written: owner-only (mode 0600, since a trace shows
+/// the commands a user ran and the addresses of their processes), written
+/// to an unpredictable temporary file beside `path` and renamed over it when
+/// the trace is complete ([`host::output`]). Until then an existing file at
+/// `path` is untouched; dropped before, nothing is left behind.
+pub struct TraceFile {
+    out: Option<BufWriter<AtomicFile>>,
+}
+
+impl TraceFile {
+    /// Checks `path` (not a directory, in a directory that exists and is
+    /// writable) and creates the temporary file. Call before the work that
+    /// produces the trace.
+    pub fn create(path: &Path) -> Result<TraceFile, OutputError> {
+        let f = AtomicFile::create(path, Mode::Private)?;
+        Ok(TraceFile {
+            out: Some(BufWriter::with_capacity(256 * 1024, f)),
+        })
+    }
+
+    fn out(&mut self) -> io::Result<&mut BufWriter<AtomicFile>> {
+        self.out
+            .as_mut()
+            .ok_or_else(|| io::Error::other("the trace file is already complete"))
+    }
+}
+
+impl Write for TraceFile {
+    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        self.out()?.write(buf)
+    }
+
+    fn flush(&mut self) -> io::Result<()> {
+        self.out()?.flush()
+    }
+}
+
+impl TraceSink for TraceFile {
+    /// Flushes, `fsync`s and renames the trace into place.
+    fn complete(&mut self) -> io::Result<()> {
+        let out = self
+            .out
+            .take()
+            .ok_or_else(|| io::Error::other("completed twice"))?;
+        let file = out.into_inner().map_err(|e| e.into_error())?;
+        file.commit().map_err(io::Error::from)
+    }
 }
 
 impl<W: Write> TraceWriter<W> {
@@ -458,9 +534,13 @@ impl<W: Write> TraceWriter<W> {
         self.state = DeltaState::default();
         Ok(())
     }
+}
 
+impl<W: TraceSink> TraceWriter<W> {
     /// Writes the last chunk and the trailer (with `nr_events` filled in),
-    /// flushes, and returns the output and the total bytes written.
+    /// completes the sink ([`TraceSink::complete`]: a [`TraceFile`] is
+    /// renamed into place), and returns the output and the total bytes
+    /// written.
     pub fn finish(mut self, trailer: &Trailer) -> Result<(W, u64), TraceError> {
         self.flush_chunk()?;
         let mut trailer = trailer.clone();
@@ -478,7 +558,7 @@ impl<W: Write> TraceWriter<W> {
         frame.extend_from_slice(&json);
         self.out
             .write_all(&frame)
-            .and_then(|()| self.out.flush())
+            .and_then(|()| self.out.complete())
             .map_err(|source| TraceError::Io { offset, source })?;
         self.nr_bytes += frame.len() as u64;
         Ok((self.out, self.nr_bytes))
@@ -582,6 +662,39 @@ impl Cursor<'_> {
         Ok(st.address)
     }
 
+    /// A length-prefixed string of at most [`MAX_FILENAME_BYTES`].
+    fn string(&mut self, what: &str) -> Result<String, TraceError> {
+        let len = self.varint(what)?;
+        if len > MAX_FILENAME_BYTES || self.pos + len as usize > self.bytes.len() {
+            return Err(self.corrupt(format!("{what} of {len} bytes does not fit the chunk")));
+        }
+        let bytes = &self.bytes[self.pos..self.pos + len as usize];
+        self.pos += len as usize;
+        Ok(String::from_utf8_lossy(bytes).into_owned())
+    }
+
+    fn exec_layout(&mut self) -> Result<EventKind, TraceError> {
+        let pid = self.i32("pid")?;
+        let n = self.varint("number of exec mappings")?;
+        if n > MAX_EXEC_VMAS {
+            return Err(self.corrupt(format!(
+                "an exec layout of {n} mappings (at most {MAX_EXEC_VMAS})"
+            )));
+        }
+        let mut vmas = Vec::with_capacity(n as usize);
+        for _ in 0..n {
+            vmas.push(ExecVma {
+                start: self.varint("mapping start")?,
+                len: self.varint("mapping length")?,
+                pgoff: self.varint("mapping pgoff")?,
+                prot: self.u32("mapping prot")?,
+                flags: self.u32("mapping flags")?,
+                name: self.string("mapping name")?,
+            });
+        }
+        Ok(EventKind::ExecLayout { pid, vmas })
+    }
+
     fn decode_event(&mut self, st: &mut DeltaState) -> Result<Event, TraceError> {
         let code = self.u8("event kind")?;
         st.ts_ns = st.ts_ns.wrapping_add(self.signed("timestamp")? as u64);
@@ -669,26 +782,16 @@ impl Cursor<'_> {
                 parent: self.i32("parent")?,
                 child: self.i32("child")?,
             },
-            12 => {
-                let pid = self.i32("pid")?;
-                let len = self.varint("filename length")?;
-                if len > MAX_FILENAME_BYTES || self.pos + len as usize > self.bytes.len() {
-                    return Err(self.corrupt(format!(
-                        "exec filename of {len} bytes does not fit the chunk"
-                    )));
-                }
-                let bytes = &self.bytes[self.pos..self.pos + len as usize];
-                self.pos += len as usize;
-                EventKind::Exec {
-                    pid,
-                    filename: String::from_utf8_lossy(bytes).into_owned(),
-                }
-            }
+            12 => EventKind::Exec {
+                pid: self.i32("pid")?,
+                filename: self.string("exec filename")?,
+            },
+            15 => self.exec_layout()?,
             13 => EventKind::Exit {
                 pid: self.i32("pid")?,
             },
             other => {
-                return Err(self.corrupt(format!("unknown event kind {other} (expected 0..=13)")))
+                return Err(self.corrupt(format!("unknown event kind {other} (expected 0..=15)")))
             }
         };
         Ok(Event {
@@ -799,7 +902,7 @@ impl<R: Read> TraceReader<R> {
             });
         }
         let version = u16::from_le_bytes([head[8], head[9]]);
-        if version != VERSION {
+        if !(MIN_VERSION..=VERSION).contains(&version) {
             return Err(TraceError::UnsupportedVersion {
                 found: version,
                 supported: VERSION,
@@ -1390,6 +1493,7 @@ mod tests {
 
     #[test]
     fn written_file_is_private_to_its_owner() {
+        use std::os::unix::fs::PermissionsExt;
         let dir = std::env::temp_dir().join(format!("mmlab-trace-mode-{}", std::process::id()));
         std::fs::create_dir_all(&dir).expect("temp dir");
         let path = dir.join("t.mmtrace");

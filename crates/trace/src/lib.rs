@@ -31,4 +31,4 @@ pub mod sysinfo;
 pub mod tracefs;
 
 pub use event::{Event, EventKind, Header, Trailer};
-pub use format::{TraceError, TraceReader, TraceWriter};
+pub use format::{TraceError, TraceFile, TraceReader, TraceSink, TraceWriter};

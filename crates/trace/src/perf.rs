@@ -23,7 +23,7 @@
 use std::collections::BTreeMap;
 use std::fmt;
 use std::fs::File;
-use std::io::{BufReader, Read, Seek, Write};
+use std::io::{BufReader, Read, Seek};
 use std::path::{Path, PathBuf};
 
 use linux_perf_data::linux_perf_event_reader::{EventRecord, PerfEventType, RecordType};
@@ -415,34 +415,31 @@ fn capability_loss(name: &str) -> &'static str {
 }
 
 /// Imports the perf.data file `input` into the mmlab trace `output`.
+///
+/// The trace is written to a temporary file beside `output` and renamed over
+/// it only when the import succeeded ([`crate::format::TraceFile`]): an input
+/// that is rejected, at the magic check or half-way, leaves an existing
+/// `output` as it was.
 pub fn import(input: &Path, output: &Path) -> Result<ImportSummary, PerfImportError> {
+    let out = crate::format::TraceFile::create(output).map_err(|e| PerfImportError::Output {
+        path: output.to_path_buf(),
+        source: TraceError::Io {
+            offset: 0,
+            source: e.into(),
+        },
+    })?;
     let f = File::open(input).map_err(|source| PerfImportError::Open {
         path: input.to_path_buf(),
         source,
     })?;
     let header_source = input.display().to_string();
-    let out = crate::format::create_private(output).map_err(|source| PerfImportError::Output {
-        path: output.to_path_buf(),
-        source: TraceError::Io { offset: 0, source },
-    })?;
-    let result = import_from(
-        BufReader::new(f),
-        input,
-        &header_source,
-        std::io::BufWriter::new(out),
-        output,
-    );
-    if result.is_err() {
-        // A half-written trace of a file that could not be read is worse
-        // than none.
-        let _ = std::fs::remove_file(output);
-    }
-    result.map(|(s, _)| s)
+    import_from(BufReader::new(f), input, &header_source, out, output).map(|(s, _)| s)
 }
 
 /// Imports from any seekable reader into any writer; `input` and `output`
-/// only name them in errors. Returns the summary and the writer.
-pub fn import_from<R: Read + Seek, W: Write>(
+/// only name them in errors. Returns the summary and the writer, completed
+/// ([`crate::format::TraceSink::complete`]).
+pub fn import_from<R: Read + Seek, W: crate::format::TraceSink>(
     reader: R,
     input: &Path,
     source_name: &str,

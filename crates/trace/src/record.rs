@@ -19,39 +19,63 @@
 //! 3. Fork the child, which waits on a pipe; put its pid in
 //!    `set_event_pid`; turn tracing on; let the child exec the command.
 //! 4. Until the child exits, copy pages from every CPU's `trace_pipe_raw`
-//!    to spool files beside the output (memory stays constant).
+//!    to spool files in the output's directory (memory stays constant). The
+//!    spools have no name (`O_TMPFILE`, [`host::output::unnamed_file_in`]):
+//!    nobody can guess or replace them, and a kill leaves none behind.
 //! 5. Turn tracing off, drain the buffers, read the lost-event counters,
 //!    snapshot the kernel's counters, remove the instance.
-//! 6. Merge the per-CPU spools by `(timestamp, cpu)` into the mmlab trace.
+//! 6. Merge the per-CPU spools by `(timestamp, cpu)` into the mmlab trace,
+//!    written to a temporary file created in step 1 (so that an output that
+//!    cannot be written fails before the command runs) and renamed over the
+//!    output when complete ([`TraceFile`]): a failed or killed recording
+//!    leaves an existing file at the output untouched.
 //!
-//! # Ctrl-C
+//! # Signals, kills and the exit status
 //!
-//! While recording, SIGINT is caught: the handler forwards it to the child
-//! and the recording ends as it does when the child exits, with
-//! `interrupted` set in the trailer. The previous handler is restored.
+//! Every change to the system (the instances, a tracefs mount, the workload's
+//! process group) is journalled before it is made (`host::journal`), so that
+//! it is undone on every way out: by the guards here on return and on
+//! panic, by mmlab's signal watcher on SIGINT, SIGTERM, SIGHUP and SIGQUIT,
+//! and after a SIGKILL by the next mmlab process.
+//!
+//! The workload runs in a process group of its own, with `PR_SET_PDEATHSIG`
+//! so that it dies if the recorder is killed. While it runs, the first
+//! termination signal the recorder gets is passed on to the group (the
+//! workload ends as it would have without mmlab, and the recording ends as
+//! it does when the child exits, with `interrupted` set in the trailer); a
+//! second one kills the group with SIGKILL (a workload that ignores SIGINT);
+//! a third ends the recorder (`host::signals`). Being in its own group, the
+//! workload cannot read from the terminal (a read stops it, as it stops a
+//! background job): give it its input from a file.
+//!
+//! [`RecordSummary::shell_status`] is the workload's exit status as a shell
+//! reports it (its exit code, or 128 + the signal that killed it), which the
+//! `mmlab record` command exits with.
 
 use std::collections::BTreeMap;
 use std::ffi::CString;
 use std::fmt;
 use std::fs::{self, File, OpenOptions};
-use std::io::{self, BufReader, BufWriter, Read, Write};
+use std::io::{self, BufReader, BufWriter, Read, Seek, Write};
 use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, AtomicI32, Ordering};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
+mod exec_maps;
+
 use crate::decode::{Decoded, Decoder, RECORDED_EVENTS};
-use crate::event::{Header, TraceSource, Trailer, NR_EVENT_KINDS};
-use crate::format::{create_private, TraceError, TraceWriter};
+use crate::event::{Event, EventKind, Header, TraceSource, Trailer, NR_EVENT_KINDS};
+use crate::format::{TraceError, TraceFile, TraceWriter};
 use crate::sysinfo;
 use crate::tracefs::{
     parse_format, parse_page, EventFormat, FormatParseError, PageHeaderLayout, RbRecord,
 };
+use exec_maps::{ExecMapsRecorder, ExecWindows};
+use host::journal::{self, Change, Entry, HeldFile, JournalError};
 
-/// Where tracefs is looked for, in order.
-pub const TRACEFS_PATHS: [&str; 2] = ["/sys/kernel/tracing", "/sys/kernel/debug/tracing"];
+pub use host::live::{find_tracefs, TRACEFS_PATHS};
 
 /// How to record.
 #[derive(Clone, Debug)]
@@ -104,11 +128,25 @@ pub struct RecordSummary {
     pub exit_status: String,
     /// The child's exit code, when it exited rather than being killed.
     pub exit_code: Option<i32>,
+    /// The signal that killed the child, when it was killed.
+    pub exit_signal: Option<i32>,
     pub interrupted: bool,
     /// Wall time from exec to the child's exit.
     pub command_wall: Duration,
     /// Wall time spent after the child exited: draining and writing.
     pub postprocess_wall: Duration,
+}
+
+impl RecordSummary {
+    /// The workload's exit status as a shell reports it: its exit code, or
+    /// 128 + the number of the signal that killed it.
+    pub fn shell_status(&self) -> i32 {
+        match (self.exit_code, self.exit_signal) {
+            (Some(code), _) => code,
+            (None, Some(sig)) => 128 + sig,
+            (None, None) => 1,
+        }
+    }
 }
 
 /// Why a recording failed. Every variant leaves no instance and no tracing
@@ -140,8 +178,16 @@ pub enum RecordError {
         path: PathBuf,
         source: FormatParseError,
     },
-    /// The output (or a spool file beside it) could not be written.
+    /// The output (or a spool file in its directory) could not be written.
     Output { path: PathBuf, source: TraceError },
+    /// A change to the system could not be journalled, so it was not made.
+    Journal(JournalError),
+}
+
+impl From<JournalError> for RecordError {
+    fn from(e: JournalError) -> Self {
+        RecordError::Journal(e)
+    }
 }
 
 impl fmt::Display for RecordError {
@@ -173,65 +219,15 @@ impl fmt::Display for RecordError {
             }
             RecordError::Format { path, source } => write!(f, "{}: {source}", path.display()),
             RecordError::Output { path, source } => write!(f, "writing {}: {source}", path.display()),
+            RecordError::Journal(e) => write!(f, "{e}"),
         }
     }
 }
 
 impl std::error::Error for RecordError {}
 
-/// One recording at a time per process: the SIGINT handler and its child pid
-/// are process-wide.
+/// One recording at a time per process: signal forwarding is process-wide.
 static RECORD_LOCK: Mutex<()> = Mutex::new(());
-/// The child the SIGINT handler forwards to; 0 when none.
-static CHILD_PID: AtomicI32 = AtomicI32::new(0);
-static INTERRUPTED: AtomicBool = AtomicBool::new(false);
-
-extern "C" fn on_sigint(_sig: libc::c_int) {
-    INTERRUPTED.store(true, Ordering::SeqCst);
-    let pid = CHILD_PID.load(Ordering::SeqCst);
-    if pid > 0 {
-        // SAFETY: kill() is async-signal-safe and takes plain integers.
-        unsafe {
-            libc::kill(pid, libc::SIGINT);
-        }
-    }
-}
-
-/// Installs `on_sigint` and restores the previous action on drop.
-struct SigintGuard {
-    old: libc::sigaction,
-}
-
-impl SigintGuard {
-    fn install() -> Result<SigintGuard, RecordError> {
-        INTERRUPTED.store(false, Ordering::SeqCst);
-        // SAFETY: a zeroed sigaction is a valid "no flags, empty mask" value;
-        // the handler only touches atomics and calls kill().
-        unsafe {
-            let mut new: libc::sigaction = std::mem::zeroed();
-            new.sa_sigaction = on_sigint as *const () as usize;
-            new.sa_flags = libc::SA_RESTART;
-            libc::sigemptyset(&mut new.sa_mask);
-            let mut old: libc::sigaction = std::mem::zeroed();
-            if libc::sigaction(libc::SIGINT, &new, &mut old) != 0 {
-                return Err(RecordError::Spawn {
-                    source: io::Error::last_os_error(),
-                });
-            }
-            Ok(SigintGuard { old })
-        }
-    }
-}
-
-impl Drop for SigintGuard {
-    fn drop(&mut self) {
-        CHILD_PID.store(0, Ordering::SeqCst);
-        // SAFETY: restores the action saved by install().
-        unsafe {
-            libc::sigaction(libc::SIGINT, &self.old, std::ptr::null_mut());
-        }
-    }
-}
 
 fn tfs_err<'a>(path: &'a Path, op: &'static str) -> impl FnOnce(io::Error) -> RecordError + 'a {
     move |source| RecordError::Tracefs {
@@ -241,28 +237,26 @@ fn tfs_err<'a>(path: &'a Path, op: &'static str) -> impl FnOnce(io::Error) -> Re
     }
 }
 
+/// Every access to a file of an instance holds the journal's lock
+/// (`host::journal::locked`): the kernel refuses to remove an instance while
+/// one of its files is open, so the signal watcher, which removes it under
+/// that lock, must never meet one open.
 fn write_file(path: &Path, value: &str) -> Result<(), RecordError> {
-    // tracefs control files take one write; O_TRUNC clears lists such as
-    // set_event_pid.
-    let mut f = OpenOptions::new()
-        .write(true)
-        .truncate(true)
-        .open(path)
-        .map_err(tfs_err(path, "open"))?;
-    f.write_all(value.as_bytes())
-        .map_err(tfs_err(path, "write"))
+    journal::locked(|| {
+        // tracefs control files take one write; O_TRUNC clears lists such
+        // as set_event_pid.
+        let mut f = OpenOptions::new()
+            .write(true)
+            .truncate(true)
+            .open(path)
+            .map_err(tfs_err(path, "open"))?;
+        f.write_all(value.as_bytes())
+            .map_err(tfs_err(path, "write"))
+    })
 }
 
 fn read_text(path: &Path) -> Result<String, RecordError> {
-    fs::read_to_string(path).map_err(tfs_err(path, "read"))
-}
-
-/// Finds a mounted tracefs (one that has an `instances` directory).
-pub fn find_tracefs() -> Option<PathBuf> {
-    TRACEFS_PATHS
-        .iter()
-        .map(PathBuf::from)
-        .find(|p| p.join("instances").is_dir())
+    journal::locked(|| fs::read_to_string(path)).map_err(tfs_err(path, "read"))
 }
 
 /// Checks everything [`record`] needs without changing anything: root,
@@ -327,32 +321,48 @@ pub fn resolve_command(cmd: &str) -> Result<PathBuf, RecordError> {
     })
 }
 
-/// The private instance; dropping it turns tracing off, disables every
-/// event, clears the pid filter and removes the directory.
+/// The private instance, and tracefs when the recorder mounted it, each
+/// journalled before it was made; dropping it undoes both (tracing off,
+/// events and pid filter cleared, directory removed, then unmounted).
+#[derive(Default)]
 struct Instance {
-    dir: PathBuf,
-    unmount: Option<PathBuf>,
+    dir: Option<Entry>,
+    mount: Option<Entry>,
 }
 
 impl Instance {
+    /// Creates the instance directory `dir`, journalled first.
+    fn create(&mut self, dir: &Path) -> Result<(), RecordError> {
+        let change = Change::TracefsInstance {
+            dir: dir.to_path_buf(),
+        };
+        let (entry, ()) = journal::change(change, || {
+            fs::create_dir(dir).map_err(tfs_err(dir, "mkdir"))
+        })?;
+        self.dir = Some(entry);
+        Ok(())
+    }
+
+    /// Mounts tracefs at `at`, journalled first.
+    fn mount(&mut self, at: &Path) -> Result<(), RecordError> {
+        let change = Change::Mount {
+            path: at.to_path_buf(),
+            fstype: "tracefs".to_string(),
+        };
+        let (entry, ()) = journal::change(change, || mount_tracefs(at))?;
+        self.mount = Some(entry);
+        Ok(())
+    }
+
     fn cleanup(&mut self) {
         // Best effort on every step: a failing step must not keep the
         // following ones from running. The unmount runs even when the
         // instance was never created.
-        if !self.dir.as_os_str().is_empty() {
-            let _ = write_file(&self.dir.join("tracing_on"), "0");
-            let _ = write_file(&self.dir.join("set_event"), "");
-            let _ = write_file(&self.dir.join("set_event_pid"), "");
-            let _ = fs::remove_dir(&self.dir);
-            self.dir = PathBuf::new();
+        if let Some(e) = self.dir.take() {
+            let _ = journal::undo(e);
         }
-        if let Some(mnt) = self.unmount.take() {
-            if let Ok(c) = CString::new(mnt.as_os_str().as_bytes()) {
-                // SAFETY: c is a valid NUL-terminated path.
-                unsafe {
-                    libc::umount(c.as_ptr());
-                }
-            }
+        if let Some(e) = self.mount.take() {
+            let _ = journal::undo(e);
         }
     }
 }
@@ -392,6 +402,8 @@ struct Child {
     go_w: i32,
     err_r: i32,
     reaped: bool,
+    /// The journal entry of the child's process group.
+    group: Option<Entry>,
     /// `ru_minflt`/`ru_majflt` of the child and the descendants it waited
     /// for, from `wait4()` (the kernel fills it with `RUSAGE_BOTH`).
     faults: Option<(u64, u64)>,
@@ -406,6 +418,8 @@ impl Child {
         ptrs.push(std::ptr::null());
         let mut go = [0i32; 2];
         let mut err = [0i32; 2];
+        // SAFETY: getpid has no preconditions.
+        let parent = unsafe { libc::getpid() };
         // SAFETY: pipe2 writes two fds into each array.
         unsafe {
             if libc::pipe2(go.as_mut_ptr(), libc::O_CLOEXEC) != 0 {
@@ -436,6 +450,13 @@ impl Child {
             unsafe {
                 libc::close(go[1]);
                 libc::close(err[0]);
+                // A group of its own, which signals are forwarded to; and
+                // death with the recorder, even by SIGKILL.
+                libc::setpgid(0, 0);
+                libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL);
+                if libc::getppid() != parent {
+                    libc::_exit(126);
+                }
                 let mut b = 0u8;
                 if libc::read(go[0], &mut b as *mut u8 as *mut libc::c_void, 1) != 1 {
                     // The parent gave up before tracing was set up.
@@ -447,18 +468,28 @@ impl Child {
                 libc::_exit(127);
             }
         }
-        // SAFETY: the parent's copies of the child's ends.
+        // SAFETY: the parent's copies of the child's ends; setpgid on our
+        // own child (also done by the child: whichever runs first wins).
         unsafe {
             libc::close(go[0]);
             libc::close(err[1]);
+            libc::setpgid(pid, pid);
         }
-        Ok(Child {
+        let mut child = Child {
             pid,
             go_w: go[1],
             err_r: err[0],
             reaped: false,
+            group: None,
             faults: None,
-        })
+        };
+        // Journalled before it can run anything: it waits on `go`.
+        let change = Change::ProcessGroup {
+            pgid: pid,
+            start_time: journal::process_start_time(pid).unwrap_or(0),
+        };
+        child.group = Some(journal::record(change)?);
+        Ok(child)
     }
 
     /// Lets the child exec; returns the exec error, if any.
@@ -523,28 +554,34 @@ impl Drop for Child {
                 }
             }
             if !self.reaped {
-                libc::kill(self.pid, libc::SIGKILL);
+                libc::kill(-self.pid, libc::SIGKILL);
             }
         }
         self.try_wait(true);
+        if let Some(e) = self.group.take() {
+            journal::forget(e);
+        }
     }
 }
 
-fn describe_status(status: i32) -> (String, Option<i32>) {
+/// `("exit N" | "signal N", exit code, signal)`.
+fn describe_status(status: i32) -> (String, Option<i32>, Option<i32>) {
     if libc::WIFEXITED(status) {
         let code = libc::WEXITSTATUS(status);
-        (format!("exit {code}"), Some(code))
+        (format!("exit {code}"), Some(code), None)
     } else if libc::WIFSIGNALED(status) {
-        (format!("signal {}", libc::WTERMSIG(status)), None)
+        let sig = libc::WTERMSIG(status);
+        (format!("signal {sig}"), None, Some(sig))
     } else {
-        (format!("status {status:#x}"), None)
+        (format!("status {status:#x}"), None, None)
     }
 }
 
 /// One CPU's `trace_pipe_raw` and the spool its pages go to.
 struct CpuReader {
     cpu: u32,
-    pipe: File,
+    pipe: HeldFile,
+    /// Names the (unnamed) spool in errors.
     spool_path: PathBuf,
     spool: BufWriter<File>,
 }
@@ -584,25 +621,31 @@ pub fn record(
     opts: &RecordOptions,
 ) -> Result<RecordSummary, RecordError> {
     let _one_at_a_time = RECORD_LOCK.lock().unwrap_or_else(|e| e.into_inner());
-    let mut instance = Instance {
-        dir: PathBuf::new(),
-        unmount: None,
-    };
+    host::signals::install().map_err(|source| RecordError::Spawn { source })?;
+    let mut instance = Instance::default();
     // The system-wide kmem instance, when asked for; removed before the
     // first one (whose drop may unmount tracefs).
-    let mut kmem_instance = Instance {
-        dir: PathBuf::new(),
-        unmount: None,
-    };
+    let mut kmem_instance = Instance::default();
     // SAFETY: geteuid() has no preconditions.
     let euid = unsafe { libc::geteuid() };
     if euid != 0 {
         return Err(RecordError::NotRoot { euid });
     }
+    // The output first: one that cannot be written fails before anything
+    // runs, and an existing file stays as it is until the trace is complete.
+    let trace_file = TraceFile::create(output).map_err(|e| RecordError::Output {
+        path: output.to_path_buf(),
+        source: TraceError::Io {
+            offset: 0,
+            source: e.into(),
+        },
+    })?;
+    let spool_dir = output
+        .parent()
+        .filter(|p| !p.as_os_str().is_empty())
+        .unwrap_or(Path::new("."));
     if find_tracefs().is_none() && opts.mount_tracefs {
-        let at = PathBuf::from(TRACEFS_PATHS[0]);
-        mount_tracefs(&at)?;
-        instance.unmount = Some(at);
+        instance.mount(Path::new(TRACEFS_PATHS[0]))?;
     }
     let root = check_environment()?;
     let exe = resolve_command(cmd)?;
@@ -628,8 +671,7 @@ pub fn record(
     let dir = root
         .join("instances")
         .join(format!("mmlab-{}", std::process::id()));
-    fs::create_dir(&dir).map_err(tfs_err(&dir, "mkdir"))?;
-    instance.dir = dir.clone();
+    instance.create(&dir)?;
     write_file(&dir.join("tracing_on"), "0")?;
     write_file(
         &dir.join("buffer_size_kb"),
@@ -647,8 +689,7 @@ pub fn record(
         let d = root
             .join("instances")
             .join(format!("mmlab-{}-kmem", std::process::id()));
-        fs::create_dir(&d).map_err(tfs_err(&d, "mkdir"))?;
-        kmem_instance.dir = d.clone();
+        kmem_instance.create(&d)?;
         write_file(&d.join("tracing_on"), "0")?;
         write_file(&d.join("buffer_size_kb"), &opts.buffer_size_kb.to_string())?;
         write_file(&d.join("trace_clock"), clock)?;
@@ -678,21 +719,23 @@ pub fn record(
         }
     }
     let mut decoder = Decoder::new(&formats);
-    let page_size = fs::read_to_string(dir.join("buffer_subbuf_size_kb"))
+    let page_size = journal::locked(|| fs::read_to_string(dir.join("buffer_subbuf_size_kb")))
         .ok()
         .and_then(|s| s.trim().parse::<usize>().ok())
         .map(|kb| kb * 1024)
         .unwrap_or(4096);
 
     // CPUs with a buffer, sorted by number.
-    let mut cpus: Vec<u32> = fs::read_dir(dir.join("per_cpu"))
-        .map_err(tfs_err(&dir, "list per_cpu of"))?
-        .flatten()
-        .filter_map(|e| e.file_name().to_str()?.strip_prefix("cpu")?.parse().ok())
-        .collect();
+    let mut cpus: Vec<u32> = journal::locked(|| {
+        fs::read_dir(dir.join("per_cpu")).map(|d| {
+            d.flatten()
+                .filter_map(|e| e.file_name().to_str()?.strip_prefix("cpu")?.parse().ok())
+                .collect()
+        })
+    })
+    .map_err(tfs_err(&dir, "list per_cpu of"))?;
     cpus.sort_unstable();
 
-    let spool_base = output.as_os_str().to_owned();
     let mut readers = Vec::with_capacity(cpus.len());
     let instance_dirs: Vec<(&Path, &str)> = std::iter::once((dir.as_path(), ""))
         .chain(kmem_dir.as_deref().map(|d| (d, ".kmem")))
@@ -702,15 +745,15 @@ pub fn record(
         .flat_map(|d| cpus.iter().map(move |c| (c, *d)))
     {
         let p = idir.join(format!("per_cpu/cpu{cpu}/trace_pipe_raw"));
-        let pipe = OpenOptions::new()
-            .read(true)
-            .custom_flags(libc::O_NONBLOCK)
-            .open(&p)
-            .map_err(tfs_err(&p, "open"))?;
-        let mut sp = spool_base.clone();
-        sp.push(format!("{tag}.cpu{cpu}.spool"));
-        let spool_path = PathBuf::from(sp);
-        let f = create_private(&spool_path).map_err(|source| RecordError::Output {
+        // Held: on a signal the watcher closes it before it removes the
+        // instance (the kernel refuses while a file of it is open).
+        let pipe = HeldFile::open(
+            OpenOptions::new().read(true).custom_flags(libc::O_NONBLOCK),
+            &p,
+        )
+        .map_err(tfs_err(&p, "open"))?;
+        let spool_path = spool_dir.join(format!("(unnamed spool{tag} of cpu{cpu})"));
+        let f = host::output::unnamed_file_in(spool_dir).map_err(|source| RecordError::Output {
             path: spool_path.clone(),
             source: TraceError::Io { offset: 0, source },
         })?;
@@ -721,12 +764,14 @@ pub fn record(
             spool: BufWriter::with_capacity(1 << 20, f),
         });
     }
-    let spools = SpoolFiles(readers.iter().map(|r| r.spool_path.clone()).collect());
 
     let counters_before = sysinfo::read_counters();
-    let sigint = SigintGuard::install()?;
     let mut child = Child::spawn(&c_exe, &c_argv)?;
-    CHILD_PID.store(child.pid, Ordering::SeqCst);
+    let forward = host::signals::forward_to_group(child.pid);
+    // What each exec maps (see `exec_maps`); without perf the trace has no
+    // exec layouts and says so.
+    let mut exec_windows = ExecWindows::default();
+    let mut exec_maps = ExecMapsRecorder::open(child.pid, &cpus);
     write_file(&dir.join("set_event_pid"), &child.pid.to_string())?;
     if let Some(kd) = &kmem_dir {
         write_file(&kd.join("tracing_on"), "1")?;
@@ -748,6 +793,9 @@ pub fn record(
             got += drain(r, &mut page)?;
         }
         nr_raw_bytes += got;
+        if let Ok(m) = exec_maps.as_mut() {
+            m.drain(&mut exec_windows);
+        }
         if let Some(status) = child.try_wait(false) {
             break status;
         }
@@ -764,16 +812,27 @@ pub fn record(
     for r in readers.iter_mut() {
         nr_raw_bytes += drain(r, &mut page)?;
     }
-    drop(sigint);
-    let interrupted = INTERRUPTED.load(Ordering::SeqCst);
+    let exec_maps_error = match exec_maps {
+        Ok(mut m) => {
+            m.drain(&mut exec_windows);
+            None
+        }
+        Err(e) => Some(e),
+    };
+    let interrupted = forward.interrupted_by().is_some();
+    drop(forward);
+    if interrupted {
+        // Ended on request: what is left of its group ends too.
+        // SAFETY: kill with plain integers; the group is our child's.
+        unsafe { libc::kill(-child.pid, libc::SIGKILL) };
+    }
 
     let mut nr_lost_stats = 0u64;
     for (&cpu, (idir, _)) in instance_dirs
         .iter()
         .flat_map(|d| cpus.iter().map(move |c| (c, *d)))
     {
-        let text =
-            fs::read_to_string(idir.join(format!("per_cpu/cpu{cpu}/stats"))).unwrap_or_default();
+        let text = read_text(&idir.join(format!("per_cpu/cpu{cpu}/stats"))).unwrap_or_default();
         for line in text.lines() {
             if let Some((k, v)) = line.split_once(':') {
                 if k.trim() == "overrun" || k.trim() == "dropped events" {
@@ -789,27 +848,29 @@ pub fn record(
         BTreeMap::new()
     };
 
-    // Close the pipes and spools, then remove the instance before the
-    // (possibly long) merge, so that tracing is off as early as possible.
-    let mut spool_paths = Vec::with_capacity(readers.len());
+    // Close the pipes and flush the spools, then remove the instance before
+    // the (possibly long) merge, so that tracing is off as early as possible.
+    let mut spools = Vec::with_capacity(readers.len());
     for r in readers {
         let CpuReader {
             cpu,
             pipe,
             spool_path,
-            mut spool,
+            spool,
         } = r;
         drop(pipe);
-        spool.flush().map_err(|source| RecordError::Output {
+        let spool_err = |source| RecordError::Output {
             path: spool_path.clone(),
             source: TraceError::Io { offset: 0, source },
-        })?;
-        spool_paths.push((cpu, spool_path));
+        };
+        let mut f = spool.into_inner().map_err(|e| spool_err(e.into_error()))?;
+        f.seek(io::SeekFrom::Start(0)).map_err(spool_err)?;
+        spools.push((cpu, f));
     }
     kmem_instance.cleanup();
     instance.cleanup();
 
-    let (exit_status, exit_code) = describe_status(status);
+    let (exit_status, exit_code, exit_signal) = describe_status(status);
     let header = Header {
         mmlab_version: env!("CARGO_PKG_VERSION").to_string(),
         source: TraceSource::Record {
@@ -832,17 +893,37 @@ pub fn record(
         path: output.to_path_buf(),
         source,
     };
-    let mut writer = TraceWriter::create(output, &header).map_err(out_err)?;
-    let merged =
-        merge_spools(&spool_paths, layout, &mut decoder, &tgids, &mut writer).map_err(out_err)?;
+    let mut writer = TraceWriter::new(trace_file, &header).map_err(out_err)?;
+    let merged = merge_spools(
+        spools,
+        layout,
+        &mut decoder,
+        &tgids,
+        &mut exec_windows,
+        &mut writer,
+    )
+    .map_err(out_err)?;
     decoder.finish();
-    let nr_lost_events = nr_lost_stats.max(merged.nr_lost_in_pages);
+    let nr_lost_events = nr_lost_stats.max(merged.nr_lost_in_pages) + exec_windows.nr_lost;
+    let mut missing_event_kinds = Vec::new();
+    if let Some(e) = &exec_maps_error {
+        missing_event_kinds.push(format!(
+            "mmlab:exec_layout (perf_event_open for the exec mappings failed: {e})"
+        ));
+    }
+    let mut ignored = merged.ignored.clone();
+    if exec_windows.nr_malformed > 0 {
+        ignored.insert(
+            "malformed perf mapping records".to_string(),
+            exec_windows.nr_malformed,
+        );
+    }
     let trailer = Trailer {
         nr_events: 0,
         nr_lost_events,
         nr_unpaired_syscalls: decoder.nr_unpaired_syscalls,
-        ignored_events: merged.ignored.clone(),
-        missing_event_kinds: Vec::new(),
+        ignored_events: ignored.clone(),
+        missing_event_kinds,
         counters_after: Some(counters_after),
         exit_status: Some(exit_status.clone()),
         interrupted,
@@ -851,7 +932,6 @@ pub fn record(
     };
     let nr_events = writer.nr_events();
     let (_, nr_trace_bytes) = writer.finish(&trailer).map_err(out_err)?;
-    drop(spools);
     let mut nr_events_by_kind = BTreeMap::new();
     for (code, n) in merged.by_kind.iter().enumerate() {
         if *n > 0 {
@@ -863,26 +943,16 @@ pub fn record(
         nr_events_by_kind,
         nr_lost_events,
         nr_unpaired_syscalls: decoder.nr_unpaired_syscalls,
-        ignored_events: merged.ignored,
+        ignored_events: ignored,
         nr_raw_bytes,
         nr_trace_bytes,
         exit_status,
         exit_code,
+        exit_signal,
         interrupted,
         command_wall,
         postprocess_wall: post_started.elapsed(),
     })
-}
-
-/// Removes the spool files on every way out.
-struct SpoolFiles(Vec<PathBuf>);
-
-impl Drop for SpoolFiles {
-    fn drop(&mut self) {
-        for p in &self.0 {
-            let _ = fs::remove_file(p);
-        }
-    }
 }
 
 /// Parses `saved_tgids` (`tid tgid` lines).
@@ -950,20 +1020,33 @@ impl SpoolStream {
     }
 }
 
-fn merge_spools(
-    spools: &[(u32, PathBuf)],
+/// The `ExecLayout` event that follows `ev` if it is a `sched_process_exec`
+/// whose mappings were recorded: at the same time, on the same CPU.
+fn exec_layout(ev: &Event, windows: &mut ExecWindows) -> Option<Event> {
+    let EventKind::Exec { pid, .. } = ev.kind else {
+        return None;
+    };
+    let vmas = windows.take(pid, ev.ts_ns)?;
+    Some(Event {
+        kind: EventKind::ExecLayout { pid, vmas },
+        ..ev.clone()
+    })
+}
+
+fn merge_spools<W: Write>(
+    spools: Vec<(u32, File)>,
     layout: PageHeaderLayout,
     decoder: &mut Decoder,
     tgids: &BTreeMap<i32, i32>,
-    writer: &mut TraceWriter<BufWriter<File>>,
+    exec_windows: &mut ExecWindows,
+    writer: &mut TraceWriter<W>,
 ) -> Result<MergeStats, TraceError> {
     let io_err = |source| TraceError::Io { offset: 0, source };
     let mut stats = MergeStats::default();
     let mut streams = Vec::with_capacity(spools.len());
-    for (cpu, path) in spools {
-        let f = File::open(path).map_err(io_err)?;
+    for (cpu, f) in spools {
         streams.push(SpoolStream {
-            cpu: *cpu,
+            cpu,
             input: BufReader::with_capacity(1 << 20, f),
             page: Vec::new(),
             records: Vec::new(),
@@ -998,6 +1081,10 @@ fn merge_spools(
                 Decoded::Event(ev) => {
                     stats.by_kind[ev.kind.code() as usize] += 1;
                     writer.write(&ev)?;
+                    if let Some(layout) = exec_layout(&ev, exec_windows) {
+                        stats.by_kind[layout.kind.code() as usize] += 1;
+                        writer.write(&layout)?;
+                    }
                 }
                 Decoded::Ignored(name) => *stats.ignored.entry(name).or_default() += 1,
                 Decoded::Malformed(name) => {

@@ -278,12 +278,12 @@ fn writer_for(
     Ok(match writers.entry(cpu) {
         std::collections::btree_map::Entry::Occupied(o) => o.into_mut(),
         std::collections::btree_map::Entry::Vacant(v) => {
-            let (f, p) = tmp_file(cpu).map_err(ioerr(format!(
-                "cannot create a temporary file in {}",
-                std::env::temp_dir().display()
-            )))?;
-            // Unlinked at once: the open handles keep it alive.
-            let _ = std::fs::remove_file(&p);
+            // A file without a name: nothing to guess, nothing left by a kill.
+            let f =
+                host::output::unnamed_file_in(&std::env::temp_dir()).map_err(ioerr(format!(
+                    "cannot create a temporary file for CPU {cpu} in {}",
+                    std::env::temp_dir().display()
+                )))?;
             let reader = f
                 .try_clone()
                 .map_err(ioerr("cannot duplicate a temporary file".into()))?;
@@ -302,22 +302,6 @@ fn new_id(free_slots: &mut Vec<u32>, generations: &mut Vec<u32>) -> u64 {
     let generation = &mut generations[slot as usize];
     *generation = generation.wrapping_add(1);
     slot as u64 | (*generation as u64) << 32
-}
-
-static TMP_SEQ: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
-
-fn tmp_file(cpu: u32) -> io::Result<(File, PathBuf)> {
-    let seq = TMP_SEQ.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-    let path = std::env::temp_dir().join(format!(
-        "mmlab-replay-{}-{seq}-cpu{cpu}",
-        std::process::id()
-    ));
-    let f = std::fs::OpenOptions::new()
-        .read(true)
-        .write(true)
-        .create_new(true)
-        .open(&path)?;
-    Ok((f, path))
 }
 
 impl Prepared {

@@ -13,19 +13,13 @@ use std::path::Path;
 
 use crate::event::{Counters, Knobs, Machine, Pageset, Zone};
 
-const THP_DIR: &str = "/sys/kernel/mm/transparent_hugepage";
+pub use host::live::selected_choice;
+use host::live::THP_DIR;
 
 /// Parses `/proc/vmstat` (`name value` lines); lines that are not a name and
 /// an unsigned number are skipped.
 pub fn parse_vmstat(text: &str) -> BTreeMap<String, u64> {
-    text.lines()
-        .filter_map(|l| {
-            let mut it = l.split_whitespace();
-            let name = it.next()?;
-            let v = it.next()?.parse().ok()?;
-            Some((name.to_string(), v))
-        })
-        .collect()
+    host::live::parse_vmstat(text).0
 }
 
 /// Parses `/proc/zoneinfo` into zones with their watermarks and per-CPU
@@ -107,29 +101,15 @@ pub fn parse_zoneinfo(text: &str) -> Vec<Zone> {
     zones
 }
 
-/// The value in brackets of a sysfs choice file: `always [madvise] never`
-/// → `madvise`; a file without brackets gives its trimmed text.
-pub fn selected_choice(text: &str) -> String {
-    match (text.find('['), text.find(']')) {
-        (Some(a), Some(b)) if a < b => text[a + 1..b].to_string(),
-        _ => text.trim().to_string(),
-    }
-}
-
 fn read_trim(path: &Path) -> Option<String> {
     fs::read_to_string(path).ok().map(|s| s.trim().to_string())
 }
 
-/// The `hugepages-<size>` directories, sorted by name.
+/// The `hugepages-<size>` directories by name, sorted by name.
 fn thp_size_dirs() -> Vec<(String, std::path::PathBuf)> {
-    let mut dirs: Vec<_> = fs::read_dir(THP_DIR)
+    let mut dirs: Vec<_> = host::live::thp_size_dirs()
         .into_iter()
-        .flatten()
-        .flatten()
-        .filter_map(|e| {
-            let name = e.file_name().to_string_lossy().into_owned();
-            name.starts_with("hugepages-").then(|| (name, e.path()))
-        })
+        .map(|(size_kb, path)| (format!("hugepages-{size_kb}kB"), path))
         .collect();
     dirs.sort();
     dirs
@@ -190,7 +170,7 @@ pub fn read_knobs() -> Knobs {
 
 /// The kernel's counters now.
 pub fn read_counters() -> Counters {
-    let vmstat = fs::read_to_string("/proc/vmstat")
+    let vmstat = fs::read_to_string(host::live::PROC_VMSTAT)
         .map(|t| parse_vmstat(&t))
         .unwrap_or_default();
     let mut thp_stats = BTreeMap::new();

@@ -258,6 +258,10 @@ fn candidate_orders(
     // Orders 2..PMD_ORDER-1: order 1 is never an anonymous folio, and the
     // PMD order is the PMD path's.
     let below_pmd: Orders = ((1 << HPAGE_PMD_ORDER) - 1) & !0b11;
+    if vma.flags.contains(VmFlags::STACK_INCOMPLETE_SETUP) {
+        // vma_is_temporary_stack(): an exec's argument pages are order 0.
+        return (0, false);
+    }
     let (allowed, retry) = match cfg.anon_folio {
         AnonFolioPolicy::Off => return (0, false),
         AnonFolioPolicy::Mthp => (
