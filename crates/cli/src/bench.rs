@@ -180,7 +180,7 @@ fn small_llc() -> CacheConfig {
 /// The live half needs root and writable THP knobs (restored afterwards);
 /// without them the line says why it was not measured.
 pub fn faults(mib: u64, live: bool, runs: u32) -> anyhow::Result<()> {
-    use mmlab::fault_model::run_model;
+    use crate::fault_model::run_model;
     use native::faults::{Advice, FaultPattern};
     use native::knobs::{LiveKernel, ThpEnabled, ThpKnobs};
     let runs = runs.max(1);

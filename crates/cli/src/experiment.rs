@@ -138,6 +138,32 @@ pub struct PublishedFile {
     /// with (one to three).
     #[serde(default)]
     pub precision: Option<usize>,
+    /// The unit of each column (for the results document and the tidy
+    /// CSV), where they are worth stating.
+    #[serde(default)]
+    pub units: Option<Vec<String>>,
+}
+
+impl PublishedFile {
+    /// Every row and the units have one value per column.
+    fn check(&self) -> std::result::Result<(), String> {
+        let n = self.columns.len();
+        for (label, row) in &self.rows {
+            if row.len() != n {
+                return Err(format!(
+                    "published.rows.\"{label}\": {} values for {n} columns",
+                    row.len()
+                ));
+            }
+        }
+        match &self.units {
+            Some(u) if u.len() != n => Err(format!(
+                "published.units: {} units for {n} columns",
+                u.len()
+            )),
+            _ => Ok(()),
+        }
+    }
 }
 
 /// A size such as `64GiB`, `45 MiB` or a plain number of bytes.
@@ -490,7 +516,18 @@ impl Experiment {
     fn parse_inner(text: &str, path: &Path, for_replay: bool) -> Result<Experiment> {
         let origin = path.display().to_string();
         let f: ExperimentFile = toml::from_str(text).map_err(|e| anyhow!("{origin}: {e}"))?;
+        Experiment::from_file(f, path, for_replay)
+    }
+
+    /// Validates an experiment already parsed (from TOML, or from any serde
+    /// source such as a Python dict); `path` names it in errors and
+    /// locates relative profile paths.
+    pub fn from_file(f: ExperimentFile, path: &Path, for_replay: bool) -> Result<Experiment> {
+        let origin = path.display().to_string();
         let base = path.parent().unwrap_or(Path::new("."));
+        if let Some(p) = &f.published {
+            p.check().map_err(|e| anyhow!("{origin}: {e}"))?;
+        }
         let m = &f.machine;
         if m.nodes == 0 {
             bail!("{origin}: machine.nodes = 0: a machine needs at least one node");
@@ -633,10 +670,10 @@ impl Experiment {
             }
         }
         for metric in &f.report.metrics {
-            if !crate::report::is_metric(metric) {
+            if !crate::metrics::is_metric(metric) {
                 bail!(
                     "{origin}: report.metrics: unknown metric \"{metric}\"; valid metrics: {}",
-                    crate::report::metric_names().join(", ")
+                    crate::metrics::metric_names().join(", ")
                 );
             }
         }

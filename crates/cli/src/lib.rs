@@ -1,8 +1,28 @@
-//! The parts of the `mmlab` command that its integration tests use too.
+//! The `mmlab` library: everything the `mmlab` command does except parsing
+//! its arguments, so that the binary, its tests and the Python binding
+//! share one code path.
 //!
-//! The binary (`main.rs`) is the only place that parses arguments and
-//! prints; this library holds the translation of live-kernel fault patterns
-//! into the model, which `mmlab bench faults` and
-//! `tests/model_vs_live.rs` share.
+//! - [`api`]: run an experiment (a path, TOML text or a parsed file) and get
+//!   the results document ([`results::ResultsDoc`]) and its tidy rows.
+//! - [`results`]: the versioned results schema (`docs/results-schema.md`).
+//! - [`metrics`]: the metric registry (name, unit, help, value function).
+//! - [`experiment`], [`runner`], [`report`]: experiment files, running them,
+//!   the text and markdown tables.
+//! - [`csv_out`]: tidy and wide CSV.
+//! - [`replay`], [`aspace`]: `mmlab replay` and `mmlab validate`.
+//! - [`fault_model`]: live-kernel fault patterns translated into the model,
+//!   shared by `mmlab bench faults` and `tests/model_vs_live.rs`.
+//! - [`output`]: atomic file writes and closed-pipe handling.
 
+pub mod api;
+pub mod aspace;
+pub mod bench;
+pub mod csv_out;
+pub mod experiment;
 pub mod fault_model;
+pub mod metrics;
+pub mod output;
+pub mod replay;
+pub mod report;
+pub mod results;
+pub mod runner;

@@ -3,85 +3,14 @@
 //! The only crate that reads files, parses arguments, prints or writes
 //! reports.
 
-mod aspace;
-mod bench;
-mod experiment;
-mod replay;
-mod report;
-mod runner;
-
 use anyhow::{bail, Result};
 use clap::{Parser, Subcommand};
-use experiment::Experiment;
-use report::Format;
+use mmlab::api::{self, RunOptions, Source};
+use mmlab::experiment::{self, Experiment};
+use mmlab::report::Format;
+use mmlab::{bench, metrics, output, replay};
 use std::io::Write;
 use std::path::{Path, PathBuf};
-
-/// The built-in experiments, embedded so that `mmlab reproduce` works from
-/// any directory.
-/// Built-in experiments, in alphabetical order.
-const BUILTIN_EXPERIMENTS: &[(&str, &str)] = &[
-    (
-        "anon-cow-seq",
-        include_str!("../../../experiments/anon-cow-seq.toml"),
-    ),
-    (
-        "huge-copy-order",
-        include_str!("../../../experiments/huge-copy-order.toml"),
-    ),
-    (
-        "large-anon-folios",
-        include_str!("../../../experiments/large-anon-folios.toml"),
-    ),
-    (
-        "large-anon-folios-j80",
-        include_str!("../../../experiments/large-anon-folios-j80.toml"),
-    ),
-    (
-        "large-anon-folios-order-mix",
-        include_str!("../../../experiments/large-anon-folios-order-mix.toml"),
-    ),
-    (
-        "large-anon-folios-page-fault",
-        include_str!("../../../experiments/large-anon-folios-page-fault.toml"),
-    ),
-    (
-        "large-anon-folios-speedometer",
-        include_str!("../../../experiments/large-anon-folios-speedometer.toml"),
-    ),
-    (
-        "page-churn",
-        include_str!("../../../experiments/page-churn.toml"),
-    ),
-    (
-        "page-fault1",
-        include_str!("../../../experiments/page-fault1.toml"),
-    ),
-    (
-        "pcp-autotune",
-        include_str!("../../../experiments/pcp-autotune.toml"),
-    ),
-    (
-        "pcp-autotune-lmbench",
-        include_str!("../../../experiments/pcp-autotune-lmbench.toml"),
-    ),
-    (
-        "pcp-autotune-netperf",
-        include_str!("../../../experiments/pcp-autotune-netperf.toml"),
-    ),
-    (
-        "thp-migration",
-        include_str!("../../../experiments/thp-migration.toml"),
-    ),
-    (
-        "thp-migration-tiering",
-        include_str!("../../../experiments/thp-migration-tiering.toml"),
-    ),
-    (
-        "vmacache",
-        include_str!("../../../experiments/vmacache.toml"),
-    ),
-];
 
 #[derive(Parser)]
 #[command(
@@ -102,21 +31,70 @@ struct Cli {
 
 #[derive(clap::Args, Clone)]
 struct OutputArgs {
-    /// Output format of the tables.
+    /// What to print: tables (text, markdown) or the results document (json: one
+    /// document; jsonl: one experiment a line as each finishes; csv: tidy, one row
+    /// per metric; csv-wide: one row per run).
     #[arg(long, value_enum, default_value_t = Format::Text)]
     format: Format,
-    /// Also write the JSON results document to FILE (atomically).
-    #[arg(long, value_name = "FILE")]
+    /// Also write the results document (JSON) to FILE, atomically.
+    #[arg(short = 'o', long, value_name = "FILE")]
     out: Option<PathBuf>,
     /// Seed of every run (default: the experiment's).
-    #[arg(long)]
+    #[arg(long, conflicts_with = "seeds")]
     seed: Option<u64>,
+    /// Run every (kernel, workload) once per seed: a list such as 1,2,3 or 1-5; the
+    /// tables show means, the document every run.
+    #[arg(long, value_name = "LIST", value_parser = parse_seeds)]
+    seeds: Option<Vec<u64>>,
     /// No progress on stderr.
     #[arg(long, short)]
     quiet: bool,
     /// Simulations to run at once (default: the host's cores).
     #[arg(long, short)]
     jobs: Option<usize>,
+}
+
+/// Parses `1,2,3`, `1-5` or a mix (`1,4-6`).
+fn parse_seeds(s: &str) -> std::result::Result<Vec<u64>, String> {
+    let mut out = Vec::new();
+    for part in s.split(',').map(str::trim) {
+        let num = |t: &str| {
+            t.trim()
+                .parse::<u64>()
+                .map_err(|_| format!("\"{t}\" is not a seed; expected a list such as 1,2,3 or 1-5"))
+        };
+        match part.split_once('-') {
+            Some((a, b)) => {
+                let (a, b) = (num(a)?, num(b)?);
+                if b < a || b - a >= 1000 {
+                    return Err(format!(
+                        "\"{part}\": expected a range low-high of at most 1000 seeds"
+                    ));
+                }
+                out.extend(a..=b);
+            }
+            None => out.push(num(part)?),
+        }
+    }
+    let mut seen = std::collections::BTreeSet::new();
+    if let Some(d) = out.iter().find(|s| !seen.insert(**s)) {
+        return Err(format!("seed {d} is listed twice"));
+    }
+    Ok(out)
+}
+
+impl OutputArgs {
+    fn run_options(&self) -> RunOptions {
+        RunOptions {
+            seeds: self
+                .seeds
+                .clone()
+                .or_else(|| self.seed.map(|s| vec![s]))
+                .unwrap_or_default(),
+            jobs: self.jobs,
+            progress: !self.quiet,
+        }
+    }
 }
 
 #[derive(Subcommand)]
@@ -314,6 +292,10 @@ fn main() {
     recover_stale_state();
     match real_main() {
         Ok(code) => std::process::exit(code),
+        Err(e) if output::is_broken_pipe(&e) => {
+            // The reader went away (`mmlab ... | head`): not an error.
+            std::process::exit(0);
+        }
         Err(e) => {
             eprintln!("mmlab: error: {e:#}");
             std::process::exit(1);
@@ -339,59 +321,55 @@ fn recover_stale_state() {
     }
 }
 
+/// Runs the experiments of `source`, printing each one's tables (or its JSON
+/// Lines record) as it finishes, then the whole document for the other data
+/// formats, and writes `--out`.
+fn run_cmd(source: Source, out: &OutputArgs) -> Result<()> {
+    let mut stdout = std::io::stdout().lock();
+    if out.format == Format::Jsonl {
+        let head = mmlab::results::ResultsDoc::new(Vec::new()).header_json();
+        writeln!(stdout, "{head}")?;
+    }
+    let exps = api::load(source)?;
+    check_out(out.out.as_deref())?;
+    let doc = api::run_loaded(exps, &out.run_options(), |run| {
+        match out.format {
+            Format::Text | Format::Markdown => {
+                stdout.write_all(run.tables(out.format).as_bytes())?
+            }
+            Format::Jsonl => writeln!(
+                stdout,
+                "{}",
+                mmlab::results::ResultsDoc::experiment_record(&run.to_results())
+            )?,
+            _ => {}
+        }
+        stdout.flush()?;
+        Ok(())
+    })?;
+    if matches!(out.format, Format::Json | Format::Csv | Format::CsvWide) {
+        output::write_document(&doc, out.format, &mut stdout)?;
+    }
+    stdout.flush()?;
+    if let Some(path) = &out.out {
+        output::write_results(path, &doc)?;
+    }
+    Ok(())
+}
+
 /// Runs the command; `Ok` holds the exit status (0, or `mmlab record`'s
 /// workload's status).
 fn real_main() -> Result<i32> {
     let cli = Cli::parse();
     match cli.cmd {
         Cmd::Reproduce { name, out } => {
-            let list: Vec<_> = match &name {
-                Some(n) => {
-                    // A name runs that experiment and its companions
-                    // (`pcp-autotune` runs `pcp-autotune-netperf` too).
-                    let group: Vec<_> = BUILTIN_EXPERIMENTS
-                        .iter()
-                        .filter(|(k, _)| {
-                            k == n
-                                || k.strip_prefix(n.as_str())
-                                    .is_some_and(|r| r.starts_with('-'))
-                        })
-                        .copied()
-                        .collect();
-                    if group.is_empty() {
-                        let names: Vec<_> = BUILTIN_EXPERIMENTS.iter().map(|(k, _)| *k).collect();
-                        bail!(
-                            "no built-in experiment \"{n}\"; built-in experiments: {}",
-                            names.join(", ")
-                        );
-                    }
-                    group
-                }
-                None => BUILTIN_EXPERIMENTS.to_vec(),
+            let source = match &name {
+                Some(n) => Source::Builtin(n),
+                None => Source::AllBuiltin,
             };
-            check_out(out.out.as_deref())?;
-            let mut docs = Vec::new();
-            for (n, text) in list {
-                let exp = Experiment::parse(text, Path::new(&format!("experiments/{n}.toml")))?;
-                docs.push(run_and_print(&exp, &out)?);
-            }
-            if let Some(path) = &out.out {
-                let doc = if docs.len() == 1 {
-                    docs.pop().expect("one")
-                } else {
-                    serde_json::Value::Array(docs)
-                };
-                write_atomically(path, &doc)?;
-            }
+            run_cmd(source, &out)?;
         }
-        Cmd::Run { file, out } => {
-            let exp = Experiment::load(&file)?;
-            check_out(out.out.as_deref())?;
-            let doc = run_and_print(&exp, &out)?;
-            if let Some(path) = &out.out {
-                write_atomically(path, &doc)?;
-            }
-        }
+        Cmd::Run { file, out } => run_cmd(Source::Path(&file), &out)?,
         Cmd::Zoneinfo { file } => {
             let exp = Experiment::load(&file)?;
             for k in &exp.kernels {
@@ -473,42 +451,6 @@ fn real_main() -> Result<i32> {
         } => replay::validate_cmd(&file, seed, warm_pcp, mode)?,
     }
     Ok(0)
-}
-
-fn run_and_print(exp: &Experiment, out: &OutputArgs) -> Result<serde_json::Value> {
-    let seed = out.seed.unwrap_or(exp.seed);
-    let jobs = out
-        .jobs
-        .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
-    let results = runner::run_experiment(
-        exp,
-        runner::RunOpts {
-            seed,
-            quiet: out.quiet,
-            jobs,
-        },
-    )?;
-    let doc = report::results_json(exp, seed, &results);
-    let mut stdout = std::io::stdout().lock();
-    if out.format == Format::Json {
-        writeln!(stdout, "{}", serde_json::to_string_pretty(&doc)?)?;
-    } else {
-        write!(
-            stdout,
-            "{}",
-            report::tables(exp, seed, &results, out.format)
-        )?;
-    }
-    Ok(doc)
-}
-
-/// Writes `doc` to `path` through an unpredictable temporary file and a
-/// rename (`host::output`), so that a reader never sees half a document and
-/// a failure leaves the old one.
-fn write_atomically(path: &Path, doc: &serde_json::Value) -> Result<()> {
-    let text = serde_json::to_string_pretty(doc)? + "\n";
-    host::output::write_atomic(path, text.as_bytes(), host::Mode::Shared)?;
-    Ok(())
 }
 
 /// Fails now, before any work, if `--out` could not be written at the end.
@@ -633,16 +575,23 @@ fn list_text() -> String {
     let _ = writeln!(s, "\nWorkloads:");
     for w in workloads::WORKLOADS {
         let _ = writeln!(s, "  {:<14} {}", w.name, w.summary);
-        for (p, d, h) in w.params {
-            let _ = writeln!(s, "      {p:<18} (default {d}) {h}");
+        for p in w.params {
+            let _ = writeln!(
+                s,
+                "      {:<18} (default {}; {}) {}",
+                p.name,
+                p.default_text(),
+                p.accepts_text(),
+                p.help
+            );
         }
     }
     let _ = writeln!(
         s,
         "\nMetrics (report.metrics; any /proc/vmstat-named counter below also works):"
     );
-    for (m, h) in report::METRICS {
-        let _ = writeln!(s, "  {m:<22} {h}");
+    for m in metrics::METRICS {
+        let _ = writeln!(s, "  {:<24} [{}] {}", m.name, m.unit, m.help);
     }
     let names: Vec<_> = mm::vmstat::VmEvent::ALL.iter().map(|e| e.name()).collect();
     let _ = writeln!(s, "  counters: {}", names.join(", "));
@@ -651,7 +600,7 @@ fn list_text() -> String {
         let _ = writeln!(s, "  {n}");
     }
     let _ = writeln!(s, "\nBuilt-in experiments (mmlab reproduce NAME):");
-    for (n, _) in BUILTIN_EXPERIMENTS {
+    for n in api::builtin_names() {
         let _ = writeln!(s, "  {n}");
     }
     s

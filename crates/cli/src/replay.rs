@@ -10,6 +10,7 @@
 
 use crate::experiment::{self, Experiment, Kernel, Mode, ReportFile, Workload};
 use crate::report::{self, Format, RunResult};
+use crate::results::{ExperimentResults, ResultsDoc};
 use anyhow::{anyhow, bail, Result};
 use mm::knobs::{KnobValue, Preset};
 use mm::page_alloc::PageAlloc;
@@ -187,6 +188,7 @@ pub fn replay_one(
             stats: run,
             vmstat: eng.pa.vmstat.clone(),
             nr_runs: 0,
+            seed,
         },
         st,
     )
@@ -303,32 +305,32 @@ pub fn replay_cmd(
     for w in &warnings {
         eprintln!("warning: {w}");
     }
-    let mut doc = report::results_json(&exp, seed, &results);
-    if let Some(o) = doc.as_object_mut() {
-        if let Some(prep) = &prep {
-            o.insert(
-                "replay".to_string(),
-                json!({ "trace": trace.display().to_string(), "recorded": recorded_json(prep), "model": per_kernel }),
-            );
-        }
-        if let Some(a) = &aspace {
-            o.insert("aspace".to_string(), crate::aspace::json(&exp, a));
-        }
-        o.insert("warnings".to_string(), json!(warnings));
+    let mut part = ExperimentResults::new(&exp, &[seed], &results);
+    if let Some(prep) = &prep {
+        part.replay = Some(
+            json!({ "trace": trace.display().to_string(), "recorded": recorded_json(prep), "model": per_kernel }),
+        );
     }
+    part.aspace = aspace.as_ref().map(|a| crate::aspace::json(&exp, a));
+    part.warnings = warnings;
+    let doc = ResultsDoc::new(vec![part]);
     let mut stdout = std::io::stdout().lock();
-    if format == Format::Json {
-        writeln!(stdout, "{}", serde_json::to_string_pretty(&doc)?)?;
+    if format.is_data() {
+        crate::output::write_document(&doc, format, &mut stdout)?;
     } else {
         if prep.is_some() {
-            write!(stdout, "{}", report::tables(&exp, seed, &results, format))?;
+            write!(
+                stdout,
+                "{}",
+                report::tables(&exp, &[seed], &results, format)
+            )?;
         }
         if let Some(a) = &aspace {
             write!(stdout, "{}", crate::aspace::table(&exp, a, format))?;
         }
     }
     if let Some(path) = out {
-        crate::write_atomically(path, &doc)?;
+        crate::output::write_results(path, &doc)?;
     }
     if !quiet {
         if let Some(prep) = &prep {

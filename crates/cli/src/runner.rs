@@ -12,9 +12,9 @@ use std::time::{Duration, Instant};
 
 /// How to run.
 #[derive(Clone, Copy, Debug)]
-pub struct RunOpts {
-    /// The seed of every run.
-    pub seed: u64,
+pub struct RunOpts<'a> {
+    /// The seeds: every (kernel, workload) pair runs once with each.
+    pub seeds: &'a [u64],
     /// No progress on stderr.
     pub quiet: bool,
     /// Host threads (each runs whole simulations).
@@ -53,14 +53,21 @@ pub fn run_one(exp: &Experiment, k: &Kernel, w: &Workload, seed: u64) -> Result<
         workload: w.name.clone(),
         stats,
         vmstat: eng.pa.vmstat.clone(),
-        nr_runs: workloads::nr_runs(&w.kind, &w.params),
+        nr_runs: workloads::nr_runs(&w.kind, &w.params, &exp.machine)
+            .map_err(|e| anyhow!("workload \"{}\": {e}", w.name))?,
+        seed,
     })
 }
 
-/// Runs every (kernel, workload) pair; results come back in the
-/// experiment's order whatever the order they finish in.
+/// Runs every (kernel, workload) pair with every seed; results come back
+/// in the experiment's order (pairs, then seeds) whatever the order they
+/// finish in.
 pub fn run_experiment(exp: &Experiment, opts: RunOpts) -> Result<Vec<RunResult>> {
-    let pairs: Vec<(&Kernel, &Workload)> = exp.pairs();
+    let pairs: Vec<(&Kernel, &Workload, u64)> = exp
+        .pairs()
+        .into_iter()
+        .flat_map(|(k, w)| opts.seeds.iter().map(move |&s| (k, w, s)))
+        .collect();
     let n = pairs.len();
     let jobs = opts.jobs.max(1).min(n);
     let start = Instant::now();
@@ -77,8 +84,8 @@ pub fn run_experiment(exp: &Experiment, opts: RunOpts) -> Result<Vec<RunResult>>
                 if i >= pairs.len() {
                     break;
                 }
-                let (k, w) = pairs[i];
-                let r = run_one(exp, k, w, opts.seed);
+                let (k, w, seed) = pairs[i];
+                let r = run_one(exp, k, w, seed);
                 if tx.send((i, r)).is_err() {
                     break;
                 }
@@ -90,7 +97,7 @@ pub fn run_experiment(exp: &Experiment, opts: RunOpts) -> Result<Vec<RunResult>>
         loop {
             match rx.recv_timeout(Duration::from_millis(200)) {
                 Ok((i, r)) => {
-                    let (k, w) = pairs[i];
+                    let (k, w, _) = pairs[i];
                     slots[i] = Some(r);
                     done += 1;
                     progress.update(done, &format!("{} × {}", k.name, w.name), start.elapsed());

@@ -112,10 +112,28 @@ fn json_is_byte_identical_across_runs_and_has_the_documented_shape() {
     let file = std::fs::read_to_string(&out).unwrap();
     assert_eq!(file, stdout(&a), "--out writes the same document");
     let v: serde_json::Value = serde_json::from_str(&file).unwrap();
-    for key in ["mmlab_version", "experiment", "seed", "profile", "results"] {
+    for key in [
+        "schema",
+        "schema_version",
+        "mmlab_version",
+        "units",
+        "experiments",
+    ] {
         assert!(v.get(key).is_some(), "results document lacks \"{key}\"");
     }
-    let r = &v["results"][0];
+    let e = &v["experiments"][0];
+    for key in [
+        "name",
+        "seeds",
+        "profile",
+        "machine",
+        "kernels",
+        "runs",
+        "published",
+    ] {
+        assert!(e.get(key).is_some(), "experiment lacks \"{key}\"");
+    }
+    let r = &e["runs"][0];
     assert_eq!(r["kernel"], "base");
     assert_eq!(r["workload"], "churn");
     assert!(r["metrics"]["zone_lock_pct"].is_number());
@@ -273,7 +291,7 @@ fn thp_migration_reproduces_with_the_seeds_table_beside() {
     let o = mmlab(&["run", file, "--quiet", "--format", "json"]);
     let v: serde_json::Value = serde_json::from_str(&stdout(&o)).unwrap();
     let gbps = |k: &str, w: &str| {
-        v["results"]
+        v["experiments"][0]["runs"]
             .as_array()
             .unwrap()
             .iter()
@@ -288,7 +306,7 @@ fn thp_migration_reproduces_with_the_seeds_table_beside() {
     assert!(gbps("mt-8", "1x2M") > gbps("mt-4", "1x2M"));
     // Base pages never use copy_page_mt.
     assert_eq!(gbps("mt-8", "512x4K"), gbps("4.x single", "512x4K"));
-    let r = v["results"]
+    let r = v["experiments"][0]["runs"]
         .as_array()
         .unwrap()
         .iter()
@@ -314,7 +332,7 @@ fn thp_migration_tiering_shows_promotion_against_application_throughput() {
     assert!(o.status.success(), "{}", stderr(&o));
     let v: serde_json::Value = serde_json::from_str(&stdout(&o)).unwrap();
     let r = |k: &str, w: &str| -> serde_json::Value {
-        v["results"]
+        v["experiments"][0]["runs"]
             .as_array()
             .unwrap()
             .iter()

@@ -96,7 +96,7 @@ fn results_replace_an_existing_file_whole_and_leave_no_temporary() {
     assert!(o.status.success(), "{}", text(&o.stderr));
     let doc: serde_json::Value =
         serde_json::from_slice(&std::fs::read(&out).unwrap()).expect("whole JSON");
-    assert!(doc.get("results").is_some());
+    assert!(doc.get("experiments").is_some());
     assert_eq!(s.names(), vec!["r.json".to_string()]);
 }
 

@@ -115,9 +115,18 @@ fn replay_json_is_byte_identical_across_runs() {
     assert!(a.status.success(), "{}", String::from_utf8_lossy(&a.stderr));
     assert_eq!(a.stdout, b.stdout);
     let doc: serde_json::Value = serde_json::from_slice(&a.stdout).expect("json");
-    assert_eq!(doc["replay"]["recorded"]["mm_page_alloc"], 2000);
-    assert_eq!(doc["replay"]["model"]["recorded"]["allocs"], 2000);
-    assert_eq!(doc["replay"]["model"]["recorded"]["frees"], 2000);
+    assert_eq!(
+        doc["experiments"][0]["replay"]["recorded"]["mm_page_alloc"],
+        2000
+    );
+    assert_eq!(
+        doc["experiments"][0]["replay"]["model"]["recorded"]["allocs"],
+        2000
+    );
+    assert_eq!(
+        doc["experiments"][0]["replay"]["model"]["recorded"]["frees"],
+        2000
+    );
     let text = mmlab(&["replay", ts]);
     let _ = std::fs::remove_file(&t);
     let out = String::from_utf8_lossy(&text.stdout);
@@ -187,7 +196,9 @@ fn replay_with_an_experiment_runs_its_kernels() {
     let _ = std::fs::remove_file(&t);
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
     let doc: serde_json::Value = serde_json::from_slice(&o.stdout).expect("json");
-    let model = doc["replay"]["model"].as_object().expect("per kernel");
+    let model = doc["experiments"][0]["replay"]["model"]
+        .as_object()
+        .expect("per kernel");
     assert!(model.len() >= 2, "{model:?}");
     for (_, m) in model {
         assert_eq!(m["allocs"], 2000);
@@ -211,7 +222,10 @@ fn replay_out_writes_the_results_document() {
     let text = std::fs::read_to_string(&out).expect("the document");
     let _ = std::fs::remove_file(&out);
     let doc: serde_json::Value = serde_json::from_str(&text).expect("json");
-    assert_eq!(doc["replay"]["recorded"]["mm_page_free"], 2000);
+    assert_eq!(
+        doc["experiments"][0]["replay"]["recorded"]["mm_page_free"],
+        2000
+    );
     assert!(o.stderr.is_empty(), "--quiet prints nothing on stderr");
 }
 
@@ -242,9 +256,18 @@ fn validate_of_a_fault_trace_runs_mode_b() {
         doc.get("replay").is_none(),
         "no mode (a) without allocator events"
     );
-    assert_eq!(doc["aspace"]["recorded"]["page_fault_user"], 2000);
-    assert_eq!(doc["aspace"]["kernels"][0]["pgfault"], 2000);
-    assert_eq!(doc["aspace"]["kernels"][0]["faults_passthrough"], 2000);
+    assert_eq!(
+        doc["experiments"][0]["aspace"]["recorded"]["page_fault_user"],
+        2000
+    );
+    assert_eq!(
+        doc["experiments"][0]["aspace"]["kernels"][0]["pgfault"],
+        2000
+    );
+    assert_eq!(
+        doc["experiments"][0]["aspace"]["kernels"][0]["faults_passthrough"],
+        2000
+    );
 }
 
 #[test]
@@ -289,7 +312,9 @@ fn replay_vmacache(trace: &Path) -> Vec<(String, serde_json::Value)> {
     ]);
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
     let doc: serde_json::Value = serde_json::from_slice(&o.stdout).expect("json");
-    let kernels = doc["aspace"]["kernels"].as_array().expect("kernels");
+    let kernels = doc["experiments"][0]["aspace"]["kernels"]
+        .as_array()
+        .expect("kernels");
     let names: Vec<String> = kernels
         .iter()
         .map(|k| k["kernel"].as_str().expect("name").to_string())

@@ -41,7 +41,7 @@
 //! one translation per page: without the cache model this costs what one
 //! store per page costs; with it, every line of the page is played.
 
-use crate::params::{ParamError, Params};
+use crate::params::{Args, Count, Count::N, ParamError, ParamSpec as P};
 use crate::WorkloadDef;
 use mm::types::PAGE_SIZE;
 use sim::{Machine, Op, OpResult, Program, Rng, TaskSpec};
@@ -51,33 +51,45 @@ pub(crate) const DEF: WorkloadDef = WorkloadDef {
     summary:
         "vm-scalability anon-cow-seq: a parent populates memory, forked children write it (COW)",
     params: &[
-        ("size", "64MiB", "bytes the parent maps and populates"),
-        (
+        P::size(
+            "size",
+            64 << 20,
+            PAGE_SIZE,
+            1 << 40,
+            "bytes the parent maps and populates",
+        ),
+        P::int(
             "children",
-            "one per CPU, less one",
+            Count::CPUS_LESS_ONE,
+            1,
+            N(65_536),
             "children forked, placed round-robin on the CPUs after the parent's",
         ),
-        (
+        P::int(
             "fork_gap_ns",
-            "0",
+            N(0),
+            0,
+            N(1_000_000_000_000),
             "time the parent spends before each fork after the first (see the module docs)",
         ),
-        (
+        P::choice(
             "placement",
             "next",
+            &["next", "spread"],
             "next: children on the CPUs after the parent's; spread: nodes in turn (fork balancing)",
         ),
     ],
     build,
+    nr_runs: None,
 };
 
-fn build(p: &Params, m: &Machine) -> Result<Vec<TaskSpec>, ParamError> {
-    let nr_cpus = m.nr_cpus();
-    let size = p.size("size", 64 << 20, PAGE_SIZE..=1 << 40)?;
-    let children = p.int("children", (nr_cpus as i64 - 1).max(1), 1..=65_536)? as u32;
+fn build(a: &Args) -> Result<Vec<TaskSpec>, ParamError> {
+    let m = a.machine();
+    let size = a.size("size")?;
+    let children = a.int("children")? as u32;
     let mut parent = CowParent::new(size, children);
-    parent.fork_gap_ns = p.int("fork_gap_ns", 0, 0..=1_000_000_000_000)? as u64;
-    if p.choice("placement", "next", &["next", "spread"])? == "spread" {
+    parent.fork_gap_ns = a.int("fork_gap_ns")? as u64;
+    if a.choice("placement")? == "spread" {
         parent.child_cpus = spread_cpus(m, children);
     }
     Ok(vec![TaskSpec::new(Box::new(parent), mm::VcpuId(0))])
@@ -312,12 +324,15 @@ mod tests {
 
     #[test]
     fn placement_is_validated() {
-        let mut p = Params::default();
+        let mut p = crate::Params::default();
         p.0.insert(
             "placement".into(),
             crate::params::ParamValue::Str("random".into()),
         );
-        let e = build(&p, &machine(1, 4)).err().unwrap().to_string();
+        let e = crate::build("anon-cow-seq", &p, &machine(1, 4))
+            .err()
+            .unwrap()
+            .to_string();
         assert!(e.contains("one of next, spread"), "{e}");
     }
 }

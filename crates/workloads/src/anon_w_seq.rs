@@ -20,29 +20,39 @@
 //! 64 MiB) so that experiments stay small, and `tasks` defaults to one per
 //! CPU.
 
-use crate::params::{ParamError, Params};
+use crate::params::{Args, Count, Count::N, ParamError, ParamSpec as P};
 use crate::WorkloadDef;
 use mm::types::PAGE_SIZE;
-use sim::{Machine, Op, OpResult, Program, Rng, TaskSpec};
+use sim::{Op, OpResult, Program, Rng, TaskSpec};
 
 pub(crate) const DEF: WorkloadDef = WorkloadDef {
     name: "anon-w-seq",
     summary: "vm-scalability anon-w-seq: each process writes its own anonymous region start to end",
     params: &[
-        (
+        P::int(
             "tasks",
-            "one per CPU",
+            Count::CPUS,
+            1,
+            N(65_536),
             "number of processes, bound round-robin to CPUs",
         ),
-        ("size", "64MiB", "bytes mapped and written per process"),
+        P::size(
+            "size",
+            64 << 20,
+            PAGE_SIZE,
+            1 << 40,
+            "bytes mapped and written per process",
+        ),
     ],
     build,
+    nr_runs: None,
 };
 
-fn build(p: &Params, m: &Machine) -> Result<Vec<TaskSpec>, ParamError> {
+fn build(a: &Args) -> Result<Vec<TaskSpec>, ParamError> {
+    let m = a.machine();
     let nr_cpus = m.nr_cpus();
-    let tasks = p.int("tasks", nr_cpus as i64, 1..=65_536)? as u32;
-    let size = p.size("size", 64 << 20, PAGE_SIZE..=1 << 40)?;
+    let tasks = a.int("tasks")? as u32;
+    let size = a.size("size")?;
     Ok((0..tasks)
         .map(|i| TaskSpec::new(Box::new(AnonWSeq::new(size)), mm::VcpuId(i % nr_cpus)))
         .collect())

@@ -26,10 +26,10 @@
 //! thread on a CPU would only start when the first ended) for `records`
 //! searches each. The search itself (~16 compares) costs nothing here.
 
-use crate::params::{ParamError, Params};
+use crate::params::{Args, Count, Count::N, ParamError, ParamSpec as P};
 use crate::WorkloadDef;
 use mm::types::PAGE_SIZE;
-use sim::{Machine, Op, OpResult, Program, Rng, TaskSpec};
+use sim::{Op, OpResult, Program, Rng, TaskSpec};
 use std::cell::RefCell;
 use std::collections::VecDeque;
 use std::rc::Rc;
@@ -39,24 +39,40 @@ pub(crate) const DEF: WorkloadDef = WorkloadDef {
     summary: "ebizzy -m: threads of one process copy random chunks into mmap'd buffers, \
               search, munmap",
     params: &[
-        (
+        P::int(
             "threads",
-            "one per CPU",
+            Count::CPUS,
+            1,
+            N(65_536),
             "threads of the one process, bound round-robin to CPUs",
         ),
-        ("chunks", "10", "chunks the main thread allocates (-n)"),
-        ("chunk_size", "512KiB", "bytes per chunk and per copy (-s)"),
-        ("records", "32", "searches per thread"),
+        P::int(
+            "chunks",
+            N(10),
+            1,
+            N(65_536),
+            "chunks the main thread allocates (-n)",
+        ),
+        P::size(
+            "chunk_size",
+            512 << 10,
+            PAGE_SIZE,
+            1 << 30,
+            "bytes per chunk and per copy (-s)",
+        ),
+        P::int("records", N(32), 1, N(1_000_000), "searches per thread"),
     ],
     build,
+    nr_runs: None,
 };
 
-fn build(p: &Params, m: &Machine) -> Result<Vec<TaskSpec>, ParamError> {
+fn build(a: &Args) -> Result<Vec<TaskSpec>, ParamError> {
+    let m = a.machine();
     let nr_cpus = m.nr_cpus();
-    let threads = p.int("threads", nr_cpus as i64, 1..=65_536)? as u32;
-    let chunks = p.int("chunks", 10, 1..=65_536)? as u64;
-    let chunk_size = p.size("chunk_size", 512 << 10, PAGE_SIZE..=1 << 30)?;
-    let records = p.int("records", 32, 1..=1_000_000)? as u32;
+    let threads = a.int("threads")? as u32;
+    let chunks = a.int("chunks")? as u64;
+    let chunk_size = a.size("chunk_size")?;
+    let records = a.int("records")? as u32;
     // The chunks' addresses, written by the main thread before it lets the
     // others go. Shared only among the tasks of this one run.
     let mem = Rc::new(RefCell::new(Vec::new()));

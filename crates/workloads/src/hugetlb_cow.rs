@@ -46,54 +46,61 @@
 //! either way.
 
 use crate::anon_cow_seq::CowParent;
-use crate::params::{ParamError, Params};
+use crate::params::{Args, Count, Count::N, ParamError, ParamSpec as P};
 use crate::WorkloadDef;
 use mm::hugetlb::HPAGE_SIZE;
 use mm::types::PAGE_SIZE;
-use sim::{Machine, TaskSpec};
+use sim::TaskSpec;
 
 pub(crate) const DEF: WorkloadDef = WorkloadDef {
     name: "hugetlb-cow",
     summary: "vm-scalability anon-cow-seq-hugetlb: a parent populates MAP_HUGETLB memory, \
               forked children write it (2 MiB copy-on-write)",
     params: &[
-        (
+        P::size(
             "size",
-            "16MiB",
+            16 << 20,
+            PAGE_SIZE,
+            1 << 40,
             "bytes the parent maps with MAP_HUGETLB and populates",
         ),
-        (
+        P::int(
             "children",
-            "one per CPU, less one",
+            Count::CPUS_LESS_ONE,
+            1,
+            N(65_536),
             "children forked, placed round-robin on the CPUs after the parent's",
         ),
-        (
+        P::choice(
             "setup",
             "overcommit",
+            &["overcommit", "none"],
             "overcommit: write nr_overcommit_hugepages as vm-scalability's setup_hugetlb; \
              none: use the kernel's hugetlb knobs",
         ),
-        (
+        P::int(
             "fork_gap_ns",
-            "0",
+            N(0),
+            0,
+            N(1_000_000_000_000),
             "time the parent spends before each fork after the first (as in anon-cow-seq)",
         ),
     ],
     build,
+    nr_runs: None,
 };
 
-fn build(p: &Params, m: &Machine) -> Result<Vec<TaskSpec>, ParamError> {
-    let nr_cpus = m.nr_cpus();
-    let size = p.size("size", 16 << 20, PAGE_SIZE..=1 << 40)?;
-    let children = p.int("children", (nr_cpus as i64 - 1).max(1), 1..=65_536)? as u32;
-    let overcommit = match p.choice("setup", "overcommit", &["overcommit", "none"])? {
+fn build(a: &Args) -> Result<Vec<TaskSpec>, ParamError> {
+    let size = a.size("size")?;
+    let children = a.int("children")? as u32;
+    let overcommit = match a.choice("setup")? {
         "overcommit" => {
             let per_process = size.div_ceil(HPAGE_SIZE);
             Some(per_process * (children as u64 + 1) + children as u64 + 1)
         }
         _ => None,
     };
-    let fork_gap_ns = p.int("fork_gap_ns", 0, 0..=1_000_000_000_000)? as u64;
+    let fork_gap_ns = a.int("fork_gap_ns")? as u64;
     Ok(vec![TaskSpec::new(
         Box::new(CowParent::hugetlb(size, children, overcommit).fork_gap(fork_gap_ns)),
         mm::VcpuId(0),

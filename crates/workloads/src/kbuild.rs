@@ -24,39 +24,54 @@
 //! (LIVE-KERNEL.md, "Tracing a real workload"), about one allocation per
 //! 49 µs of CPU time.
 
-use crate::params::{ParamError, Params};
+use crate::params::{Args, Count, Count::N, ParamError, ParamSpec as P};
 use crate::WorkloadDef;
 use mm::page_alloc::Gfp;
-use sim::{Block, Machine, Op, OpResult, Program, Rng, TaskSpec};
+use sim::{Block, Op, OpResult, Program, Rng, TaskSpec};
 
 pub(crate) const DEF: WorkloadDef = WorkloadDef {
     name: "kbuild",
     summary:
         "make -jN: short-lived jobs that fault memory in, use slab pages, and free it all at exit",
     params: &[
-        (
+        P::int(
             "tasks",
-            "half the CPUs",
+            Count::HALF_CPUS,
+            1,
+            Count::CPUS,
             "parallel jobs (make -jN), bound to CPUs 0..N-1",
         ),
-        ("jobs", "20", "jobs each task runs one after another"),
-        (
+        P::int(
+            "jobs",
+            N(20),
+            1,
+            N(1_000_000),
+            "jobs each task runs one after another",
+        ),
+        P::int(
             "pages_per_job",
-            "4096",
+            N(4096),
+            2,
+            N(100_000_000),
             "mean order-0 pages a job faults in (uniform in ±50 %)",
         ),
-        (
+        P::int(
             "work_per_page_ns",
-            "49000",
+            N(49_000),
+            0,
+            N(1_000_000_000),
             "user time per page faulted in (measured: see the module doc)",
         ),
-        (
+        P::int(
             "slab_pct",
-            "5",
+            N(5),
+            0,
+            N(100),
             "extra kernel allocations of order 1-3, in % of pages (freed during the job)",
         ),
     ],
     build,
+    nr_runs: None,
 };
 
 #[derive(Clone, Copy, Debug)]
@@ -67,14 +82,13 @@ struct KbuildParams {
     slab_pct: u32,
 }
 
-fn build(p: &Params, m: &Machine) -> Result<Vec<TaskSpec>, ParamError> {
-    let nr_cpus = m.nr_cpus() as i64;
-    let tasks = p.int("tasks", (nr_cpus / 2).max(1), 1..=nr_cpus)? as u32;
+fn build(a: &Args) -> Result<Vec<TaskSpec>, ParamError> {
+    let tasks = a.int("tasks")? as u32;
     let kp = KbuildParams {
-        jobs: p.int("jobs", 20, 1..=1_000_000)? as u32,
-        pages_per_job: p.int("pages_per_job", 4096, 2..=100_000_000)? as u32,
-        work_per_page_ns: p.int("work_per_page_ns", 49_000, 0..=1_000_000_000)? as u64,
-        slab_pct: p.int("slab_pct", 5, 0..=100)? as u32,
+        jobs: a.int("jobs")? as u32,
+        pages_per_job: a.int("pages_per_job")? as u32,
+        work_per_page_ns: a.int("work_per_page_ns")? as u64,
+        slab_pct: a.int("slab_pct")? as u32,
     };
     Ok((0..tasks)
         .map(|i| TaskSpec::new(Box::new(Kbuild::new(kp)), mm::VcpuId(i)))

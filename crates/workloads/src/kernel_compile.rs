@@ -57,10 +57,10 @@
 //! page cache, or the `as`/driver processes: kernel time here is the
 //! anonymous-memory part of a build's kernel time only.
 
-use crate::params::{ParamError, Params};
+use crate::params::{Args, Count, Count::N, ParamError, ParamSpec as P};
 use crate::WorkloadDef;
 use mm::types::PAGE_SIZE;
-use sim::{Machine, Op, OpResult, Program, Rng, TaskSpec};
+use sim::{Op, OpResult, Program, Rng, TaskSpec};
 use std::collections::VecDeque;
 
 pub(crate) const DEF: WorkloadDef = WorkloadDef {
@@ -68,38 +68,54 @@ pub(crate) const DEF: WorkloadDef = WorkloadDef {
     summary: "make -jN of the kernel: compiler processes whose heaps grow by brk and mmap, \
               are partly freed (munmap, MADV_DONTNEED, brk shrink) and torn down at exit",
     params: &[
-        (
+        P::int(
             "tasks",
-            "8",
+            Count::Of(
+                |m, _| 8.min(m.nr_cpus() as i64),
+                "8, or the number of CPUs if fewer",
+            ),
+            1,
+            Count::CPUS,
             "job slots (make -jN), bound to CPUs spread over the machine",
         ),
-        (
+        P::int(
             "jobs",
-            "4",
+            N(4),
+            1,
+            N(100_000),
             "compiler processes each slot runs one after another",
         ),
-        (
+        P::int(
             "job_mib",
-            "32",
+            N(32),
+            1,
+            N(65_536),
             "mean MiB a job allocates and writes (uniform in ±50 %; estimate)",
         ),
-        (
+        P::int(
             "work_per_page_ns",
-            "49000",
+            N(49_000),
+            0,
+            N(1_000_000_000),
             "user time per page allocated (measured: see the module doc)",
         ),
-        (
+        P::int(
             "mmap_pct",
-            "30",
+            N(30),
+            0,
+            N(100),
             "% of allocations that are mmapped chunks rather than heap (estimate)",
         ),
-        (
+        P::int(
             "free_pct",
-            "20",
+            N(20),
+            0,
+            N(100),
             "% of allocations followed by a free: munmap, MADV_DONTNEED or brk shrink (estimate)",
         ),
     ],
     build,
+    nr_runs: None,
 };
 
 /// glibc's `M_MMAP_THRESHOLD` default: requests from 128 KiB are mapped.
@@ -124,19 +140,20 @@ struct JobParams {
     free_pct: u32,
 }
 
-fn build(p: &Params, m: &Machine) -> Result<Vec<TaskSpec>, ParamError> {
-    let nr_cpus = m.nr_cpus() as i64;
-    let tasks = p.int("tasks", 8.min(nr_cpus), 1..=nr_cpus)? as u32;
-    let jobs = p.int("jobs", 4, 1..=100_000)? as u32;
+fn build(a: &Args) -> Result<Vec<TaskSpec>, ParamError> {
+    let m = a.machine();
+    let nr_cpus = m.nr_cpus();
+    let tasks = a.int("tasks")? as u32;
+    let jobs = a.int("jobs")? as u32;
     let jp = JobParams {
-        job_bytes: (p.int("job_mib", 32, 1..=65_536)? as u64) << 20,
-        work_per_page_ns: p.int("work_per_page_ns", 49_000, 0..=1_000_000_000)? as u64,
-        mmap_pct: p.int("mmap_pct", 30, 0..=100)? as u32,
-        free_pct: p.int("free_pct", 20, 0..=100)? as u32,
+        job_bytes: (a.int("job_mib")? as u64) << 20,
+        work_per_page_ns: a.int("work_per_page_ns")? as u64,
+        mmap_pct: a.int("mmap_pct")? as u32,
+        free_pct: a.int("free_pct")? as u32,
     };
     // Spread the slots over the machine, as the scheduler spreads busy
     // tasks over idle cores.
-    let stride = (nr_cpus as u32 / tasks).max(1);
+    let stride = (nr_cpus / tasks).max(1);
     let mut specs = Vec::new();
     for _ in 0..jobs {
         for t in 0..tasks {

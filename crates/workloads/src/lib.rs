@@ -20,19 +20,31 @@ pub mod stream;
 pub mod thp_migration_bench;
 pub mod tiering_promote;
 
-pub use params::{ParamError, ParamValue, Params};
+pub use params::{Args, Count, ParamError, ParamKind, ParamSpec, ParamValue, Params};
 
 use sim::{Machine, TaskSpec};
 
-/// A workload the registry can build.
+/// What makes a workload's tasks from its arguments.
+pub type BuildFn = fn(&Args) -> Result<Vec<TaskSpec>, ParamError>;
+/// What counts a benchmark's runs from its arguments.
+pub type NrRunsFn = fn(&Args) -> Result<u64, ParamError>;
+
+/// A workload the registry can build: its name, its parameter table and
+/// what it does with them. To add a workload, write a module with a `DEF`
+/// and list it in [`WORKLOADS`]; `mmlab list`, the experiment validation
+/// and the runner find it there.
 pub struct WorkloadDef {
     /// The name in experiment files.
     pub name: &'static str,
     /// One line on what it models.
     pub summary: &'static str,
-    /// Its parameters: name, default, meaning.
-    pub params: &'static [(&'static str, &'static str, &'static str)],
-    build: fn(&Params, &Machine) -> Result<Vec<TaskSpec>, ParamError>,
+    /// Its parameters, in the order `mmlab list` prints them.
+    pub params: &'static [ParamSpec],
+    /// Makes the tasks.
+    pub build: BuildFn,
+    /// For a benchmark scored in runs per minute: how many runs the tasks
+    /// make in all. `None` for the others.
+    pub nr_runs: Option<NrRunsFn>,
 }
 
 /// Every workload.
@@ -53,17 +65,9 @@ pub const WORKLOADS: &[WorkloadDef] = &[
     tiering_promote::DEF,
 ];
 
-/// The benchmark runs workload `name` makes with `params`, for a
-/// runs-per-minute score; 0 for workloads that do not count runs.
-pub fn nr_runs(name: &str, params: &Params) -> u64 {
-    match name {
-        "speedometer" => speedometer::nr_runs(params),
-        _ => 0,
-    }
-}
-
-/// Builds workload `name` with `params` for `machine`.
-pub fn build(name: &str, params: &Params, machine: &Machine) -> Result<Vec<TaskSpec>, ParamError> {
+/// Workload `name`, with `params` checked against its table (names only:
+/// values are checked as the workload reads them).
+pub fn find(name: &str, params: &Params) -> Result<&'static WorkloadDef, ParamError> {
     let def =
         WORKLOADS
             .iter()
@@ -72,6 +76,97 @@ pub fn build(name: &str, params: &Params, machine: &Machine) -> Result<Vec<TaskS
                 name: name.to_string(),
                 valid: WORKLOADS.iter().map(|w| w.name).collect(),
             })?;
-    params.check_known(def.params.iter().map(|p| p.0))?;
-    (def.build)(params, machine)
+    params.check_known(def.params.iter().map(|p| p.name))?;
+    Ok(def)
+}
+
+/// The benchmark runs workload `name` makes with `params` on `machine`, for
+/// a runs-per-minute score; 0 for workloads that do not count runs.
+pub fn nr_runs(name: &str, params: &Params, machine: &Machine) -> Result<u64, ParamError> {
+    let def = find(name, params)?;
+    match def.nr_runs {
+        Some(f) => f(&Args::new(params, def.params, machine)),
+        None => Ok(0),
+    }
+}
+
+/// Builds workload `name` with `params` for `machine`.
+pub fn build(name: &str, params: &Params, machine: &Machine) -> Result<Vec<TaskSpec>, ParamError> {
+    let def = find(name, params)?;
+    (def.build)(&Args::new(params, def.params, machine))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use sim::NodeSpec;
+
+    fn machine() -> Machine {
+        Machine {
+            name: "test".into(),
+            nodes: vec![
+                NodeSpec {
+                    cpus: 8,
+                    memory_bytes: 256 << 20,
+                },
+                NodeSpec {
+                    cpus: 8,
+                    memory_bytes: 256 << 20,
+                },
+            ],
+            llc_bytes: 0,
+            dma32_bytes: 0,
+        }
+    }
+
+    /// Every workload builds with its defaults (so that every read matches a
+    /// row of its table: a mismatch panics), and its table has no name twice.
+    #[test]
+    fn every_workload_builds_with_its_defaults() {
+        let m = machine();
+        for w in WORKLOADS {
+            let p = Params::default();
+            let tasks = build(w.name, &p, &m).unwrap_or_else(|e| panic!("{}: {e}", w.name));
+            assert!(!tasks.is_empty(), "{}: no tasks", w.name);
+            nr_runs(w.name, &p, &m).unwrap();
+            for (i, s) in w.params.iter().enumerate() {
+                assert!(
+                    w.params[..i].iter().all(|o| o.name != s.name),
+                    "{}: parameter {} twice",
+                    w.name,
+                    s.name
+                );
+            }
+        }
+    }
+
+    /// Giving each parameter its printed default explicitly builds the same
+    /// number of tasks as leaving it out: the table's default is the one the
+    /// code uses.
+    #[test]
+    fn printed_defaults_are_the_defaults() {
+        let m = machine();
+        for w in WORKLOADS {
+            let n = build(w.name, &Params::default(), &m).unwrap().len();
+            for s in w.params {
+                let v = match s.kind {
+                    ParamKind::Int { default, .. } => {
+                        ParamValue::Int(default.eval(&m, &Params::default()))
+                    }
+                    ParamKind::Flag { default } => ParamValue::Int(i64::from(default)),
+                    ParamKind::Size { .. } => ParamValue::Str(s.default_text()),
+                    ParamKind::Choice { default, .. } => ParamValue::Str(default.into()),
+                    ParamKind::OptSize { .. } => continue,
+                };
+                if let (ParamKind::Size { default, .. }, ParamValue::Str(t)) = (s.kind, &v) {
+                    let one = Params([(s.name.to_string(), v.clone())].into());
+                    assert_eq!(one.size(s.name, 0, 0..=u64::MAX), Ok(default), "{t}");
+                }
+                let p = Params([(s.name.to_string(), v)].into());
+                let got =
+                    build(w.name, &p, &m).unwrap_or_else(|e| panic!("{} {}: {e}", w.name, s.name));
+                assert_eq!(got.len(), n, "{} {}", w.name, s.name);
+            }
+        }
+    }
 }

@@ -31,10 +31,10 @@
 //! per round and their sizes are this model's choices (no source gives
 //! them), kept small so that a run takes well under a second.
 
-use crate::params::{ParamError, Params};
+use crate::params::{Args, Count, Count::N, ParamError, ParamSpec as P};
 use crate::WorkloadDef;
 use mm::types::PAGE_SIZE;
-use sim::{Machine, Op, OpResult, Program, Rng, TaskSpec};
+use sim::{Op, OpResult, Program, Rng, TaskSpec};
 use std::collections::VecDeque;
 
 /// A hugepage: the arena size of the seed's example.
@@ -45,41 +45,57 @@ pub(crate) const DEF: WorkloadDef = WorkloadDef {
     summary: "seed 002's example: a malloc freeing back to 2 MiB arenas with MADV_DONTNEED, \
               large blocks by mmap/munmap",
     params: &[
-        (
+        P::int(
             "tasks",
-            "one per CPU",
+            Count::CPUS,
+            1,
+            N(65_536),
             "processes, bound round-robin to CPUs",
         ),
-        ("arenas", "16", "2 MiB arenas in each heap"),
-        (
+        P::int("arenas", N(16), 1, N(4096), "2 MiB arenas in each heap"),
+        P::int(
             "rounds",
-            "64",
+            N(64),
+            1,
+            N(1_000_000),
             "rounds per process, each on one random arena",
         ),
-        ("burst", "16", "small allocate/write/free cycles per round"),
-        (
+        P::int(
+            "burst",
+            N(16),
+            1,
+            N(1_000_000),
+            "small allocate/write/free cycles per round",
+        ),
+        P::int(
             "max_pages",
-            "16",
+            N(16),
+            1,
+            N(512),
             "largest small allocation, in 4 KiB pages",
         ),
-        (
+        P::size(
             "large",
-            "256KiB",
+            256 << 10,
+            0,
+            1 << 30,
             "the round's mmap'd allocation (0: none, so no munmap)",
         ),
     ],
     build,
+    nr_runs: None,
 };
 
-fn build(p: &Params, m: &Machine) -> Result<Vec<TaskSpec>, ParamError> {
+fn build(a: &Args) -> Result<Vec<TaskSpec>, ParamError> {
+    let m = a.machine();
     let nr_cpus = m.nr_cpus();
-    let tasks = p.int("tasks", nr_cpus as i64, 1..=65_536)? as u32;
+    let tasks = a.int("tasks")? as u32;
     let cfg = Config {
-        arenas: p.int("arenas", 16, 1..=4096)? as u64,
-        rounds: p.int("rounds", 64, 1..=1_000_000)? as u32,
-        burst: p.int("burst", 16, 1..=1_000_000)? as u32,
-        max_pages: p.int("max_pages", 16, 1..=512)? as u64,
-        large: p.size("large", 256 << 10, 0..=1 << 30)?,
+        arenas: a.int("arenas")? as u64,
+        rounds: a.int("rounds")? as u32,
+        burst: a.int("burst")? as u32,
+        max_pages: a.int("max_pages")? as u64,
+        large: a.size("large")?,
     };
     Ok((0..tasks)
         .map(|i| TaskSpec::new(Box::new(MallocDontneed::new(cfg)), mm::VcpuId(i % nr_cpus)))

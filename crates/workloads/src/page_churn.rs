@@ -15,44 +15,61 @@
 //! Parameters are synthetic: they set the size of the pressure, not a
 //! particular application. Defaults give a burst of 1 MiB per task.
 
-use crate::params::{ParamError, Params};
+use crate::params::{Args, Count, Count::N, ParamError, ParamSpec as P};
 use crate::WorkloadDef;
 use mm::page_alloc::Gfp;
-use sim::{Block, ChanId, Machine, Op, OpResult, Program, Rng, TaskSpec};
+use sim::{Block, ChanId, Op, OpResult, Program, Rng, TaskSpec};
 
 pub(crate) const DEF: WorkloadDef = WorkloadDef {
     name: "page-churn",
     summary: "bursts of page allocations per CPU, part freed by a partner task on another CPU",
     params: &[
-        (
+        P::int(
             "tasks",
-            "one per CPU",
+            Count::CPUS,
+            1,
+            N(65_536),
             "number of tasks, bound round-robin to CPUs",
         ),
-        ("iterations", "100", "bursts per task"),
-        ("burst", "256", "blocks allocated per burst"),
-        (
+        P::int("iterations", N(100), 1, N(10_000_000), "bursts per task"),
+        P::int(
+            "burst",
+            N(256),
+            1,
+            N(1_000_000),
+            "blocks allocated per burst",
+        ),
+        P::int(
             "high_order_pct",
-            "10",
+            N(10),
+            0,
+            N(100),
             "percent of blocks of order 1-3 (uniform), the rest order 0",
         ),
-        (
+        P::int(
             "remote_free_pct",
-            "50",
+            N(50),
+            0,
+            N(100),
             "percent of each burst freed by the partner task",
         ),
-        (
+        P::int(
             "think_ns",
-            "20000",
+            N(20_000),
+            0,
+            N(1_000_000_000),
             "user time between allocating and freeing a burst",
         ),
-        (
+        P::int(
             "work_per_page_ns",
-            "0",
+            N(0),
+            0,
+            N(1_000_000_000),
             "further user time per block of the burst (using the memory)",
         ),
     ],
     build,
+    nr_runs: None,
 };
 
 /// The parameters of one run.
@@ -72,16 +89,17 @@ pub struct ChurnParams {
     pub work_per_page_ns: u64,
 }
 
-fn build(p: &Params, m: &Machine) -> Result<Vec<TaskSpec>, ParamError> {
-    let nr_cpus = m.nr_cpus() as i64;
-    let tasks = p.int("tasks", nr_cpus, 1..=65_536)? as u32;
+fn build(a: &Args) -> Result<Vec<TaskSpec>, ParamError> {
+    let m = a.machine();
+    let nr_cpus = m.nr_cpus();
+    let tasks = a.int("tasks")? as u32;
     let cp = ChurnParams {
-        iterations: p.int("iterations", 100, 1..=10_000_000)? as u32,
-        burst: p.int("burst", 256, 1..=1_000_000)? as u32,
-        high_order_pct: p.int("high_order_pct", 10, 0..=100)? as u32,
-        remote_free_pct: p.int("remote_free_pct", 50, 0..=100)? as u32,
-        think_ns: p.int("think_ns", 20_000, 0..=1_000_000_000)? as u64,
-        work_per_page_ns: p.int("work_per_page_ns", 0, 0..=1_000_000_000)? as u64,
+        iterations: a.int("iterations")? as u32,
+        burst: a.int("burst")? as u32,
+        high_order_pct: a.int("high_order_pct")? as u32,
+        remote_free_pct: a.int("remote_free_pct")? as u32,
+        think_ns: a.int("think_ns")? as u64,
+        work_per_page_ns: a.int("work_per_page_ns")? as u64,
     };
     Ok((0..tasks)
         .map(|i| {
@@ -90,7 +108,7 @@ fn build(p: &Params, m: &Machine) -> Result<Vec<TaskSpec>, ParamError> {
             let partner = if i ^ 1 < tasks { i ^ 1 } else { i };
             TaskSpec {
                 program: Box::new(PageChurn::new(cp, i, partner)),
-                cpu: mm::VcpuId(i % nr_cpus as u32),
+                cpu: mm::VcpuId(i % nr_cpus),
                 process: None,
             }
         })

@@ -37,11 +37,11 @@
 //!   mappings. (Without it, a `size` that is a multiple of 2 MiB is 2 MiB-
 //!   aligned on 6.7+ and any other size is only page-aligned.)
 
-use crate::params::{ParamError, Params};
+use crate::params::{Args, Count, Count::N, ParamError, ParamSpec as P};
 use crate::WorkloadDef;
 use mm::pgtable::PMD_SIZE;
 use mm::types::PAGE_SIZE;
-use sim::{Machine, Op, OpResult, Program, Rng, TaskSpec};
+use sim::{Op, OpResult, Program, Rng, TaskSpec};
 use std::collections::VecDeque;
 
 pub(crate) const DEF: WorkloadDef = WorkloadDef {
@@ -49,55 +49,67 @@ pub(crate) const DEF: WorkloadDef = WorkloadDef {
     summary:
         "will-it-scale page_fault1: mmap anonymous memory, write every page, munmap, in a loop",
     params: &[
-        (
+        P::int(
             "tasks",
-            "one per CPU",
+            Count::CPUS,
+            1,
+            N(65_536),
             "number of tasks, bound round-robin to CPUs",
         ),
-        ("iterations", "4", "mmap/touch/munmap loops per task"),
-        ("size", "128MiB", "bytes mapped and touched per loop"),
-        (
+        P::int(
+            "iterations",
+            N(4),
+            1,
+            N(1_000_000),
+            "mmap/touch/munmap loops per task",
+        ),
+        P::size(
+            "size",
+            128 << 20,
+            PAGE_SIZE,
+            1 << 40,
+            "bytes mapped and touched per loop",
+        ),
+        P::flag(
             "threads",
-            "0",
+            false,
             "1: the tasks are threads of one process (page_fault1_threads)",
         ),
-        ("random", "0", "1: write the pages in a random order"),
-        (
+        P::flag("random", false, "1: write the pages in a random order"),
+        P::flag(
             "stagger",
-            "0",
+            false,
             "1: task i of n first runs a partial loop, (n-i)/n of the size, so the \
              tasks' loops are out of phase as after will-it-scale's warm-up",
         ),
-        (
+        P::opt_size(
             "misalign",
-            "none",
+            0,
+            PMD_SIZE - PAGE_SIZE,
             "place the mapping this many bytes past a 2 MiB boundary (page multiple)",
         ),
     ],
     build,
+    nr_runs: None,
 };
 
-fn build(p: &Params, m: &Machine) -> Result<Vec<TaskSpec>, ParamError> {
+fn build(a: &Args) -> Result<Vec<TaskSpec>, ParamError> {
+    let m = a.machine();
     let nr_cpus = m.nr_cpus();
-    let tasks = p.int("tasks", nr_cpus as i64, 1..=65_536)? as u32;
-    let iterations = p.int("iterations", 4, 1..=1_000_000)? as u32;
-    let size = p.size("size", 128 << 20, PAGE_SIZE..=1 << 40)?;
-    let threads = p.int("threads", 0, 0..=1)? == 1;
-    let random = p.int("random", 0, 0..=1)? == 1;
-    let stagger = p.int("stagger", 0, 0..=1)? == 1;
+    let tasks = a.int("tasks")? as u32;
+    let iterations = a.int("iterations")? as u32;
+    let size = a.size("size")?;
+    let threads = a.flag("threads")?;
+    let random = a.flag("random")?;
+    let stagger = a.flag("stagger")?;
     let pages = size.div_ceil(PAGE_SIZE);
-    let misalign = if p.0.contains_key("misalign") {
-        let m = p.size("misalign", 0, 0..=PMD_SIZE - PAGE_SIZE)?;
-        if !m.is_multiple_of(PAGE_SIZE) {
-            return Err(ParamError::Invalid {
-                name: "misalign",
-                expected: "a multiple of 4 KiB below 2 MiB".into(),
-            });
-        }
-        Some(m)
-    } else {
-        None
-    };
+    let misalign = a.opt_size("misalign")?;
+    if misalign.is_some_and(|m| !m.is_multiple_of(PAGE_SIZE)) {
+        return Err(ParamError::Invalid {
+            name: "misalign",
+            expected: "a multiple of 4 KiB below 2 MiB".into(),
+        });
+    }
     if !size.is_multiple_of(PAGE_SIZE) && (random || misalign.is_some()) {
         return Err(ParamError::Invalid {
             name: "size",

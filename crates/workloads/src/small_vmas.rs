@@ -22,10 +22,10 @@
 //! slots) of 31 pages each (so that eight with their gaps span 1 MiB),
 //! 16 rounds per process.
 
-use crate::params::{ParamError, Params};
+use crate::params::{Args, Count, Count::N, ParamError, ParamSpec as P};
 use crate::WorkloadDef;
 use mm::types::PAGE_SIZE;
-use sim::{Machine, Op, OpResult, Program, Rng, TaskSpec};
+use sim::{Op, OpResult, Program, Rng, TaskSpec};
 use std::collections::VecDeque;
 
 pub(crate) const DEF: WorkloadDef = WorkloadDef {
@@ -33,28 +33,34 @@ pub(crate) const DEF: WorkloadDef = WorkloadDef {
     summary: "small VMAs a page apart, written page by page in random VMA order \
               (favours the pfn hash)",
     params: &[
-        (
+        P::int(
             "tasks",
-            "one per CPU",
+            Count::CPUS,
+            1,
+            N(65_536),
             "processes, bound round-robin to CPUs",
         ),
-        ("vmas", "8", "VMAs per process"),
-        ("pages", "31", "pages per VMA"),
-        (
+        P::int("vmas", N(8), 1, N(65_536), "VMAs per process"),
+        P::int("pages", N(31), 1, N(1 << 20), "pages per VMA"),
+        P::int(
             "rounds",
-            "16",
+            N(16),
+            1,
+            N(1_000_000),
             "times every page is written (then dropped with MADV_DONTNEED)",
         ),
     ],
     build,
+    nr_runs: None,
 };
 
-fn build(p: &Params, m: &Machine) -> Result<Vec<TaskSpec>, ParamError> {
+fn build(a: &Args) -> Result<Vec<TaskSpec>, ParamError> {
+    let m = a.machine();
     let nr_cpus = m.nr_cpus();
-    let tasks = p.int("tasks", nr_cpus as i64, 1..=65_536)? as u32;
-    let vmas = p.int("vmas", 8, 1..=65_536)? as usize;
-    let pages = p.int("pages", 31, 1..=1 << 20)? as u64;
-    let rounds = p.int("rounds", 16, 1..=1_000_000)? as u32;
+    let tasks = a.int("tasks")? as u32;
+    let vmas = a.int("vmas")? as usize;
+    let pages = a.int("pages")? as u64;
+    let rounds = a.int("rounds")? as u32;
     Ok((0..tasks)
         .map(|i| {
             TaskSpec::new(

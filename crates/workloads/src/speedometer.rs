@@ -53,11 +53,11 @@
 //! and no `mprotect`), which changes nothing for faults because nothing
 //! touches it.
 
-use crate::params::{ParamError, Params};
+use crate::params::{Args, Count, Count::N, ParamError, ParamSpec as P};
 use crate::WorkloadDef;
 use mm::types::PAGE_SIZE;
 use mm::vma::Advice;
-use sim::{Machine, Op, OpResult, Program, Rng, TaskSpec};
+use sim::{Op, OpResult, Program, Rng, TaskSpec};
 use std::collections::VecDeque;
 
 pub(crate) const DEF: WorkloadDef = WorkloadDef {
@@ -66,16 +66,31 @@ pub(crate) const DEF: WorkloadDef = WorkloadDef {
               spans of mixed sizes and alignments, half unmapped or decommitted and reused \
               every run (runs_per_min)",
     params: &[
-        ("tasks", "1", "renderer processes, each on its own CPU"),
-        ("runs", "4", "benchmark runs each renderer makes"),
-        ("objects", "200", "allocations per run"),
-        (
+        P::int(
+            "tasks",
+            N(1),
+            1,
+            Count::CPUS,
+            "renderer processes, each on its own CPU",
+        ),
+        P::int(
+            "runs",
+            N(4),
+            1,
+            N(100_000),
+            "benchmark runs each renderer makes",
+        ),
+        P::int("objects", N(200), 1, N(1_000_000), "allocations per run"),
+        P::int(
             "work_per_page_ns",
-            "49000",
+            N(49_000),
+            0,
+            N(1_000_000_000),
             "computation per page written (estimate: see the module doc)",
         ),
     ],
     build,
+    nr_runs: Some(nr_runs),
 };
 
 /// V8's regular heap page (`kRegularPageSize`).
@@ -94,24 +109,22 @@ struct RunParams {
     work_per_page_ns: u64,
 }
 
-fn build(p: &Params, m: &Machine) -> Result<Vec<TaskSpec>, ParamError> {
-    let nr_cpus = m.nr_cpus() as i64;
-    let tasks = p.int("tasks", 1, 1..=nr_cpus)? as u32;
+fn build(a: &Args) -> Result<Vec<TaskSpec>, ParamError> {
+    let tasks = a.int("tasks")? as u32;
     let rp = RunParams {
-        runs: p.int("runs", 4, 1..=100_000)? as u32,
-        objects: p.int("objects", 200, 1..=1_000_000)? as u32,
-        work_per_page_ns: p.int("work_per_page_ns", 49_000, 0..=1_000_000_000)? as u64,
+        runs: a.int("runs")? as u32,
+        objects: a.int("objects")? as u32,
+        work_per_page_ns: a.int("work_per_page_ns")? as u64,
     };
     Ok((0..tasks)
         .map(|t| TaskSpec::new(Box::new(Renderer::new(rp)), mm::VcpuId(t)))
         .collect())
 }
 
-/// Runs the workload makes in total (for `runs_per_min`).
-pub fn nr_runs(p: &Params) -> u64 {
-    let tasks = p.int("tasks", 1, 1..=i64::MAX).unwrap_or(1) as u64;
-    let runs = p.int("runs", 4, 1..=i64::MAX).unwrap_or(4) as u64;
-    tasks * runs
+/// Runs the workload makes in total (for `runs_per_min`): every renderer
+/// makes `runs`.
+fn nr_runs(a: &Args) -> Result<u64, ParamError> {
+    Ok(a.int("tasks")? as u64 * a.int("runs")? as u64)
 }
 
 /// What the `mmap()` in flight is for.

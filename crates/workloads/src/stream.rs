@@ -16,39 +16,58 @@
 //! fixed user/kernel time per message (`work_ns`), not modelled; only the
 //! page allocations and frees are. Sizes are synthetic.
 
-use crate::params::{ParamError, Params};
+use crate::params::{Args, Count, Count::N, ParamError, ParamSpec as P};
 use crate::WorkloadDef;
 use mm::page_alloc::Gfp;
-use sim::{Block, Machine, Op, OpResult, Program, Rng, TaskSpec};
+use sim::{Block, Op, OpResult, Program, Rng, TaskSpec};
 
 pub(crate) const DEF: WorkloadDef = WorkloadDef {
     name: "stream",
     summary: "sender/receiver pairs passing page buffers between CPUs (netperf, lmbench AF_UNIX)",
     params: &[
-        (
+        P::int(
             "pairs",
-            "half the CPUs",
+            Count::HALF_CPUS,
+            1,
+            Count::HALF_CPUS,
             "sender/receiver pairs; pair i runs on CPUs 2i and 2i+1",
         ),
-        ("messages", "2000", "messages each sender sends"),
-        ("blocks_per_message", "4", "blocks allocated per message"),
-        (
+        P::int(
+            "messages",
+            N(2000),
+            1,
+            N(100_000_000),
+            "messages each sender sends",
+        ),
+        P::int(
+            "blocks_per_message",
+            N(4),
+            1,
+            N(100_000),
+            "blocks allocated per message",
+        ),
+        P::int(
             "high_order_pct",
-            "25",
+            N(25),
+            0,
+            N(100),
             "percent of blocks of order 1-3 (uniform), the rest order 0",
         ),
-        (
+        P::int(
             "work_ns",
-            "2000",
+            N(2000),
+            0,
+            N(1_000_000_000),
             "time per message on each side besides the allocator",
         ),
-        (
+        P::flag(
             "pingpong",
-            "0",
+            false,
             "1: each side sends and waits in turn (AF_UNIX ping-pong); 0: one-way stream",
         ),
     ],
     build,
+    nr_runs: None,
 };
 
 #[derive(Clone, Copy, Debug)]
@@ -60,26 +79,27 @@ struct StreamParams {
     pingpong: bool,
 }
 
-fn build(p: &Params, m: &Machine) -> Result<Vec<TaskSpec>, ParamError> {
-    let nr_cpus = m.nr_cpus() as i64;
-    let pairs = p.int("pairs", (nr_cpus / 2).max(1), 1..=(nr_cpus / 2).max(1))? as u32;
+fn build(a: &Args) -> Result<Vec<TaskSpec>, ParamError> {
+    let m = a.machine();
+    let nr_cpus = m.nr_cpus();
+    let pairs = a.int("pairs")? as u32;
     let sp = StreamParams {
-        messages: p.int("messages", 2000, 1..=100_000_000)? as u32,
-        blocks: p.int("blocks_per_message", 4, 1..=100_000)? as u32,
-        high_order_pct: p.int("high_order_pct", 25, 0..=100)? as u32,
-        work_ns: p.int("work_ns", 2000, 0..=1_000_000_000)? as u64,
-        pingpong: p.int("pingpong", 0, 0..=1)? == 1,
+        messages: a.int("messages")? as u32,
+        blocks: a.int("blocks_per_message")? as u32,
+        high_order_pct: a.int("high_order_pct")? as u32,
+        work_ns: a.int("work_ns")? as u64,
+        pingpong: a.flag("pingpong")?,
     };
     let mut tasks = Vec::new();
     for i in 0..pairs {
         let (a, b) = (2 * i, 2 * i + 1);
         tasks.push(TaskSpec::new(
             Box::new(Side::new(sp, a, b, true)),
-            mm::VcpuId(a % nr_cpus as u32),
+            mm::VcpuId(a % nr_cpus),
         ));
         tasks.push(TaskSpec::new(
             Box::new(Side::new(sp, b, a, false)),
-            mm::VcpuId(b % nr_cpus as u32),
+            mm::VcpuId(b % nr_cpus),
         ));
     }
     Ok(tasks)

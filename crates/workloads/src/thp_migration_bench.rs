@@ -17,27 +17,50 @@
 //! local allocation). The time of the `move_pages()` call is
 //! `RunStats::move_pages_ns`; the throughput metric is `migrate_gbps`.
 
-use crate::params::{ParamError, ParamValue, Params};
+use crate::params::{Args, Count, Count::N, ParamError, ParamSpec as P};
 use crate::WorkloadDef;
 use mm::migrate::{MPOL_MF_MOVE, MPOL_MF_MOVE_MT};
 use mm::types::PAGE_SIZE;
 use mm::vma::Advice;
-use sim::{Machine, Op, OpResult, Program, Rng, TaskSpec};
+use sim::{Op, OpResult, Program, Rng, TaskSpec};
 
 pub(crate) const DEF: WorkloadDef = WorkloadDef {
     name: "thp-migration-bench",
     summary: "seed 001's benchmark: N pages (2 MiB THPs or 4 KiB) touched on one node, one move_pages() of all to another",
     params: &[
-        ("nr_pages", "32", "pages to allocate and move (1 to 1048576)"),
-        ("page_size", "\"2M\"", "\"2M\" (THPs, MADV_HUGEPAGE) or \"4K\" (MADV_NOHUGEPAGE)"),
-        ("mt", "0", "1 passes MPOL_MF_MOVE_MT (the seed's multi-threaded copy flag)"),
-        ("from_node", "0", "node whose first CPU runs the task and allocates"),
-        ("to_node", "1", "node the pages move to"),
+        P::int(
+            "nr_pages",
+            N(32),
+            1,
+            N(1 << 20),
+            "pages to allocate and move",
+        ),
+        P::choice(
+            "page_size",
+            "2M",
+            &["2M", "4K"],
+            "2M: THPs (MADV_HUGEPAGE); 4K: base pages (MADV_NOHUGEPAGE)",
+        ),
+        P::flag(
+            "mt",
+            false,
+            "1 passes MPOL_MF_MOVE_MT (the seed's multi-threaded copy flag)",
+        ),
+        P::int(
+            "from_node",
+            N(0),
+            0,
+            Count::LAST_NODE,
+            "node whose first CPU runs the task and allocates",
+        ),
+        P::int("to_node", N(1), 0, Count::LAST_NODE, "node the pages move to"),
     ],
     build,
+    nr_runs: None,
 };
 
-fn build(p: &Params, m: &Machine) -> Result<Vec<TaskSpec>, ParamError> {
+fn build(a: &Args) -> Result<Vec<TaskSpec>, ParamError> {
+    let m = a.machine();
     let nodes = m.nodes.len() as i64;
     if nodes < 2 {
         return Err(ParamError::Invalid {
@@ -46,21 +69,11 @@ fn build(p: &Params, m: &Machine) -> Result<Vec<TaskSpec>, ParamError> {
                 .into(),
         });
     }
-    let nr = p.int("nr_pages", 32, 1..=1 << 20)? as u64;
-    let huge = match p.0.get("page_size") {
-        None => true,
-        Some(ParamValue::Str(s)) if s == "2M" => true,
-        Some(ParamValue::Str(s)) if s == "4K" => false,
-        Some(_) => {
-            return Err(ParamError::Invalid {
-                name: "page_size",
-                expected: "\"2M\" or \"4K\"".into(),
-            })
-        }
-    };
-    let mt = p.int("mt", 0, 0..=1)? == 1;
-    let from = p.int("from_node", 0, 0..=nodes - 1)? as usize;
-    let to = p.int("to_node", 1, 0..=nodes - 1)? as u16;
+    let nr = a.int("nr_pages")? as u64;
+    let huge = a.choice("page_size")? == "2M";
+    let mt = a.flag("mt")?;
+    let from = a.int("from_node")? as usize;
+    let to = a.int("to_node")? as u16;
     let page = if huge { 2 << 20 } else { PAGE_SIZE };
     let cpu: u32 = m.nodes[..from].iter().map(|n| n.cpus).sum();
     Ok(vec![TaskSpec::new(

@@ -74,7 +74,7 @@
 //!   `move_pages()` acts on the caller's address space; a daemon would
 //!   pass the application's pid): the same locks are taken.
 
-use crate::params::{ParamError, ParamValue, Params};
+use crate::params::{Args, Count, Count::N, ParamError, ParamSpec as P, Params};
 use crate::WorkloadDef;
 use mm::migrate::MPOL_MF_MOVE;
 use mm::types::PAGE_SIZE;
@@ -94,71 +94,112 @@ pub(crate) const DEF: WorkloadDef = WorkloadDef {
     summary: "an application faulting memory on a far node while a promoter thread \
               move_pages()s its hot pages to the near node in batches",
     params: &[
-        (
+        P::int(
             "threads",
-            "8",
+            N(8),
+            1,
+            Count::Of(
+                |m, p| near_node_cpus(m, p).1 as i64,
+                "the number of CPUs of near_node",
+            ),
             "application threads, on the near node's first CPUs",
         ),
-        (
+        P::choice(
             "page_size",
-            "\"2M\"",
-            "\"2M\" (THPs, MADV_HUGEPAGE) or \"4K\" (MADV_NOHUGEPAGE)",
+            "2M",
+            &["2M", "4K"],
+            "2M: THPs (MADV_HUGEPAGE); 4K: base pages (MADV_NOHUGEPAGE)",
         ),
-        (
+        P::int(
             "chunk_mib",
-            "8",
+            N(8),
+            2,
+            N(4096),
             "MiB each thread maps and faults per round",
         ),
-        ("rounds", "16", "rounds per thread"),
-        (
+        P::int("rounds", N(16), 1, N(100_000), "rounds per thread"),
+        P::int(
             "window",
-            "4",
+            N(4),
+            1,
+            N(1024),
             "chunks a thread keeps mapped (older ones are unmapped)",
         ),
-        (
+        P::int(
             "hot_pct",
-            "25",
+            N(25),
+            0,
+            N(100),
             "% of each chunk's pages that are hot (re-read, promoted)",
         ),
-        ("passes", "4", "reads of the window's hot pages per round"),
-        (
+        P::int(
+            "passes",
+            N(4),
+            0,
+            N(1000),
+            "reads of the window's hot pages per round",
+        ),
+        P::int(
             "compute_us",
-            "500",
+            N(500),
+            0,
+            N(10_000_000),
             "application compute per round, microseconds",
         ),
-        (
+        P::int(
             "batch_pages",
-            "512",
+            N(512),
+            1,
+            N(1 << 20),
             "base pages per move_pages() call (NR_MAX_BATCHED_MIGRATION)",
         ),
-        (
+        P::int(
             "interval_us",
-            "0",
+            N(0),
+            0,
+            N(10_000_000),
             "0: the promoter waits for the next hot-page report; else it polls, sleeping this long",
         ),
-        (
+        P::int(
             "promoter_cpu",
-            "the near node's last CPU",
+            Count::Of(
+                |m, p| {
+                    let (first, nr) = near_node_cpus(m, p);
+                    (first + nr) as i64 - 1
+                },
+                "the last CPU of near_node",
+            ),
+            0,
+            Count::LAST_CPU,
             "the promoter thread's CPU",
         ),
-        (
+        P::int(
             "near_node",
-            "0",
+            N(0),
+            0,
+            Count::LAST_NODE,
             "the fast node (application CPUs, promotion target)",
         ),
-        ("far_node", "1", "the slow node (new pages land here)"),
-        (
+        P::int(
+            "far_node",
+            N(1),
+            0,
+            Count::LAST_NODE,
+            "the slow node (new pages land here)",
+        ),
+        P::flag(
             "drain",
-            "0",
+            false,
             "1: promote everything pending at the end, then check where pages are",
         ),
-        (
+        P::flag(
             "promote",
-            "1",
+            true,
             "0: the promoter drops the reports (the application alone, same accesses)",
         ),
     ],
     build,
+    nr_runs: None,
 };
 
 /// What the run did, for tests: the promoter's `move_pages()` results and,
@@ -213,8 +254,17 @@ struct Cfg {
     promote: bool,
 }
 
-fn build(p: &Params, m: &Machine) -> Result<Vec<TaskSpec>, ParamError> {
-    build_logged(p, m).map(|(tasks, _)| tasks)
+fn build(a: &Args) -> Result<Vec<TaskSpec>, ParamError> {
+    build_logged(a.given(), a.machine()).map(|(tasks, _)| tasks)
+}
+
+/// The first CPU of `near_node` and its number of CPUs (of node 0 while
+/// `near_node` is not valid: its own read reports that).
+fn near_node_cpus(m: &Machine, p: &Params) -> (u32, u32) {
+    let last = m.nodes.len() as i64 - 1;
+    let near = p.int("near_node", 0, 0..=last).unwrap_or(0) as usize;
+    let first = m.nodes[..near].iter().map(|n| n.cpus).sum();
+    (first, m.nodes[near].cpus)
 }
 
 /// Builds the workload and returns, beside its tasks, the log that the
@@ -223,6 +273,7 @@ pub fn build_logged(
     p: &Params,
     m: &Machine,
 ) -> Result<(Vec<TaskSpec>, Rc<RefCell<TieringLog>>), ParamError> {
+    let a = Args::new(p, DEF.params, m);
     let nodes = m.nodes.len() as i64;
     if nodes < 2 {
         return Err(ParamError::Invalid {
@@ -230,45 +281,30 @@ pub fn build_logged(
             expected: "a machine of at least 2 nodes (a near and a far one)".into(),
         });
     }
-    let huge = match p.0.get("page_size") {
-        None => true,
-        Some(ParamValue::Str(s)) if s == "2M" => true,
-        Some(ParamValue::Str(s)) if s == "4K" => false,
-        Some(_) => {
-            return Err(ParamError::Invalid {
-                name: "page_size",
-                expected: "\"2M\" or \"4K\"".into(),
-            })
-        }
-    };
-    let near = p.int("near_node", 0, 0..=nodes - 1)? as u16;
-    let far = p.int("far_node", 1, 0..=nodes - 1)? as u16;
+    let huge = a.choice("page_size")? == "2M";
+    let near = a.int("near_node")? as u16;
+    let far = a.int("far_node")? as u16;
     if near == far {
         return Err(ParamError::Invalid {
             name: "far_node",
             expected: "a node other than near_node".into(),
         });
     }
-    let near_cpus = m.nodes[near as usize].cpus;
-    let first: u32 = m.nodes[..near as usize].iter().map(|n| n.cpus).sum();
-    let threads = p.int("threads", 8, 1..=near_cpus.max(1) as i64)? as u32;
+    let (first, _) = near_node_cpus(m, p);
+    let threads = a.int("threads")? as u32;
     let page = if huge { 2 << 20 } else { PAGE_SIZE };
-    let chunk_mib = p.int("chunk_mib", 8, 2..=4096)? as u64;
+    let chunk_mib = a.int("chunk_mib")? as u64;
     let chunk = chunk_mib << 20;
-    let rounds = p.int("rounds", 16, 1..=100_000)? as u32;
-    let window = p.int("window", 4, 1..=1024)? as usize;
-    let hot_pct = p.int("hot_pct", 25, 0..=100)? as u64;
-    let passes = p.int("passes", 4, 0..=1000)? as u32;
-    let compute_ns = p.int("compute_us", 500, 0..=10_000_000)? as u64 * 1000;
-    let batch_pages = p.int("batch_pages", 512, 1..=1 << 20)? as u64;
-    let interval_ns = p.int("interval_us", 0, 0..=10_000_000)? as u64 * 1000;
-    let promoter_cpu = p.int(
-        "promoter_cpu",
-        (first + near_cpus - 1) as i64,
-        0..=m.nr_cpus() as i64 - 1,
-    )? as u32;
-    let drain = p.int("drain", 0, 0..=1)? == 1;
-    let promote = p.int("promote", 1, 0..=1)? == 1;
+    let rounds = a.int("rounds")? as u32;
+    let window = a.int("window")? as usize;
+    let hot_pct = a.int("hot_pct")? as u64;
+    let passes = a.int("passes")? as u32;
+    let compute_ns = a.int("compute_us")? as u64 * 1000;
+    let batch_pages = a.int("batch_pages")? as u64;
+    let interval_ns = a.int("interval_us")? as u64 * 1000;
+    let promoter_cpu = a.int("promoter_cpu")? as u32;
+    let drain = a.flag("drain")?;
+    let promote = a.flag("promote")?;
     let pages_per_chunk = chunk / page;
     let cfg = Cfg {
         threads,
