@@ -140,7 +140,7 @@ impl World {
     }
 
     fn map_fixed(&mut self, mm: &mut MmStruct, a: u64, len: u64, advice: Option<Advice>) {
-        let got = mm.mmap(&mut self.pa, &mut self.cx, a, len, true);
+        let got = mm.mmap(&mut self.pa, &mut self.cx, a, len, mm::vma::MapFlags::FIXED);
         assert_eq!(got, Ok(a), "MAP_FIXED inside the reservation");
         if let Some(adv) = advice {
             mm.madvise(&mut self.pa, &mut self.cx, a, len, adv)
@@ -173,7 +173,7 @@ pub fn run_model(pattern: &FaultPattern, preset: Preset) -> Result<ModelFaultRep
     // The PROT_NONE reservation and the region inside it.
     let reserve = len + 2 * PMD_SIZE;
     let raw = mm
-        .mmap(&mut w.pa, &mut w.cx, 0, reserve, false)
+        .mmap(&mut w.pa, &mut w.cx, 0, reserve, mm::vma::MapFlags::NONE)
         .map_err(|e| format!("reservation: {e}"))?;
     mm.mprotect(&mut w.pa, &mut w.cx, raw, reserve, Prot::NONE)
         .map_err(|e| format!("reservation: {e}"))?;

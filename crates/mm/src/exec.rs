@@ -207,8 +207,14 @@ mod tests {
         let start = end - PAGE_SIZE - STACK_EXPAND;
         setup_arg_pages(&mut pa, &mut cx, &mut g, &mut mm, start, end, 1).expect("stack");
         let below = start - crate::vma::STACK_GUARD_GAP - 0x20000;
-        mm.mmap(&mut pa, &mut cx, below, 0x10000, true)
-            .expect("mmap");
+        mm.mmap(
+            &mut pa,
+            &mut cx,
+            below,
+            0x10000,
+            crate::vma::MapFlags::FIXED,
+        )
+        .expect("mmap");
         assert!(mm.expand_downwards(&mut cx, start - PAGE_SIZE).is_ok());
         assert_eq!(
             mm.expand_downwards(&mut cx, below + 0x10000 + PAGE_SIZE),

@@ -70,16 +70,16 @@
 use crate::cost::{Cost, Cx};
 use crate::memory::huge_order::{
     copy_user_large_folio, folio_zero_user, process_huge_page_order, target_subpage_index,
-    HugeOrderPolicy, HugePageLog,
+    HugePageLog,
 };
-use crate::memory::VmFault;
+use crate::memory::{VmFault, Vmf};
 use crate::page_alloc::{Gfp, PageAlloc};
 use crate::pgtable::{
     entry_pfn, mk_entry, present, Level, PAGE_ACCESSED, PAGE_DIRTY, PAGE_PRESENT, PAGE_PSE,
     PAGE_RW, PMD_SIZE,
 };
 use crate::types::{NodeId, Pfn, Vaddr, HPAGE_PMD_ORDER};
-use crate::vma::{Errno, MmStruct, VmFlags, Vma, MMAP_MIN_ADDR, TASK_SIZE};
+use crate::vma::{Errno, MapFlags, MmStruct, VmFlags, Vma, MMAP_MIN_ADDR, TASK_SIZE};
 use crate::vmstat::VmEvent;
 use std::fmt;
 
@@ -598,16 +598,15 @@ pub fn is_vm_hugetlb_page(vma: &Vma) -> bool {
 /// address); the huge pages are reserved (`ENOMEM` if the pool cannot),
 /// before whatever a `MAP_FIXED` mapping replaces is unmapped (6.12+
 /// `mmap_region()` unmaps the old range only once the new one is set up).
-#[allow(clippy::too_many_arguments)]
 pub fn hugetlb_mmap(
     pa: &mut PageAlloc,
     cx: &mut Cx,
     mm: &mut MmStruct,
     hint: u64,
     len: u64,
-    fixed: bool,
-    noreserve: bool,
+    map_flags: MapFlags,
 ) -> Result<u64, Errno> {
+    let fixed = map_flags.contains(MapFlags::FIXED);
     if len == 0 {
         return Err(Errno::Inval);
     }
@@ -630,7 +629,7 @@ pub fn hugetlb_mmap(
         hugetlb_get_unmapped_area(mm, cx, len, hint)?
     };
     let mut flags = VmFlags::READ.or(VmFlags::WRITE).or(VmFlags::HUGETLB);
-    if noreserve {
+    if map_flags.contains(MapFlags::NORESERVE) {
         flags = flags.or(VmFlags::NORESERVE);
     }
     let flags = hugetlb_reserve_pages(pa, cx, len / HPAGE_SIZE, flags)?;
@@ -758,56 +757,50 @@ pub fn alloc_hugetlb_folio(
     Ok(folio)
 }
 
-/// Models `hugetlb_fault()`: a fault at `addr` in the hugetlb VMA `vma`,
-/// clearing and copying in `cfg`'s sub-page orders.
-/// `pgfault` and the task's fault count were taken by the caller.
-pub fn hugetlb_fault(
-    pa: &mut PageAlloc,
-    cx: &mut Cx,
-    cfg: &crate::memory::MmConfig,
-    mm: &mut MmStruct,
-    vma: &Vma,
-    addr: u64,
-    write: bool,
-) -> Result<(), VmFault> {
-    let haddr = addr & !(HPAGE_SIZE - 1);
+/// Models `hugetlb_fault()`: a fault in a hugetlb VMA, clearing and
+/// copying in the configuration's sub-page orders. `pgfault` and the
+/// task's fault count were taken by the caller.
+pub fn hugetlb_fault(vmf: &mut Vmf) -> Result<(), VmFault> {
+    let haddr = vmf.address.0 & !(HPAGE_SIZE - 1);
     // huge_pte_alloc(): the PMD entry, allocating the tables above it.
-    let pmd = mm
+    let pmd = vmf
+        .mm
         .pgt
-        .walk_alloc(pa, cx, haddr, Level::Pmd)
+        .walk_alloc(vmf.pa, vmf.cx, haddr, Level::Pmd)
         .map_err(|_| VmFault::Oom)?;
-    let e = mm.pgt.get(pmd);
+    let e = vmf.mm.pgt.get(pmd);
     debug_assert!(
         !present(e) || e & PAGE_PSE != 0,
         "a PTE table under the hugetlb VMA at {haddr:#x}"
     );
     if !present(e) {
-        return hugetlb_no_page(pa, cx, cfg.clear_order, mm, vma, pmd, addr, write);
+        return hugetlb_no_page(vmf, pmd);
     }
-    if write && e & PAGE_RW == 0 {
-        return hugetlb_wp(pa, cx, cfg.copy_order, mm, vma, pmd, addr);
+    if vmf.write && e & PAGE_RW == 0 {
+        return hugetlb_wp(vmf, pmd);
     }
     // Another thread mapped it first, or only the young/dirty bits change.
-    let bits = PAGE_ACCESSED | if write { PAGE_DIRTY } else { 0 };
-    mm.pgt.set(pmd, e | bits);
+    let bits = PAGE_ACCESSED | if vmf.write { PAGE_DIRTY } else { 0 };
+    vmf.mm.pgt.set(pmd, e | bits);
     Ok(())
 }
 
 /// Models `hugetlb_no_page()` for a private anonymous mapping: allocates a
-/// folio, clears it in the policy's order around `addr`, maps it young,
-/// read-only on a read fault; a write fault then makes it writable in place
-/// (`hugetlb_wp()` reuses a page mapped only here).
-#[allow(clippy::too_many_arguments)]
-pub fn hugetlb_no_page(
-    pa: &mut PageAlloc,
-    cx: &mut Cx,
-    policy: HugeOrderPolicy,
-    mm: &mut MmStruct,
-    vma: &Vma,
-    pmd: crate::pgtable::Slot,
-    addr: u64,
-    write: bool,
-) -> Result<(), VmFault> {
+/// folio, clears it in the clear-order policy's order around the faulting
+/// address, maps it at the empty `pmd`, young, read-only on a read fault;
+/// a write fault then makes it writable in place (`hugetlb_wp()` reuses a
+/// page mapped only here).
+pub fn hugetlb_no_page(vmf: &mut Vmf, pmd: crate::pgtable::Slot) -> Result<(), VmFault> {
+    let Vmf {
+        pa,
+        cx,
+        g,
+        mm,
+        vma,
+        address,
+        write,
+    } = vmf;
+    let (policy, addr, write) = (g.cfg.clear_order, address.0, *write);
     let haddr = addr & !(HPAGE_SIZE - 1);
     let folio = alloc_hugetlb_folio(pa, cx, mm, vma, haddr, false)?;
     pa.hugetlb.log.record(
@@ -834,17 +827,19 @@ pub fn hugetlb_no_page(
 /// Models `hugetlb_wp()` for a private mapping: a write to a
 /// write-protected huge page. Reused if this is its only mapping; else a
 /// new folio (without consuming a reservation if this VMA owns them) gets a
-/// copy of the whole huge page, in the policy's order around `addr`.
-#[allow(clippy::too_many_arguments)]
-pub fn hugetlb_wp(
-    pa: &mut PageAlloc,
-    cx: &mut Cx,
-    policy: HugeOrderPolicy,
-    mm: &mut MmStruct,
-    vma: &Vma,
-    pmd: crate::pgtable::Slot,
-    addr: u64,
-) -> Result<(), VmFault> {
+/// copy of the whole huge page, in the copy-order policy's order around
+/// the faulting address. `pmd` is the write-protected entry.
+pub fn hugetlb_wp(vmf: &mut Vmf, pmd: crate::pgtable::Slot) -> Result<(), VmFault> {
+    let Vmf {
+        pa,
+        cx,
+        g,
+        mm,
+        vma,
+        address,
+        ..
+    } = vmf;
+    let (policy, addr) = (g.cfg.copy_order, address.0);
     let haddr = addr & !(HPAGE_SIZE - 1);
     let e = mm.pgt.get(pmd);
     let old = entry_pfn(e);

@@ -54,7 +54,7 @@ use crate::pgtable::{
     entry_pfn, mk_entry, present, Level, Slot, PAGE_ACCESSED, PAGE_ANON_EXCLUSIVE, PAGE_DIRTY,
     PAGE_PRESENT, PAGE_PROTNONE, PAGE_PSE, PAGE_RW, PAGE_SPECIAL, PMD_SIZE, PTRS_PER_TABLE,
 };
-use crate::types::{Pfn, HPAGE_PMD_ORDER, PAGE_SIZE};
+use crate::types::{Pfn, Vaddr, HPAGE_PMD_ORDER, PAGE_SIZE};
 use crate::vma::{MmStruct, MmapLayout, VmFlags, Vma};
 use crate::vmstat::VmEvent;
 
@@ -190,6 +190,31 @@ pub enum VmFault {
     Sigbus,
 }
 
+/// A page fault being handled: the model's `struct vm_fault`.
+///
+/// The kernel's fault functions take only `vmf` and reach the rest through
+/// `current` and globals; the model has no globals, so the fault context
+/// also carries what those would give: the allocator, the faulting CPU's
+/// cost context, the fault path's configuration and the address space.
+/// Every fault function below `handle_mm_fault()` takes `&mut Vmf` (and the
+/// page-table slot it works on) instead of the seven values one by one.
+pub struct Vmf<'a> {
+    /// The page allocator, with the hugetlb pool and the counters.
+    pub pa: &'a mut PageAlloc,
+    /// The faulting CPU's cost context.
+    pub cx: &'a mut Cx,
+    /// The fault path's configuration and shared state.
+    pub g: &'a mut MmGlobal,
+    /// The faulting address space (`vma->vm_mm`).
+    pub mm: &'a mut MmStruct,
+    /// `vmf->vma`: the VMA the address is in.
+    pub vma: Vma,
+    /// `vmf->real_address`: the faulting address.
+    pub address: Vaddr,
+    /// `FAULT_FLAG_WRITE`: a write access.
+    pub write: bool,
+}
+
 fn folio_head(pa: &PageAlloc, pfn: Pfn) -> Pfn {
     pa.mem.compound_head(pfn)
 }
@@ -309,7 +334,15 @@ pub fn handle_mm_fault(
 ) -> Result<(), VmFault> {
     cx.charge(Cost::FaultEntry);
     let vma = mm.vma_lookup(cx, addr).ok_or(VmFault::Sigsegv)?;
-    handle_mm_fault_vma(pa, cx, g, mm, vma, addr, write)
+    handle_mm_fault_vma(&mut Vmf {
+        pa,
+        cx,
+        g,
+        mm,
+        vma,
+        address: Vaddr(addr),
+        write,
+    })
 }
 
 /// Models x86's `do_user_addr_fault()` (arch/x86/mm/fault.c) for a user
@@ -329,17 +362,25 @@ pub fn do_user_addr_fault(
     let ns_before = cx.compute_ns();
     let cache_ns_before = pa.vmstat.get(VmEvent::VMACACHE_FIND_NS);
     cx.charge(Cost::FaultEntry);
-    let r = match crate::vmacache::find_vma(task, mm, &mut pa.vmstat, cx, addr) {
-        Some(vma) if vma.start <= addr => handle_mm_fault_vma(pa, cx, g, mm, vma, addr, write),
+    let vma = match crate::vmacache::find_vma(task, mm, &mut pa.vmstat, cx, addr) {
+        Some(vma) if vma.start <= addr => Ok(vma),
         // lock_mm_and_find_vma(): below a stack, the stack grows.
         Some(vma) if vma.flags.contains(VmFlags::GROWSDOWN) => {
-            match mm.expand_downwards(cx, addr) {
-                Ok(vma) => handle_mm_fault_vma(pa, cx, g, mm, vma, addr, write),
-                Err(_) => Err(VmFault::Sigsegv),
-            }
+            mm.expand_downwards(cx, addr).map_err(|_| VmFault::Sigsegv)
         }
         _ => Err(VmFault::Sigsegv),
     };
+    let r = vma.and_then(|vma| {
+        handle_mm_fault_vma(&mut Vmf {
+            pa,
+            cx,
+            g,
+            mm,
+            vma,
+            address: Vaddr(addr),
+            write,
+        })
+    });
     // The fault's own time and the cache's part of it, for the seed's
     // "vmacache_find share of page-fault time".
     let cache_ns = pa.vmstat.get(VmEvent::VMACACHE_FIND_NS) - cache_ns_before;
@@ -356,59 +397,56 @@ pub fn do_user_addr_fault(
 /// map write-only). A refused access is a SIGSEGV that reaches neither
 /// `pgfault` nor `ru_minflt` (the kernel counts both inside
 /// `handle_mm_fault()`, which `bad_area_access_error()` never calls).
-fn handle_mm_fault_vma(
-    pa: &mut PageAlloc,
-    cx: &mut Cx,
-    g: &mut MmGlobal,
-    mm: &mut MmStruct,
-    vma: Vma,
-    addr: u64,
-    write: bool,
-) -> Result<(), VmFault> {
+fn handle_mm_fault_vma(vmf: &mut Vmf) -> Result<(), VmFault> {
+    let (write, addr) = (vmf.write, vmf.address.0);
     let ok = if write {
-        vma.flags.contains(VmFlags::WRITE)
+        vmf.vma.flags.contains(VmFlags::WRITE)
     } else {
-        vma.flags.0 & VmFlags::ACCESS.0 != 0
+        vmf.vma.flags.0 & VmFlags::ACCESS.0 != 0
     };
     if !ok {
         return Err(VmFault::Sigsegv);
     }
-    pa.vmstat.count(VmEvent::PGFAULT, 1);
-    mm.nr_faults += 1;
-    if crate::hugetlb::is_vm_hugetlb_page(&vma) {
-        return crate::hugetlb::hugetlb_fault(pa, cx, &g.cfg, mm, &vma, addr, write);
+    vmf.pa.vmstat.count(VmEvent::PGFAULT, 1);
+    vmf.mm.nr_faults += 1;
+    if crate::hugetlb::is_vm_hugetlb_page(&vmf.vma) {
+        return crate::hugetlb::hugetlb_fault(vmf);
     }
-    let pmd = mm
+    let pmd = vmf
+        .mm
         .pgt
-        .walk_alloc(pa, cx, addr, Level::Pmd)
+        .walk_alloc(vmf.pa, vmf.cx, addr, Level::Pmd)
         .map_err(|_| VmFault::Oom)?;
-    let e = mm.pgt.get(pmd);
-    if e == 0 && thp_vma_allowable(&g.cfg, &vma, addr) {
-        if do_huge_pmd_anonymous_page(pa, cx, g, mm, pmd, addr, write) {
+    let e = vmf.mm.pgt.get(pmd);
+    if e == 0 && thp_vma_allowable(&vmf.g.cfg, &vmf.vma, addr) {
+        if do_huge_pmd_anonymous_page(vmf, pmd) {
             return Ok(());
         }
     } else if present(e) && e & PAGE_PSE != 0 {
         if !(write && e & PAGE_RW == 0) {
             // Spurious: another thread mapped it first; just mark it young.
-            mm.pgt
+            vmf.mm
+                .pgt
                 .set(pmd, e | PAGE_ACCESSED | if write { PAGE_DIRTY } else { 0 });
             return Ok(());
         }
-        if do_huge_pmd_wp_page(pa, cx, g, mm, pmd, addr) {
+        if do_huge_pmd_wp_page(vmf, pmd) {
             return Ok(());
         }
     }
-    let pte = mm
+    let pte = vmf
+        .mm
         .pgt
-        .pte_alloc(pa, cx, pmd, addr)
+        .pte_alloc(vmf.pa, vmf.cx, pmd, addr)
         .map_err(|_| VmFault::Oom)?;
-    let e = mm.pgt.get(pte);
+    let e = vmf.mm.pgt.get(pte);
     if e == 0 {
-        do_anonymous_page(pa, cx, g, mm, &vma, pte, addr, write)
+        do_anonymous_page(vmf, pte)
     } else if write && e & PAGE_RW == 0 {
-        do_wp_page(pa, cx, mm, pte)
+        do_wp_page(vmf, pte)
     } else {
-        mm.pgt
+        vmf.mm
+            .pgt
             .set(pte, e | PAGE_ACCESSED | if write { PAGE_DIRTY } else { 0 });
         Ok(())
     }
@@ -417,19 +455,10 @@ fn handle_mm_fault_vma(
 /// Models `do_anonymous_page()` of 6.18: a read maps the shared zero page;
 /// a write allocates a folio (`alloc_anon_folio()`: order 0, or a large
 /// folio under [`MmConfig::anon_folio`]), clears it and maps all its pages
-/// writable.
-#[allow(clippy::too_many_arguments)]
-pub fn do_anonymous_page(
-    pa: &mut PageAlloc,
-    cx: &mut Cx,
-    g: &mut MmGlobal,
-    mm: &mut MmStruct,
-    vma: &Vma,
-    pte: Slot,
-    addr: u64,
-    write: bool,
-) -> Result<(), VmFault> {
-    if !write {
+/// writable. `pte` is the empty entry for the address.
+pub fn do_anonymous_page(vmf: &mut Vmf, pte: Slot) -> Result<(), VmFault> {
+    let Vmf { cx, mm, write, .. } = vmf;
+    if !*write {
         let ptl = pte_lockptr(pte);
         cx.lock(ptl);
         cx.charge(Cost::PteSet);
@@ -440,24 +469,26 @@ pub fn do_anonymous_page(
         cx.unlock(ptl);
         return Ok(());
     }
-    let (pfn, order) = anon_folio::alloc_anon_folio(pa, cx, &g.cfg, mm, vma, pte, addr)?;
-    anon_folio::map_anon_folio(pa, cx, g.cfg.clear_order, mm, pte, addr, pfn, order);
+    let (pfn, order) = anon_folio::alloc_anon_folio(vmf, pte)?;
+    anon_folio::map_anon_folio(vmf, pte, pfn, order);
     Ok(())
 }
 
 /// Models `do_huge_pmd_anonymous_page()` of 6.18. Returns false when the
 /// fault must fall back to PTEs (`VM_FAULT_FALLBACK`). The new THP is
-/// zeroed by `folio_zero_user()` with the fault address `addr` as the hint.
-pub fn do_huge_pmd_anonymous_page(
-    pa: &mut PageAlloc,
-    cx: &mut Cx,
-    g: &mut MmGlobal,
-    mm: &mut MmStruct,
-    pmd: Slot,
-    addr: u64,
-    write: bool,
-) -> bool {
-    if !write {
+/// zeroed by `folio_zero_user()` with the fault address as the hint.
+/// `pmd` is the empty entry for the address.
+pub fn do_huge_pmd_anonymous_page(vmf: &mut Vmf, pmd: Slot) -> bool {
+    let Vmf {
+        pa,
+        cx,
+        g,
+        mm,
+        address,
+        write,
+        ..
+    } = vmf;
+    if !*write {
         // Read fault: the huge zero page, allocated on first use.
         if mm.pgt.deposit(pa, cx, pmd).is_err() {
             return false;
@@ -481,13 +512,7 @@ pub fn do_huge_pmd_anonymous_page(
     }
     match alloc_thp(pa, cx, mm, pmd) {
         Some(pfn) => {
-            huge_order::folio_zero_user(
-                cx,
-                g.cfg.clear_order,
-                pfn,
-                HPAGE_PMD_NR,
-                crate::types::Vaddr(addr),
-            );
+            huge_order::folio_zero_user(cx, g.cfg.clear_order, pfn, HPAGE_PMD_NR, *address);
             map_anon_folio_pmd(cx, mm, pmd, pfn);
             true
         }
@@ -542,23 +567,17 @@ fn alloc_thp(pa: &mut PageAlloc, cx: &mut Cx, mm: &mut MmStruct, pmd: Slot) -> O
 /// Models `do_huge_pmd_wp_page()`: a write to a write-protected PMD leaf.
 /// Returns false when the PMD was split and the PTE path must finish. In the
 /// 4.18 form the copy is `copy_user_huge_page()` with the fault address
-/// `addr` as the hint.
-pub fn do_huge_pmd_wp_page(
-    pa: &mut PageAlloc,
-    cx: &mut Cx,
-    g: &mut MmGlobal,
-    mm: &mut MmStruct,
-    pmd: Slot,
-    addr: u64,
-) -> bool {
-    let e = mm.pgt.get(pmd);
+/// as the hint. `pmd` is the write-protected leaf; the fault is a write.
+pub fn do_huge_pmd_wp_page(vmf: &mut Vmf, pmd: Slot) -> bool {
+    let e = vmf.mm.pgt.get(pmd);
     if e & PAGE_SPECIAL != 0 {
         // The huge zero page (do_huge_zero_wp_pmd() in 6.18).
-        mm.pgt.free_deposit(pa, cx, pmd);
-        mm.pgt.set(pmd, 0);
-        if do_huge_pmd_anonymous_page(pa, cx, g, mm, pmd, addr, true) {
+        vmf.mm.pgt.free_deposit(vmf.pa, vmf.cx, pmd);
+        vmf.mm.pgt.set(pmd, 0);
+        if do_huge_pmd_anonymous_page(vmf, pmd) {
             return true;
         }
+        let Vmf { pa, cx, mm, .. } = vmf;
         // Back to zero-page PTEs, as __split_huge_zero_page_pmd() leaves them.
         mm.pgt.set(pmd, e);
         mm.pgt
@@ -567,6 +586,14 @@ pub fn do_huge_pmd_wp_page(
         split_huge_pmd(pa, cx, mm, pmd);
         return false;
     }
+    let Vmf {
+        pa,
+        cx,
+        g,
+        mm,
+        address,
+        ..
+    } = vmf;
     let head = entry_pfn(e);
     if pa.mem.refcount(head) == HPAGE_PMD_NR && pa.mem.entire_mapcount(head) == 1 {
         // Only this PMD maps the folio: reuse it.
@@ -600,7 +627,7 @@ pub fn do_huge_pmd_wp_page(
                 pfn,
                 entry_pfn(e),
                 HPAGE_PMD_NR,
-                crate::types::Vaddr(addr),
+                *address,
             );
             let new = pa.mem.idx(pfn);
             pa.mem.set_refcount(new, HPAGE_PMD_NR);
@@ -687,12 +714,8 @@ pub fn split_huge_pmd_address(pa: &mut PageAlloc, cx: &mut Cx, mm: &mut MmStruct
 /// Models `do_wp_page()`: a write to a write-protected PTE. Reuses the page
 /// if it is `PageAnonExclusive()` or this mapping holds its last reference
 /// (`wp_can_reuse_anon_folio()`), else copies it (`wp_page_copy()`; from the zero page: a cleared page).
-pub fn do_wp_page(
-    pa: &mut PageAlloc,
-    cx: &mut Cx,
-    mm: &mut MmStruct,
-    pte: Slot,
-) -> Result<(), VmFault> {
+pub fn do_wp_page(vmf: &mut Vmf, pte: Slot) -> Result<(), VmFault> {
+    let Vmf { pa, cx, mm, .. } = vmf;
     let e = mm.pgt.get(pte);
     let special = e & PAGE_SPECIAL != 0;
     let old_head = (!special).then(|| folio_head(pa, entry_pfn(e)));

@@ -665,11 +665,11 @@ impl PageTables {
     /// With `floor = 0, ceiling = u64::MAX` it frees every empty table.
     pub fn free_pgd_range(&mut self, pa: &mut PageAlloc, cx: &mut Cx, floor: u64, ceiling: u64) {
         let pgd = self.pgd_id;
-        self.free_range_in(pa, cx, pgd, Level::Pgd, 0, floor, ceiling);
+        self.free_range_in(pa, cx, pgd, Level::Pgd, 0, floor..ceiling);
     }
 
     /// Frees empty child tables of the table `id` (of `level`, mapping from
-    /// `base`) inside `[floor, ceiling)`; returns true if the table is now
+    /// `base`) inside `floor..ceiling`; returns true if the table is now
     /// empty.
     fn free_range_in(
         &mut self,
@@ -678,9 +678,9 @@ impl PageTables {
         id: u32,
         level: Level,
         base: u64,
-        floor: u64,
-        ceiling: u64,
+        bounds: std::ops::Range<u64>,
     ) -> bool {
+        let (floor, ceiling) = (bounds.start, bounds.end);
         let Some(child_level) = level.next() else {
             return self.slab[id as usize].entries.iter().all(|&e| !present(e));
         };
@@ -696,7 +696,7 @@ impl PageTables {
                 continue;
             }
             let child = self.child_of(id, i);
-            let empty = self.free_range_in(pa, cx, child, child_level, start, floor, ceiling);
+            let empty = self.free_range_in(pa, cx, child, child_level, start, floor..ceiling);
             if empty && start >= floor && end <= ceiling {
                 let child_pfn = self.meta[child as usize].pfn;
                 let slot = self.slot_at(id, i);

@@ -249,6 +249,32 @@ pub enum MmapLayout {
     ThpAligned,
 }
 
+/// The `flags` argument of `mmap()` beyond `MAP_PRIVATE | MAP_ANONYMOUS`,
+/// which every mapping of the model has (values of
+/// include/uapi/asm-generic/mman-common.h). Typed, as [`crate::mremap::MremapFlags`]
+/// is, so that a call reads `MapFlags::FIXED` rather than `true`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub struct MapFlags(pub u32);
+
+impl MapFlags {
+    /// No flag: the kernel picks the address, `hint` is a hint.
+    pub const NONE: MapFlags = MapFlags(0);
+    /// `MAP_FIXED`: map at `hint` exactly, replacing what is there.
+    pub const FIXED: MapFlags = MapFlags(0x10);
+    /// `MAP_NORESERVE`: reserve nothing (for hugetlb: no pool pages).
+    pub const NORESERVE: MapFlags = MapFlags(0x4000);
+
+    /// Union.
+    pub const fn or(self, other: MapFlags) -> MapFlags {
+        MapFlags(self.0 | other.0)
+    }
+
+    /// True if every bit of `other` is set.
+    pub fn contains(self, other: MapFlags) -> bool {
+        self.0 & other.0 == other.0
+    }
+}
+
 /// A process's address space (`struct mm_struct`).
 #[derive(Clone, Debug)]
 pub struct MmStruct {
@@ -562,20 +588,22 @@ impl MmStruct {
 
     /// Models `do_mmap()` of an anonymous private read-write mapping:
     /// `mmap(hint, len, PROT_READ|PROT_WRITE, MAP_PRIVATE|MAP_ANONYMOUS
-    /// [|MAP_FIXED], -1, 0)`. Returns the address.
+    /// | flags, -1, 0)`. Returns the address. Of `flags`, `MAP_FIXED`
+    /// places the mapping at `hint`; `MAP_NORESERVE` changes nothing here,
+    /// as the model does no overcommit accounting for private memory.
     pub fn mmap(
         &mut self,
         pa: &mut PageAlloc,
         cx: &mut Cx,
         hint: u64,
         len: u64,
-        fixed: bool,
+        flags: MapFlags,
     ) -> Result<u64, Errno> {
         if len == 0 {
             return Err(Errno::Inval);
         }
         let len = page_align(len).ok_or(Errno::NoMem)?;
-        let addr = if fixed {
+        let addr = if flags.contains(MapFlags::FIXED) {
             if !hint.is_multiple_of(PAGE_SIZE) {
                 return Err(Errno::Inval);
             }
@@ -883,7 +911,8 @@ mod tests {
         let (mut pa, mut cx, mut mm) = setup();
         let b = 0x1000_0000;
         // AAAAAAAAAA      one mapping of 10 pages
-        mm.mmap(&mut pa, &mut cx, b, 10 * P, true).unwrap();
+        mm.mmap(&mut pa, &mut cx, b, 10 * P, MapFlags::FIXED)
+            .unwrap();
         assert_eq!(spans(&mm), vec![(b, b + 10 * P)]);
         // AAA BBBB AAA    MADV_HUGEPAGE in the middle splits it in three
         mm.madvise(&mut pa, &mut cx, b + 3 * P, 4 * P, Advice::HugePage)
@@ -909,7 +938,8 @@ mod tests {
             Err(Errno::NoMem)
         );
         // AACCAAAAAA      a fixed mapping filling the hole merges all three
-        mm.mmap(&mut pa, &mut cx, b + 2 * P, 2 * P, true).unwrap();
+        mm.mmap(&mut pa, &mut cx, b + 2 * P, 2 * P, MapFlags::FIXED)
+            .unwrap();
         mm.madvise(&mut pa, &mut cx, b + 2 * P, 2 * P, Advice::HugePage)
             .unwrap();
         assert_eq!(spans(&mm), vec![(b, b + 10 * P)]);
@@ -918,13 +948,16 @@ mod tests {
     #[test]
     fn errors_are_the_kernels() {
         let (mut pa, mut cx, mut mm) = setup();
-        assert_eq!(mm.mmap(&mut pa, &mut cx, 0, 0, false), Err(Errno::Inval));
         assert_eq!(
-            mm.mmap(&mut pa, &mut cx, 0x1001, P, true),
+            mm.mmap(&mut pa, &mut cx, 0, 0, MapFlags::NONE),
             Err(Errno::Inval)
         );
         assert_eq!(
-            mm.mmap(&mut pa, &mut cx, 0, TASK_SIZE, false),
+            mm.mmap(&mut pa, &mut cx, 0x1001, P, MapFlags::FIXED),
+            Err(Errno::Inval)
+        );
+        assert_eq!(
+            mm.mmap(&mut pa, &mut cx, 0, TASK_SIZE, MapFlags::NONE),
             Err(Errno::NoMem)
         );
         assert_eq!(mm.munmap(&mut pa, &mut cx, 0x1001, P), Err(Errno::Inval));
@@ -934,9 +967,11 @@ mod tests {
     #[test]
     fn top_down_placement_aligns_pmd_multiples() {
         let (mut pa, mut cx, mut mm) = setup();
-        let a = mm.mmap(&mut pa, &mut cx, 0, 3 * P, false).unwrap();
+        let a = mm.mmap(&mut pa, &mut cx, 0, 3 * P, MapFlags::NONE).unwrap();
         assert_eq!(a + 3 * P, MMAP_BASE);
-        let b = mm.mmap(&mut pa, &mut cx, 0, 2 * PMD_SIZE, false).unwrap();
+        let b = mm
+            .mmap(&mut pa, &mut cx, 0, 2 * PMD_SIZE, MapFlags::NONE)
+            .unwrap();
         assert!(b.is_multiple_of(PMD_SIZE) && b + 2 * PMD_SIZE <= a);
         assert_eq!(mm.maple_depth(), 1);
     }
@@ -956,7 +991,8 @@ mod tests {
         assert_eq!(mm.brk(&mut pa, &mut cx, s + 4 * P), s + 4 * P);
         assert_eq!(spans(&mm), vec![(s, s + 4 * P)]);
         // HHHH MM         a fixed mapping one guard page above the break
-        mm.mmap(&mut pa, &mut cx, s + 5 * P, 2 * P, true).unwrap();
+        mm.mmap(&mut pa, &mut cx, s + 5 * P, 2 * P, MapFlags::FIXED)
+            .unwrap();
         // growing into the guard page is refused: the old break comes back
         assert_eq!(mm.brk(&mut pa, &mut cx, s + 4 * P + 1), s + 4 * P);
         assert_eq!(mm.brk, s + 4 * P);

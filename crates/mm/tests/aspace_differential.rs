@@ -200,7 +200,7 @@ fn vma_differential(seed: u64) {
         let what = rng.below(100);
         let (label, got, want): (String, Result<u64, Errno>, Result<u64, Errno>) = match what {
             0..=19 => {
-                let got = mm.mmap(&mut w.pa, &mut w.cx, addr, len, true);
+                let got = mm.mmap(&mut w.pa, &mut w.cx, addr, len, mm::vma::MapFlags::FIXED);
                 r.clear(addr, len);
                 r.map(addr, len, rw, addr / P);
                 (format!("mmap fixed {addr:#x}+{len:#x}"), got, Ok(addr))
@@ -214,7 +214,7 @@ fn vma_differential(seed: u64) {
                 if let Ok(a) = want {
                     r.map(a, len, rw, a / P);
                 }
-                let got = mm.mmap(&mut w.pa, &mut w.cx, 0, len, false);
+                let got = mm.mmap(&mut w.pa, &mut w.cx, 0, len, mm::vma::MapFlags::NONE);
                 (format!("mmap {len:#x}"), got, want)
             }
             28..=42 => {
@@ -427,7 +427,9 @@ fn pte_differential(seed: u64) {
         match what {
             0..=9 => {
                 label = format!("mm {i}: mmap fixed {addr:#x}+{len:#x}");
-                mms[i].mmap(&mut w.pa, &mut w.cx, addr, len, true).unwrap();
+                mms[i]
+                    .mmap(&mut w.pa, &mut w.cx, addr, len, mm::vma::MapFlags::FIXED)
+                    .unwrap();
                 remove_range(&mut maps[i], addr, len);
             }
             10..=49 => {

@@ -22,7 +22,9 @@ fn world(preset: Preset, thp: &str) -> World {
 fn thp_off_4k_faults() {
     let mut w = world(Preset::Linux6_18, "never");
     let mut mm = w.mm();
-    let a = mm.mmap(&mut w.pa, &mut w.cx, 0, GIB, false).unwrap();
+    let a = mm
+        .mmap(&mut w.pa, &mut w.cx, 0, GIB, mm::vma::MapFlags::NONE)
+        .unwrap();
     assert_eq!(w.touch(&mut mm, a, GIB), 262_144);
     assert_eq!(w.pa.vmstat.get(VmEvent::PGFAULT), 262_144);
     w.exit(mm);
@@ -33,7 +35,9 @@ fn thp_off_4k_faults() {
 fn thp_always_aligned_512_faults() {
     let mut w = world(Preset::Linux6_18, "always");
     let mut mm = w.mm();
-    let a = mm.mmap(&mut w.pa, &mut w.cx, 0, GIB, false).unwrap();
+    let a = mm
+        .mmap(&mut w.pa, &mut w.cx, 0, GIB, mm::vma::MapFlags::NONE)
+        .unwrap();
     assert_eq!(
         a % PMD_SIZE,
         0,
@@ -51,14 +55,21 @@ fn thp_always_ragged_1529_faults() {
     let mut mm = w.mm();
     // Reserve room, then map 12 KiB past a 2 MiB boundary, 20 KiB short of 1 GiB.
     let base = mm
-        .mmap(&mut w.pa, &mut w.cx, 0, GIB + 2 * PMD_SIZE, false)
+        .mmap(
+            &mut w.pa,
+            &mut w.cx,
+            0,
+            GIB + 2 * PMD_SIZE,
+            mm::vma::MapFlags::NONE,
+        )
         .unwrap();
     mm.munmap(&mut w.pa, &mut w.cx, base, GIB + 2 * PMD_SIZE)
         .unwrap();
     let start = base.next_multiple_of(PMD_SIZE) + 12 * 1024;
     let len = GIB - 20 * 1024;
     assert_eq!(
-        mm.mmap(&mut w.pa, &mut w.cx, start, len, true).unwrap(),
+        mm.mmap(&mut w.pa, &mut w.cx, start, len, mm::vma::MapFlags::FIXED)
+            .unwrap(),
         start
     );
     assert_eq!(w.touch(&mut mm, start, len), 1529);
@@ -72,14 +83,18 @@ fn cow(preset: Preset) -> World {
     let mut w = world(preset, "always");
     let mut parent = w.mm();
     let len = GIB / 2;
-    let a = parent.mmap(&mut w.pa, &mut w.cx, 0, len, false).unwrap();
+    let a = parent
+        .mmap(&mut w.pa, &mut w.cx, 0, len, mm::vma::MapFlags::NONE)
+        .unwrap();
     let a = if a.is_multiple_of(PMD_SIZE) {
         a
     } else {
         // 4.18 does not align: place it by hand as the live test does.
         parent.munmap(&mut w.pa, &mut w.cx, a, len).unwrap();
         let s = (a - PMD_SIZE).next_multiple_of(PMD_SIZE);
-        parent.mmap(&mut w.pa, &mut w.cx, s, len, true).unwrap()
+        parent
+            .mmap(&mut w.pa, &mut w.cx, s, len, mm::vma::MapFlags::FIXED)
+            .unwrap()
     };
     assert_eq!(w.touch(&mut parent, a, len), 256);
     let mut child = fork(&mut w.pa, &mut w.cx, &mut parent).unwrap();
@@ -117,7 +132,13 @@ fn read_fault_maps_huge_zero_page_once() {
     let mut w = world(Preset::Linux6_18, "always");
     let mut mm = w.mm();
     let a = mm
-        .mmap(&mut w.pa, &mut w.cx, 0, 4 * PMD_SIZE, false)
+        .mmap(
+            &mut w.pa,
+            &mut w.cx,
+            0,
+            4 * PMD_SIZE,
+            mm::vma::MapFlags::NONE,
+        )
         .unwrap();
     for i in 0..4 {
         handle_mm_fault(

@@ -77,7 +77,9 @@ impl World {
 
     /// Maps `len` bytes (MADV_HUGEPAGE) and writes every 4 KiB of it.
     fn populate(&mut self, mm: &mut MmStruct, len: u64) -> u64 {
-        let a = mm.mmap(&mut self.pa, &mut self.cx, 0, len, false).unwrap();
+        let a = mm
+            .mmap(&mut self.pa, &mut self.cx, 0, len, mm::vma::MapFlags::NONE)
+            .unwrap();
         mm.madvise(&mut self.pa, &mut self.cx, a, len, Advice::HugePage)
             .unwrap();
         let mut p = a;
@@ -381,7 +383,9 @@ fn status_reports_errors_per_page_and_bad_arguments_fail() {
     let mut mm = w.mm();
     let a = w.populate(&mut mm, 16 * 1024);
     // A mapped but untouched page, and an address outside any VMA.
-    let b = mm.mmap(&mut w.pa, &mut w.cx, 0, 8192, false).unwrap();
+    let b = mm
+        .mmap(&mut w.pa, &mut w.cx, 0, 8192, mm::vma::MapFlags::NONE)
+        .unwrap();
     let (r, status) = w.move_pages(vec![&mut mm], &[a, b, 0x1000, a], 1, MPOL_MF_MOVE);
     assert_eq!(r, 0);
     assert_eq!(

@@ -92,7 +92,8 @@ fn mprotect_splits_and_merges() {
     let mut w = world("never");
     let mut mm = w.mm();
     let b = 0x1000_0000;
-    mm.mmap(&mut w.pa, &mut w.cx, b, 10 * P, true).unwrap();
+    mm.mmap(&mut w.pa, &mut w.cx, b, 10 * P, mm::vma::MapFlags::FIXED)
+        .unwrap();
     assert_eq!(draw(&mm, b, 10), "wwwwwwwwww");
     mm.mprotect(&mut w.pa, &mut w.cx, b + 3 * P, 4 * P, Prot::READ)
         .unwrap();
@@ -124,9 +125,16 @@ fn mprotect_across_a_hole_changes_what_precedes_it_then_fails() {
     let mut w = world("never");
     let mut mm = w.mm();
     let b = 0x1000_0000;
-    mm.mmap(&mut w.pa, &mut w.cx, b, 3 * P, true).unwrap();
-    mm.mmap(&mut w.pa, &mut w.cx, b + 5 * P, 3 * P, true)
+    mm.mmap(&mut w.pa, &mut w.cx, b, 3 * P, mm::vma::MapFlags::FIXED)
         .unwrap();
+    mm.mmap(
+        &mut w.pa,
+        &mut w.cx,
+        b + 5 * P,
+        3 * P,
+        mm::vma::MapFlags::FIXED,
+    )
+    .unwrap();
     assert_eq!(draw(&mm, b, 8), "www..www");
     assert_eq!(
         mm.mprotect(&mut w.pa, &mut w.cx, b + P, 6 * P, Prot::READ),
@@ -150,7 +158,8 @@ fn mprotect_errors_are_the_kernels() {
     let mut w = world("never");
     let mut mm = w.mm();
     let b = 0x1000_0000;
-    mm.mmap(&mut w.pa, &mut w.cx, b, 4 * P, true).unwrap();
+    mm.mmap(&mut w.pa, &mut w.cx, b, 4 * P, mm::vma::MapFlags::FIXED)
+        .unwrap();
     let mut mp =
         |mm: &mut MmStruct, a: u64, l: u64, p: Prot| mm.mprotect(&mut w.pa, &mut w.cx, a, l, p);
     assert_eq!(mp(&mut mm, b + 1, P, Prot::READ), Err(Errno::Inval));
@@ -178,7 +187,8 @@ fn read_only_pages_fault_with_sigsegv_and_exclusive_pages_become_writable_again(
     let mut w = world("never");
     let mut mm = w.mm();
     let b = 0x1000_0000;
-    mm.mmap(&mut w.pa, &mut w.cx, b, 8 * P, true).unwrap();
+    mm.mmap(&mut w.pa, &mut w.cx, b, 8 * P, mm::vma::MapFlags::FIXED)
+        .unwrap();
     // wwwwzzzz: four pages written, four only read (the zero page).
     for i in 0..4 {
         write(&mut w, &mut mm, b + i * P).unwrap();
@@ -219,7 +229,8 @@ fn prot_none_refuses_every_access_until_restored() {
     let mut w = world("never");
     let mut mm = w.mm();
     let b = 0x1000_0000;
-    mm.mmap(&mut w.pa, &mut w.cx, b, 4 * P, true).unwrap();
+    mm.mmap(&mut w.pa, &mut w.cx, b, 4 * P, mm::vma::MapFlags::FIXED)
+        .unwrap();
     for i in 0..4 {
         write(&mut w, &mut mm, b + i * P).unwrap();
     }
@@ -248,7 +259,9 @@ fn pages_shared_by_fork_stay_write_protected_after_mprotect() {
     let mut w = world("never");
     let mut parent = w.mm();
     let b = 0x1000_0000;
-    parent.mmap(&mut w.pa, &mut w.cx, b, 4 * P, true).unwrap();
+    parent
+        .mmap(&mut w.pa, &mut w.cx, b, 4 * P, mm::vma::MapFlags::FIXED)
+        .unwrap();
     for i in 0..4 {
         write(&mut w, &mut parent, b + i * P).unwrap();
     }
@@ -281,7 +294,13 @@ fn mprotect_of_part_of_a_thp_splits_its_pmd() {
     let mut w = world("always");
     let mut mm = w.mm();
     let b = mm
-        .mmap(&mut w.pa, &mut w.cx, 0, 2 * PMD_SIZE, false)
+        .mmap(
+            &mut w.pa,
+            &mut w.cx,
+            0,
+            2 * PMD_SIZE,
+            mm::vma::MapFlags::NONE,
+        )
         .unwrap();
     assert_eq!(b % PMD_SIZE, 0);
     w.touch(&mut mm, b, 2 * PMD_SIZE);
@@ -321,7 +340,8 @@ fn mremap_shrinks_grows_in_place_and_moves() {
     let mut mm = w.mm();
     let b = 0x1000_0000;
     let flags0 = MremapFlags::default();
-    mm.mmap(&mut w.pa, &mut w.cx, b, 8 * P, true).unwrap();
+    mm.mmap(&mut w.pa, &mut w.cx, b, 8 * P, mm::vma::MapFlags::FIXED)
+        .unwrap();
     w.touch(&mut mm, b, 8 * P);
     let pfns: Vec<Option<u64>> = (0..8).map(|i| pfn_at(&mm, b + i * P)).collect();
     assert_eq!(draw(&mm, b, 12), "wwwwwwww....");
@@ -335,7 +355,14 @@ fn mremap_shrinks_grows_in_place_and_moves() {
     assert_eq!(r, Ok(b));
     assert_eq!(draw(&mm, b, 12), "wwwwwwwwww..");
     // A neighbour in the way: ENOMEM without MREMAP_MAYMOVE ...
-    mm.mmap(&mut w.pa, &mut w.cx, b + 10 * P, P, true).unwrap();
+    mm.mmap(
+        &mut w.pa,
+        &mut w.cx,
+        b + 10 * P,
+        P,
+        mm::vma::MapFlags::FIXED,
+    )
+    .unwrap();
     mm.mprotect(&mut w.pa, &mut w.cx, b + 10 * P, P, Prot::READ)
         .unwrap();
     assert_eq!(draw(&mm, b, 12), "wwwwwwwwww|r.");
@@ -380,9 +407,16 @@ fn mremap_fixed_replaces_the_target_and_moved_vmas_keep_their_offset() {
     let mut mm = w.mm();
     let b = 0x1000_0000;
     let fixed = MremapFlags::MAYMOVE.or(MremapFlags::FIXED);
-    mm.mmap(&mut w.pa, &mut w.cx, b, 4 * P, true).unwrap();
-    mm.mmap(&mut w.pa, &mut w.cx, b + 6 * P, 4 * P, true)
+    mm.mmap(&mut w.pa, &mut w.cx, b, 4 * P, mm::vma::MapFlags::FIXED)
         .unwrap();
+    mm.mmap(
+        &mut w.pa,
+        &mut w.cx,
+        b + 6 * P,
+        4 * P,
+        mm::vma::MapFlags::FIXED,
+    )
+    .unwrap();
     w.touch(&mut mm, b, 4 * P);
     w.touch(&mut mm, b + 6 * P, 4 * P);
     assert_eq!(draw(&mm, b, 10), "wwww..wwww");
@@ -413,7 +447,8 @@ fn mremap_errors_are_the_kernels() {
     let b = 0x1000_0000;
     let m = MremapFlags::MAYMOVE;
     let fixed = MremapFlags::MAYMOVE.or(MremapFlags::FIXED);
-    mm.mmap(&mut w.pa, &mut w.cx, b, 4 * P, true).unwrap();
+    mm.mmap(&mut w.pa, &mut w.cx, b, 4 * P, mm::vma::MapFlags::FIXED)
+        .unwrap();
     let mut mr = |mm: &mut MmStruct, a: u64, o: u64, n: u64, f: MremapFlags, na: u64| {
         mm.mremap(&mut w.pa, &mut w.cx, a, o, n, f, na)
     };
@@ -456,7 +491,8 @@ fn mremap_dontunmap_moves_the_pages_and_keeps_an_empty_vma() {
     let mut w = world("never");
     let mut mm = w.mm();
     let b = 0x1000_0000;
-    mm.mmap(&mut w.pa, &mut w.cx, b, 4 * P, true).unwrap();
+    mm.mmap(&mut w.pa, &mut w.cx, b, 4 * P, mm::vma::MapFlags::FIXED)
+        .unwrap();
     w.touch(&mut mm, b, 4 * P);
     let first = pfn_at(&mm, b);
     let du = MremapFlags::MAYMOVE.or(MremapFlags::DONTUNMAP);
@@ -478,7 +514,9 @@ fn mremap_moves_thps_whole_when_aligned_and_splits_them_otherwise() {
     let mut w = world("always");
     let mut mm = w.mm();
     let len = 4 * PMD_SIZE;
-    let b = mm.mmap(&mut w.pa, &mut w.cx, 0, len, false).unwrap();
+    let b = mm
+        .mmap(&mut w.pa, &mut w.cx, 0, len, mm::vma::MapFlags::NONE)
+        .unwrap();
     assert_eq!(w.touch(&mut mm, b, len), 4);
     let tables = mm.pgt.nr_tables();
     // A non-fixed move keeps the 2 MiB alignment: PMDs move whole.

@@ -182,7 +182,9 @@ fn linux_6_6_has_no_large_anon_folios() {
     let mut g = MmGlobal::new(cfg.mm);
     let mut mm = MmStruct::new(&mut pa, &mut cx, g.cfg.mmap_layout).unwrap();
     let len = 4 * PMD_SIZE;
-    let a = mm.mmap(&mut pa, &mut cx, 0, len, false).unwrap();
+    let a = mm
+        .mmap(&mut pa, &mut cx, 0, len, mm::vma::MapFlags::NONE)
+        .unwrap();
     let mut x = a;
     while x < a + len {
         if !mm::memory::access_ok(&mut mm, x, true) {
@@ -201,7 +203,9 @@ fn partial_unmap_defers_split() {
     let mut w = world(&[64]);
     let mut mm = w.mm();
     let len = 4 * PMD_SIZE;
-    let a = mm.mmap(&mut w.pa, &mut w.cx, 0, len, false).unwrap();
+    let a = mm
+        .mmap(&mut w.pa, &mut w.cx, 0, len, mm::vma::MapFlags::NONE)
+        .unwrap();
     assert_eq!(w.touch(&mut mm, a, len), len / (64 * KIB));
     let folios = len / (64 * KIB);
     assert_eq!(w.stat(64, "nr_anon"), folios);
@@ -250,7 +254,9 @@ fn cow_of_large_folio_copies_4k() {
     let mut w = world(&[64]);
     let mut parent = w.mm();
     let len = PMD_SIZE;
-    let a = parent.mmap(&mut w.pa, &mut w.cx, 0, len, false).unwrap();
+    let a = parent
+        .mmap(&mut w.pa, &mut w.cx, 0, len, mm::vma::MapFlags::NONE)
+        .unwrap();
     assert_eq!(w.touch(&mut parent, a, len), 32);
     let mut child = fork(&mut w.pa, &mut w.cx, &mut parent).unwrap();
     let allocs_before = w.pa.vmstat.get(VmEvent::PGALLOC_NORMAL);
@@ -286,7 +292,13 @@ fn simple_order_faults_more_than_v2() {
         );
         let mut mm = w.mm();
         let base = mm
-            .mmap(&mut w.pa, &mut w.cx, 0, 64 * PMD_SIZE, false)
+            .mmap(
+                &mut w.pa,
+                &mut w.cx,
+                0,
+                64 * PMD_SIZE,
+                mm::vma::MapFlags::NONE,
+            )
             .unwrap();
         mm.munmap(&mut w.pa, &mut w.cx, base, 64 * PMD_SIZE)
             .unwrap();
@@ -295,7 +307,8 @@ fn simple_order_faults_more_than_v2() {
         // block fits in any of them.
         for i in 0..60 {
             let s = base + i * 128 * KIB + 12 * KIB;
-            mm.mmap(&mut w.pa, &mut w.cx, s, 60 * KIB, true).unwrap();
+            mm.mmap(&mut w.pa, &mut w.cx, s, 60 * KIB, mm::vma::MapFlags::FIXED)
+                .unwrap();
             w.touch(&mut mm, s, 60 * KIB);
         }
         let faults = mm.nr_faults;
@@ -346,7 +359,9 @@ fn fault_when_fragmented(policy: &str) -> ([u64; 3], u8) {
     let mut cx = Cx::new(VcpuId(0), CostTable::uniform(1));
     let mut g = MmGlobal::new(cfg.mm);
     let mut mm = MmStruct::new(&mut pa, &mut cx, g.cfg.mmap_layout).unwrap();
-    let a = mm.mmap(&mut pa, &mut cx, 0, PMD_SIZE, false).unwrap();
+    let a = mm
+        .mmap(&mut pa, &mut cx, 0, PMD_SIZE, mm::vma::MapFlags::NONE)
+        .unwrap();
     // Take every page, then give back the even ones: free singletons only.
     let mut taken = Vec::new();
     while let Ok(p) = pa.alloc_pages(&mut cx, mm::page_alloc::Gfp::HIGHUSER_MOVABLE, 0) {
@@ -398,7 +413,9 @@ fn madvise_inside_a_thp_splits_the_pmd_before_the_vma() {
     let mut w = World::new(cfg);
     let mut mm = w.mm();
     // TTTTTTTT  one 2 MiB THP
-    let a = mm.mmap(&mut w.pa, &mut w.cx, 0, PMD_SIZE, false).unwrap();
+    let a = mm
+        .mmap(&mut w.pa, &mut w.cx, 0, PMD_SIZE, mm::vma::MapFlags::NONE)
+        .unwrap();
     assert_eq!(a % PMD_SIZE, 0);
     assert_eq!(w.touch(&mut mm, a, 4 * KIB), 1);
     assert_eq!(w.pa.vmstat.get(VmEvent::THP_FAULT_ALLOC), 1);

@@ -489,36 +489,7 @@ pub fn run(config: &Config) -> Result<Report, NativeError> {
         .threads
         .clone()
         .unwrap_or_else(|| (1..=cpus.len()).collect());
-    if config.jobs.is_empty()
-        || config.methods.is_empty()
-        || threads.is_empty()
-        || config.nr_trials_small == 0
-        || config.nr_trials_large == 0
-    {
-        return Err(NativeError::InvalidConfig {
-            what: "parallel_copy needs jobs, methods, thread counts and trials".into(),
-        });
-    }
-    if let Some(&t) = threads.iter().find(|&&t| t == 0 || t > cpus.len()) {
-        return Err(NativeError::InvalidConfig {
-            what: format!(
-                "{t} threads: must be 1..={} (the CPUs this process may use)",
-                cpus.len()
-            ),
-        });
-    }
-    if let Some(j) = config
-        .jobs
-        .iter()
-        .find(|j| j.bytes < PAGE_SIZE || j.chunk < PAGE_SIZE || j.bytes % j.chunk != 0)
-    {
-        return Err(NativeError::InvalidConfig {
-            what: format!(
-                "job of {} bytes in chunks of {}: at least 4 KiB, a whole number of chunks",
-                j.bytes, j.chunk
-            ),
-        });
-    }
+    config.check(&threads, cpus.len())?;
     let _affinity = AffinityGuard::save()?;
     let max_bytes = config
         .jobs
@@ -529,7 +500,6 @@ pub fn run(config: &Config) -> Result<Report, NativeError> {
     let src = HugeBuf::new(max_bytes, 0x3c)?;
     let mut dst = HugeBuf::new(max_bytes, 0)?;
     let thp = (src.thp_backed_bytes()?, dst.thp_backed_bytes()?);
-
     let mut rows = Vec::new();
     for job in &config.jobs {
         let nr_trials = if job.bytes <= PMD_SIZE {
@@ -540,34 +510,12 @@ pub fn run(config: &Config) -> Result<Report, NativeError> {
         for &method in &config.methods {
             let first = rows.len();
             for &n in &threads {
-                let used = &cpus[..n];
-                let ns = measure(
-                    &src.as_slice()[..job.bytes],
-                    &mut dst.as_mut_slice()[..job.bytes],
-                    job.chunk,
-                    job.batched,
-                    method,
-                    used,
-                    job.cold,
-                    nr_trials,
-                )?;
-                let gbps: Vec<f64> = ns.iter().map(|t| job.bytes as f64 / t).collect();
-                let summary = |xs: &[f64]| {
-                    Summary::of(xs).ok_or(NativeError::InvalidConfig {
-                        what: "no samples".into(),
-                    })
-                };
-                rows.push(Row {
-                    job: *job,
-                    method,
-                    nr_threads: n,
-                    cpus: used.to_vec(),
-                    copy_ns: summary(&ns)?,
-                    gbps: summary(&gbps)?,
-                    speedup_vs_1: 0.0,
-                    fraction_of_best: 0.0,
-                });
+                let src = &src.as_slice()[..job.bytes];
+                let dst = &mut dst.as_mut_slice()[..job.bytes];
+                rows.push(measure_row(src, dst, job, method, &cpus[..n], nr_trials)?);
             }
+            // Each thread count's speed-up over one thread, for this job
+            // and method.
             let cells = &mut rows[first..];
             let one = cells
                 .iter()
@@ -593,6 +541,71 @@ pub fn run(config: &Config) -> Result<Report, NativeError> {
     })
 }
 
+impl Config {
+    /// Refuses a configuration that would measure nothing or more threads
+    /// than this process may run on (`nr_cpus`).
+    fn check(&self, threads: &[usize], nr_cpus: usize) -> Result<(), NativeError> {
+        if self.jobs.is_empty()
+            || self.methods.is_empty()
+            || threads.is_empty()
+            || self.nr_trials_small == 0
+            || self.nr_trials_large == 0
+        {
+            return Err(NativeError::InvalidConfig {
+                what: "parallel_copy needs jobs, methods, thread counts and trials".into(),
+            });
+        }
+        if let Some(&t) = threads.iter().find(|&&t| t == 0 || t > nr_cpus) {
+            return Err(NativeError::InvalidConfig {
+                what: format!("{t} threads: must be 1..={nr_cpus} (the CPUs this process may use)"),
+            });
+        }
+        if let Some(j) = self
+            .jobs
+            .iter()
+            .find(|j| j.bytes < PAGE_SIZE || j.chunk < PAGE_SIZE || j.bytes % j.chunk != 0)
+        {
+            return Err(NativeError::InvalidConfig {
+                what: format!(
+                    "job of {} bytes in chunks of {}: at least 4 KiB, a whole number of chunks",
+                    j.bytes, j.chunk
+                ),
+            });
+        }
+        Ok(())
+    }
+}
+
+/// One cell of the table: `job` copied with `method` by one thread on each
+/// of `cpus`, `nr_trials` times (speed-up and share of the best filled in
+/// later, once the other cells are known).
+fn measure_row(
+    src: &[u8],
+    dst: &mut [u8],
+    job: &Job,
+    method: Method,
+    cpus: &[usize],
+    nr_trials: usize,
+) -> Result<Row, NativeError> {
+    let ns = measure(src, dst, job, method, cpus, nr_trials)?;
+    let gbps: Vec<f64> = ns.iter().map(|t| job.bytes as f64 / t).collect();
+    let summary = |xs: &[f64]| {
+        Summary::of(xs).ok_or(NativeError::InvalidConfig {
+            what: "no samples".into(),
+        })
+    };
+    Ok(Row {
+        job: *job,
+        method,
+        nr_threads: cpus.len(),
+        cpus: cpus.to_vec(),
+        copy_ns: summary(&ns)?,
+        gbps: summary(&gbps)?,
+        speedup_vs_1: 0.0,
+        fraction_of_best: 0.0,
+    })
+}
+
 /// The cold cell larger than one 2 MiB chunk with the highest median, or the best
 /// cold cell if there is none.
 fn host_best_of(rows: &[Row]) -> Option<&Row> {
@@ -603,21 +616,27 @@ fn host_best_of(rows: &[Row]) -> Option<&Row> {
 /// One thread's pieces of every chunk: (source, destination).
 type Pieces<'a> = Vec<(&'a [u8], &'a mut [u8])>;
 
-/// Copies `src` into `dst` with `method`, in chunks of `chunk` bytes, with one
-/// pinned thread per CPU in `cpus`, `nr_trials` times; returns worker 0's time
-/// per trial in ns. Each chunk is split over the threads, which wait for each
-/// other after each chunk; with `batched`, each thread copies a contiguous run
-/// of whole chunks and they wait once.
+/// Copies `src` into `dst` with `method`, in chunks of `job.chunk` bytes,
+/// with one pinned thread per CPU in `cpus`, `nr_trials` times; returns
+/// worker 0's time per trial in ns. Each chunk is split over the threads,
+/// which wait for each other after each chunk; with `job.batched`, each
+/// thread copies a contiguous run of whole chunks and they wait once; with
+/// `job.cold`, both buffers leave the cache before each trial. (`job.bytes`
+/// is not used: the slices' length is the size.)
 fn measure(
     src: &[u8],
     dst: &mut [u8],
-    chunk: usize,
-    batched: bool,
+    job: &Job,
     method: Method,
     cpus: &[usize],
-    cold: bool,
     nr_trials: usize,
 ) -> Result<Vec<f64>, NativeError> {
+    let Job {
+        chunk,
+        batched,
+        cold,
+        ..
+    } = *job;
     let n = cpus.len();
     let mut per_thread: Vec<Pieces> = (0..n).map(|_| Vec::new()).collect();
     let nr_chunks = src.len().div_ceil(chunk);
@@ -763,21 +782,23 @@ mod tests {
         for &m in Method::ALL {
             for batched in [false, true] {
                 let mut dst = vec![0u8; src.len() + 1];
-                measure(
-                    &src,
-                    &mut dst[1..],
-                    2 * PAGE_SIZE,
+                let job = Job {
+                    bytes: src.len(),
+                    chunk: 2 * PAGE_SIZE,
                     batched,
-                    m,
-                    &cpus,
-                    false,
-                    1,
-                )
-                .unwrap();
+                    cold: false,
+                };
+                measure(&src, &mut dst[1..], &job, m, &cpus, 1).unwrap();
                 assert_eq!(src, dst[1..], "{m:?} batched {batched}");
             }
             let mut dst = vec![0u8; src.len()];
-            measure(&src, &mut dst, src.len(), false, m, &cpus, true, 1).unwrap();
+            let job = Job {
+                bytes: src.len(),
+                chunk: src.len(),
+                batched: false,
+                cold: true,
+            };
+            measure(&src, &mut dst, &job, m, &cpus, 1).unwrap();
             assert_eq!(src, dst, "{m:?}");
         }
     }

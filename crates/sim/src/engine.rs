@@ -73,7 +73,7 @@ use mm::memory::{MmConfig, MmGlobal, VmFault};
 use mm::mprotect::Prot;
 use mm::mremap::MremapFlags;
 use mm::page_alloc::{AllocError, Gfp, PageAlloc};
-use mm::vma::{Advice, Errno, MmStruct};
+use mm::vma::{Advice, Errno, MapFlags, MmStruct};
 use mm::vmacache::{TaskStruct, VmacachePolicy};
 use mm::{NodeId, Pfn, SimTime, VcpuId};
 use std::cmp::{Ordering, Reverse};
@@ -1238,15 +1238,12 @@ impl Engine {
             Op::Mmap {
                 len,
                 hint,
-                fixed,
+                flags,
                 advice,
-            } => OpResult::Mapped(self.op_mmap(c, len, hint, fixed, advice)),
-            Op::MmapHugetlb {
-                len,
-                hint,
-                fixed,
-                noreserve,
-            } => OpResult::Mapped(self.op_mmap_hugetlb(c, len, hint, fixed, noreserve)),
+            } => OpResult::Mapped(self.op_mmap(c, len, hint, flags, advice)),
+            Op::MmapHugetlb { len, hint, flags } => {
+                OpResult::Mapped(self.op_mmap_hugetlb(c, len, hint, flags))
+            }
             Op::SetHugepages {
                 nr_hugepages,
                 nr_overcommit_hugepages,
@@ -1392,7 +1389,7 @@ impl Engine {
         c: OpCtx,
         len: u64,
         hint: Option<u64>,
-        fixed: bool,
+        flags: MapFlags,
         advice: Option<Advice>,
     ) -> Result<u64, Errno> {
         self.mm_syscall(c, |s| {
@@ -1402,11 +1399,11 @@ impl Engine {
                 let over =
                     s.mm.find_vma_uncharged(h)
                         .is_some_and(|v| v.start < h.saturating_add(len));
-                if !fixed || over {
+                if !flags.contains(MapFlags::FIXED) || over {
                     s.find_vma(h);
                 }
             }
-            let addr = s.mm.mmap(s.pa, s.cx, hint.unwrap_or(0), len, fixed)?;
+            let addr = s.mm.mmap(s.pa, s.cx, hint.unwrap_or(0), len, flags)?;
             if let Some(a) = advice {
                 s.mm.madvise(s.pa, s.cx, addr, len, a)?;
             }
@@ -1420,12 +1417,10 @@ impl Engine {
         c: OpCtx,
         len: u64,
         hint: Option<u64>,
-        fixed: bool,
-        noreserve: bool,
+        flags: MapFlags,
     ) -> Result<u64, Errno> {
         self.mm_syscall(c, |s| {
-            let hint = hint.unwrap_or(0);
-            mm::hugetlb::hugetlb_mmap(s.pa, s.cx, s.mm, hint, len, fixed, noreserve)
+            mm::hugetlb::hugetlb_mmap(s.pa, s.cx, s.mm, hint.unwrap_or(0), len, flags)
         })
     }
 

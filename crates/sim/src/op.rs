@@ -9,7 +9,7 @@ use crate::rng::Rng;
 use mm::mprotect::Prot;
 use mm::mremap::MremapFlags;
 use mm::page_alloc::{AllocError, Gfp};
-use mm::vma::{Advice, Errno};
+use mm::vma::{Advice, Errno, MapFlags};
 use mm::Pfn;
 use std::fmt;
 
@@ -55,15 +55,15 @@ pub enum Op {
         chan: ChanId,
     },
     /// `mmap(hint, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS
-    /// [| MAP_FIXED])` in the task's process, followed by `madvise(advice)`
-    /// on the new mapping if `advice` is given. Answers [`OpResult::Mapped`].
+    /// | flags)` in the task's process, followed by `madvise(advice)` on the
+    /// new mapping if `advice` is given. Answers [`OpResult::Mapped`].
     Mmap {
         /// Length in bytes (rounded up to pages).
         len: u64,
         /// The address hint (`MAP_FIXED`: the address).
         hint: Option<u64>,
-        /// `MAP_FIXED`.
-        fixed: bool,
+        /// `MAP_FIXED`, or none.
+        flags: MapFlags,
         /// Advice applied to the new mapping (`MADV_HUGEPAGE`, ...).
         advice: Option<Advice>,
     },
@@ -77,10 +77,9 @@ pub enum Op {
         len: u64,
         /// The address hint (`MAP_FIXED`: the address, 2 MiB aligned).
         hint: Option<u64>,
-        /// `MAP_FIXED`.
-        fixed: bool,
-        /// `MAP_NORESERVE`: reserve no pool pages; faults take what is free.
-        noreserve: bool,
+        /// `MAP_FIXED`, and `MAP_NORESERVE` (reserve no pool pages; faults
+        /// take what is free).
+        flags: MapFlags,
     },
     /// Writes `/sys/kernel/mm/hugepages/hugepages-2048kB/nr_hugepages`
     /// and/or `nr_overcommit_hugepages` (as a benchmark's setup script

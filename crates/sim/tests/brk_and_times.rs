@@ -4,7 +4,7 @@
 use mm::cost::CostTable;
 use mm::memory::MmConfig;
 use mm::page_alloc::PageAlloc;
-use mm::vma::DEFAULT_START_BRK;
+use mm::vma::{MapFlags, DEFAULT_START_BRK};
 use mm::VcpuId;
 use sim::{Engine, Machine, NodeSpec, Op, OpResult, Program, Rng, TaskSpec};
 use std::cell::RefCell;
@@ -117,7 +117,7 @@ fn user_time_is_compute_and_accesses_the_rest_is_system_time() {
         Op::Mmap {
             len: MIB,
             hint: None,
-            fixed: false,
+            flags: MapFlags::NONE,
             advice: None,
         },
         Op::Compute { ns: 5000 },

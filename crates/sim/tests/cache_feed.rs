@@ -6,6 +6,7 @@ use mm::cost::CostTable;
 use mm::knobs::{KnobValue, Preset};
 use mm::memory::MmConfig;
 use mm::page_alloc::PageAlloc;
+use mm::vma::MapFlags;
 use mm::{VcpuId, PAGE_SIZE};
 use sim::cache::{CacheConfig, CacheCosts, CacheModel, LlcInclusion};
 use sim::{Engine, Machine, NodeSpec, Op, OpResult, Program, Rng, RunStats, TaskSpec};
@@ -34,7 +35,7 @@ impl Program for Writer {
             1 => Some(Op::Mmap {
                 len: self.len,
                 hint: Some(1 << 30),
-                fixed: true,
+                flags: MapFlags::FIXED,
                 advice: None,
             }),
             2 => {
@@ -255,7 +256,7 @@ impl Program for Fresh {
             (1, _) => Some(Op::Mmap {
                 len: THP,
                 hint: None,
-                fixed: false,
+                flags: MapFlags::NONE,
                 advice: None,
             }),
             (2, OpResult::Mapped(Ok(a))) => Some(write_all(a, THP)),
@@ -318,8 +319,7 @@ impl Program for HugetlbWriter {
             2 => Some(Op::MmapHugetlb {
                 len: THP,
                 hint: None,
-                fixed: false,
-                noreserve: false,
+                flags: MapFlags::NONE,
             }),
             3 => {
                 let OpResult::Mapped(Ok(a)) = last else {

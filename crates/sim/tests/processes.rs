@@ -7,6 +7,7 @@ use mm::cost::{CostTable, LockClass};
 use mm::knobs::{KnobValue, Preset};
 use mm::memory::MmConfig;
 use mm::page_alloc::PageAlloc;
+use mm::vma::MapFlags;
 use mm::vmstat::VmEvent;
 use mm::VcpuId;
 use sim::{Engine, Machine, NodeSpec, Op, OpResult, Program, Rng, RunStats, TaskSpec};
@@ -90,7 +91,7 @@ fn cow_parent(len: u64, n: u32) -> impl Program {
         1 => Some(Op::Mmap {
             len,
             hint: None,
-            fixed: false,
+            flags: MapFlags::NONE,
             advice: None,
         }),
         2 => {
@@ -178,7 +179,7 @@ fn touch_outside_any_vma_is_sigsegv_and_kills_the_process() {
         1 => Some(Op::Mmap {
             len: MIB,
             hint: Some(0x4000_0000),
-            fixed: true,
+            flags: MapFlags::FIXED,
             advice: None,
         }),
         2 => {
@@ -224,7 +225,7 @@ fn threads_share_the_address_space_and_exit_group_ends_them_all() {
         1 => Some(Op::Mmap {
             len: MIB,
             hint: Some(base),
-            fixed: true,
+            flags: MapFlags::FIXED,
             advice: None,
         }),
         2 => Some(Op::Touch {
@@ -290,7 +291,7 @@ fn mprotect_and_mremap_ops() {
             1 => Some(Op::Mmap {
                 len,
                 hint: None,
-                fixed: false,
+                flags: MapFlags::NONE,
                 advice: None,
             }),
             2 => {

@@ -520,7 +520,13 @@ impl World {
         };
         p.other.remove(start, end);
         if p.mm
-            .mmap(&mut self.pa, &mut self.cx, start, end - start, true)
+            .mmap(
+                &mut self.pa,
+                &mut self.cx,
+                start,
+                end - start,
+                mm::vma::MapFlags::FIXED,
+            )
             .is_err()
         {
             self.note("anonymous mappings the model refused (address or memory)");

@@ -44,6 +44,7 @@
 use crate::params::{Args, Count, Count::N, ParamError, ParamSpec as P};
 use crate::WorkloadDef;
 use mm::types::PAGE_SIZE;
+use mm::vma::MapFlags;
 use sim::{Machine, Op, OpResult, Program, Rng, TaskSpec};
 
 pub(crate) const DEF: WorkloadDef = WorkloadDef {
@@ -202,13 +203,12 @@ impl Program for CowParent {
                         Some(_) => Op::MmapHugetlb {
                             len: self.size,
                             hint: None,
-                            fixed: false,
-                            noreserve: false,
+                            flags: MapFlags::NONE,
                         },
                         None => Op::Mmap {
                             len: self.size,
                             hint: None,
-                            fixed: false,
+                            flags: MapFlags::NONE,
                             advice: None,
                         },
                     });

@@ -23,6 +23,7 @@
 use crate::params::{Args, Count, Count::N, ParamError, ParamSpec as P};
 use crate::WorkloadDef;
 use mm::types::PAGE_SIZE;
+use mm::vma::MapFlags;
 use sim::{Op, OpResult, Program, Rng, TaskSpec};
 
 pub(crate) const DEF: WorkloadDef = WorkloadDef {
@@ -78,7 +79,7 @@ impl Program for AnonWSeq {
             (1, _) => Some(Op::Mmap {
                 len: self.size,
                 hint: None,
-                fixed: false,
+                flags: MapFlags::NONE,
                 advice: None,
             }),
             (2, OpResult::Mapped(Ok(addr))) => Some(Op::Touch {

@@ -29,6 +29,7 @@
 use crate::params::{Args, Count, Count::N, ParamError, ParamSpec as P};
 use crate::WorkloadDef;
 use mm::types::PAGE_SIZE;
+use mm::vma::MapFlags;
 use sim::{Op, OpResult, Program, Rng, TaskSpec};
 use std::cell::RefCell;
 use std::collections::VecDeque;
@@ -128,7 +129,7 @@ impl Ebizzy {
         Op::Mmap {
             len: self.chunk_size,
             hint: None,
-            fixed: false,
+            flags: MapFlags::NONE,
             advice: None,
         }
     }

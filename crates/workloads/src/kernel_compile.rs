@@ -60,6 +60,7 @@
 use crate::params::{Args, Count, Count::N, ParamError, ParamSpec as P};
 use crate::WorkloadDef;
 use mm::types::PAGE_SIZE;
+use mm::vma::MapFlags;
 use sim::{Op, OpResult, Program, Rng, TaskSpec};
 use std::collections::VecDeque;
 
@@ -253,7 +254,7 @@ impl CompileJob {
             return Some(Op::Mmap {
                 len,
                 hint: None,
-                fixed: false,
+                flags: MapFlags::NONE,
                 advice: None,
             });
         }

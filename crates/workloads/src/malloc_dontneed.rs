@@ -34,6 +34,7 @@
 use crate::params::{Args, Count, Count::N, ParamError, ParamSpec as P};
 use crate::WorkloadDef;
 use mm::types::PAGE_SIZE;
+use mm::vma::MapFlags;
 use sim::{Op, OpResult, Program, Rng, TaskSpec};
 use std::collections::VecDeque;
 
@@ -155,7 +156,7 @@ impl MallocDontneed {
             return Some(Op::Mmap {
                 len: self.cfg.large,
                 hint: None,
-                fixed: false,
+                flags: MapFlags::NONE,
                 advice: None,
             });
         }
@@ -197,7 +198,7 @@ impl Program for MallocDontneed {
                 Some(Op::Mmap {
                     len: self.cfg.arenas * ARENA + ARENA,
                     hint: None,
-                    fixed: false,
+                    flags: MapFlags::NONE,
                     advice: None,
                 })
             }

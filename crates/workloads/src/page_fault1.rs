@@ -41,6 +41,7 @@ use crate::params::{Args, Count, Count::N, ParamError, ParamSpec as P};
 use crate::WorkloadDef;
 use mm::pgtable::PMD_SIZE;
 use mm::types::PAGE_SIZE;
+use mm::vma::MapFlags;
 use sim::{Op, OpResult, Program, Rng, TaskSpec};
 use std::collections::VecDeque;
 
@@ -200,7 +201,7 @@ impl Program for PageFault1 {
                 Some(Op::Mmap {
                     len: self.map_len(),
                     hint: None,
-                    fixed: false,
+                    flags: MapFlags::NONE,
                     advice: None,
                 })
             }

@@ -25,6 +25,7 @@
 use crate::params::{Args, Count, Count::N, ParamError, ParamSpec as P};
 use crate::WorkloadDef;
 use mm::types::PAGE_SIZE;
+use mm::vma::MapFlags;
 use sim::{Op, OpResult, Program, Rng, TaskSpec};
 use std::collections::VecDeque;
 
@@ -106,7 +107,7 @@ impl Program for SmallVmas {
                 return Some(Op::Mmap {
                     len: nr as u64 * stride,
                     hint: None,
-                    fixed: false,
+                    flags: MapFlags::NONE,
                     advice: None,
                 });
             }

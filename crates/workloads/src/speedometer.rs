@@ -56,7 +56,7 @@
 use crate::params::{Args, Count, Count::N, ParamError, ParamSpec as P};
 use crate::WorkloadDef;
 use mm::types::PAGE_SIZE;
-use mm::vma::Advice;
+use mm::vma::{Advice, MapFlags};
 use sim::{Op, OpResult, Program, Rng, TaskSpec};
 use std::collections::VecDeque;
 
@@ -198,7 +198,7 @@ impl Renderer {
         Op::Mmap {
             len: 2 * size - PAGE_SIZE,
             hint: None,
-            fixed: false,
+            flags: MapFlags::NONE,
             advice: None,
         }
     }
@@ -261,7 +261,7 @@ impl Renderer {
                 Some(Op::Mmap {
                     len,
                     hint: None,
-                    fixed: false,
+                    flags: MapFlags::NONE,
                     advice: None,
                 })
             }

@@ -21,7 +21,7 @@ use crate::params::{Args, Count, Count::N, ParamError, ParamSpec as P};
 use crate::WorkloadDef;
 use mm::migrate::{MPOL_MF_MOVE, MPOL_MF_MOVE_MT};
 use mm::types::PAGE_SIZE;
-use mm::vma::Advice;
+use mm::vma::{Advice, MapFlags};
 use sim::{Op, OpResult, Program, Rng, TaskSpec};
 
 pub(crate) const DEF: WorkloadDef = WorkloadDef {
@@ -113,7 +113,7 @@ impl Program for ThpMigrationBench {
             (1, _) => Some(Op::Mmap {
                 len: if self.huge { len + self.page } else { len },
                 hint: None,
-                fixed: false,
+                flags: MapFlags::NONE,
                 advice: Some(if self.huge {
                     Advice::HugePage
                 } else {

@@ -78,7 +78,7 @@ use crate::params::{Args, Count, Count::N, ParamError, ParamSpec as P, Params};
 use crate::WorkloadDef;
 use mm::migrate::MPOL_MF_MOVE;
 use mm::types::PAGE_SIZE;
-use mm::vma::Advice;
+use mm::vma::{Advice, MapFlags};
 use sim::{Machine, Op, OpResult, Program, Rng, TaskSpec};
 use std::cell::RefCell;
 use std::collections::VecDeque;
@@ -274,105 +274,99 @@ pub fn build_logged(
     m: &Machine,
 ) -> Result<(Vec<TaskSpec>, Rc<RefCell<TieringLog>>), ParamError> {
     let a = Args::new(p, DEF.params, m);
-    let nodes = m.nodes.len() as i64;
-    if nodes < 2 {
-        return Err(ParamError::Invalid {
-            name: "far_node",
-            expected: "a machine of at least 2 nodes (a near and a far one)".into(),
-        });
-    }
-    let huge = a.choice("page_size")? == "2M";
-    let near = a.int("near_node")? as u16;
-    let far = a.int("far_node")? as u16;
-    if near == far {
-        return Err(ParamError::Invalid {
-            name: "far_node",
-            expected: "a node other than near_node".into(),
-        });
-    }
+    let (cfg, promoter_cpu) = Cfg::from_args(&a)?;
     let (first, _) = near_node_cpus(m, p);
-    let threads = a.int("threads")? as u32;
-    let page = if huge { 2 << 20 } else { PAGE_SIZE };
-    let chunk_mib = a.int("chunk_mib")? as u64;
-    let chunk = chunk_mib << 20;
-    let rounds = a.int("rounds")? as u32;
-    let window = a.int("window")? as usize;
-    let hot_pct = a.int("hot_pct")? as u64;
-    let passes = a.int("passes")? as u32;
-    let compute_ns = a.int("compute_us")? as u64 * 1000;
-    let batch_pages = a.int("batch_pages")? as u64;
-    let interval_ns = a.int("interval_us")? as u64 * 1000;
-    let promoter_cpu = a.int("promoter_cpu")? as u32;
-    let drain = a.flag("drain")?;
-    let promote = a.flag("promote")?;
-    let pages_per_chunk = chunk / page;
-    let cfg = Cfg {
-        threads,
-        page,
-        huge,
-        chunk,
-        rounds,
-        window,
-        hot_pages: (pages_per_chunk * hot_pct).div_ceil(100),
-        passes,
-        compute_ns,
-        batch_pages,
-        interval_ns,
-        near,
-        far,
-        drain,
-        promote,
-    };
     let shared = Rc::new(RefCell::new(Shared {
-        running: threads,
+        running: cfg.threads,
         ..Shared::default()
     }));
     let mut tasks = Vec::new();
-    for i in 0..threads {
-        let mut t = TaskSpec::new(
-            Box::new(App {
-                cfg,
-                shared: shared.clone(),
-                id: i,
-                step: Step::Policy,
-                round: 0,
-                chunks: VecDeque::new(),
-                pass: 0,
-                chunk_i: 0,
-            }),
-            mm::VcpuId(first + i),
-        );
-        t.process = Some(0);
-        tasks.push(t);
-    }
-    let mut t = TaskSpec::new(
-        Box::new(Promoter {
+    for i in 0..cfg.threads {
+        let app = App {
             cfg,
             shared: shared.clone(),
-            in_flight: Vec::new(),
-            notified: 0,
-        }),
-        mm::VcpuId(promoter_cpu),
-    );
-    t.process = Some(0);
-    tasks.push(t);
+            id: i,
+            step: Step::Policy,
+            round: 0,
+            chunks: VecDeque::new(),
+            pass: 0,
+            chunk_i: 0,
+        };
+        tasks.push((Box::new(app) as Box<dyn Program>, first + i));
+    }
+    let promoter = Promoter {
+        cfg,
+        shared: shared.clone(),
+        in_flight: Vec::new(),
+        notified: 0,
+    };
+    tasks.push((Box::new(promoter), promoter_cpu));
     // The caller's copy of the log, refreshed after every operation.
     let log = Rc::new(RefCell::new(TieringLog::default()));
-    let out = log.clone();
-    Ok((
-        tasks
-            .into_iter()
-            .map(|mut t| {
-                t.program = Box::new(Logged {
-                    inner: t.program,
-                    shared: shared.clone(),
-                    out: out.clone(),
-                });
-                t
-            })
-            .collect(),
-        log,
-    ))
+    let tasks = tasks
+        .into_iter()
+        .map(|(inner, cpu)| TaskSpec {
+            program: Box::new(Logged {
+                inner,
+                shared: shared.clone(),
+                out: log.clone(),
+            }),
+            cpu: mm::VcpuId(cpu),
+            process: Some(0),
+        })
+        .collect();
+    Ok((tasks, log))
+}
+
+impl Cfg {
+    /// The configuration the parameters give, and the promoter's CPU.
+    fn from_args(a: &Args) -> Result<(Cfg, u32), ParamError> {
+        if a.machine().nodes.len() < 2 {
+            return Err(ParamError::Invalid {
+                name: "far_node",
+                expected: "a machine of at least 2 nodes (a near and a far one)".into(),
+            });
+        }
+        let huge = a.choice("page_size")? == "2M";
+        let near = a.int("near_node")? as u16;
+        let far = a.int("far_node")? as u16;
+        if near == far {
+            return Err(ParamError::Invalid {
+                name: "far_node",
+                expected: "a node other than near_node".into(),
+            });
+        }
+        let threads = a.int("threads")? as u32;
+        let page = if huge { 2 << 20 } else { PAGE_SIZE };
+        let chunk = (a.int("chunk_mib")? as u64) << 20;
+        let rounds = a.int("rounds")? as u32;
+        let window = a.int("window")? as usize;
+        let hot_pct = a.int("hot_pct")? as u64;
+        let cfg = Cfg {
+            threads,
+            page,
+            huge,
+            chunk,
+            rounds,
+            window,
+            hot_pages: (chunk / page * hot_pct).div_ceil(100),
+            passes: a.int("passes")? as u32,
+            compute_ns: a.int("compute_us")? as u64 * 1000,
+            batch_pages: a.int("batch_pages")? as u64,
+            interval_ns: a.int("interval_us")? as u64 * 1000,
+            near,
+            far,
+            drain: false,
+            promote: false,
+        };
+        let promoter_cpu = a.int("promoter_cpu")? as u32;
+        let cfg = Cfg {
+            drain: a.flag("drain")?,
+            promote: a.flag("promote")?,
+            ..cfg
+        };
+        Ok((cfg, promoter_cpu))
+    }
 }
 
 /// Copies the shared log out after every operation of the wrapped
@@ -428,6 +422,73 @@ struct App {
 }
 
 impl App {
+    /// After `set_mempolicy()` or a chunk's `mmap()`: maps the first chunk,
+    /// or faults the new one in (writes it) and remembers it.
+    fn fault_mapped(&mut self, last: OpResult) -> Option<Op> {
+        if matches!(last, OpResult::Sys(_)) {
+            // The set_mempolicy() answer: map the first chunk.
+            return self.next_round();
+        }
+        let OpResult::Mapped(Ok(raw)) = last else {
+            // No address space left: end the thread.
+            self.shared.borrow_mut().running -= 1;
+            self.step = Step::Done;
+            return None;
+        };
+        let raw_len = self.cfg.chunk + if self.cfg.huge { self.cfg.page } else { 0 };
+        let addr = raw.next_multiple_of(self.cfg.page);
+        self.chunks.push_back(Chunk { raw, raw_len, addr });
+        self.step = Step::Fault;
+        Some(Op::Touch {
+            addr,
+            len: self.cfg.chunk,
+            stride: PAGE_SIZE,
+            bytes: LINE,
+            write: true,
+        })
+    }
+
+    /// Reports the hot pages of the chunk just faulted in to the promoter
+    /// (the profiler's samples, as NUMA hinting faults would).
+    fn report_hot(&mut self) {
+        let c = *self.chunks.back().expect("just mapped");
+        let mut sh = self.shared.borrow_mut();
+        for i in 0..self.cfg.hot_pages {
+            sh.pending.push_back(c.addr + i * self.cfg.page);
+        }
+    }
+
+    /// The round's compute is done: unmaps the oldest chunk if the window
+    /// is full, else starts the next round.
+    fn end_round(&mut self) -> Option<Op> {
+        self.round += 1;
+        if self.chunks.len() > self.cfg.window {
+            let c = self.chunks[0];
+            // The daemon forgets the pages of the unmapped chunk.
+            self.shared
+                .borrow_mut()
+                .pending
+                .retain(|&a| a < c.addr || a >= c.addr + self.cfg.chunk);
+            self.step = Step::Unmap;
+            return self.unmap_next();
+        }
+        self.next_round()
+    }
+
+    /// Counts where the final query found each page, hot and cold.
+    fn log_placement(&self, status: &[i32]) {
+        let pages = self.pages();
+        let mut sh = self.shared.borrow_mut();
+        for (&(_, hot), &s) in pages.iter().zip(status) {
+            match (hot, s == self.cfg.near as i32, s == self.cfg.far as i32) {
+                (true, true, _) => sh.log.hot_near += 1,
+                (true, false, _) => sh.log.hot_elsewhere += 1,
+                (false, _, true) => sh.log.cold_far += 1,
+                (false, _, false) => sh.log.cold_elsewhere += 1,
+            }
+        }
+    }
+
     fn hot_len(&self) -> u64 {
         self.cfg.hot_pages * self.cfg.page
     }
@@ -463,7 +524,7 @@ impl App {
             return Some(Op::Mmap {
                 len,
                 hint: None,
-                fixed: false,
+                flags: MapFlags::NONE,
                 advice: Some(if self.cfg.huge {
                     Advice::HugePage
                 } else {
@@ -520,37 +581,9 @@ impl Program for App {
                         preferred: Some(self.cfg.far),
                     });
                 }
-                Step::Map => {
-                    if matches!(last, OpResult::Sys(_)) {
-                        // The set_mempolicy() answer: map the first chunk.
-                        return self.next_round();
-                    }
-                    let OpResult::Mapped(Ok(raw)) = last else {
-                        // No address space left: end the thread.
-                        self.shared.borrow_mut().running -= 1;
-                        self.step = Step::Done;
-                        return None;
-                    };
-                    let raw_len = self.cfg.chunk + if self.cfg.huge { self.cfg.page } else { 0 };
-                    let addr = raw.next_multiple_of(self.cfg.page);
-                    self.chunks.push_back(Chunk { raw, raw_len, addr });
-                    self.step = Step::Fault;
-                    return Some(Op::Touch {
-                        addr,
-                        len: self.cfg.chunk,
-                        stride: PAGE_SIZE,
-                        bytes: LINE,
-                        write: true,
-                    });
-                }
+                Step::Map => return self.fault_mapped(last),
                 Step::Fault => {
-                    let c = *self.chunks.back().expect("just mapped");
-                    {
-                        let mut sh = self.shared.borrow_mut();
-                        for i in 0..self.cfg.hot_pages {
-                            sh.pending.push_back(c.addr + i * self.cfg.page);
-                        }
-                    }
+                    self.report_hot();
                     self.step = Step::Hot;
                     self.pass = 0;
                     self.chunk_i = 0;
@@ -572,20 +605,7 @@ impl Program for App {
                         });
                     }
                 }
-                Step::Compute => {
-                    self.round += 1;
-                    if self.chunks.len() > self.cfg.window {
-                        let c = self.chunks[0];
-                        // The daemon forgets the pages of the unmapped chunk.
-                        self.shared
-                            .borrow_mut()
-                            .pending
-                            .retain(|&a| a < c.addr || a >= c.addr + self.cfg.chunk);
-                        self.step = Step::Unmap;
-                        return self.unmap_next();
-                    }
-                    return self.next_round();
-                }
+                Step::Compute => return self.end_round(),
                 Step::Unmap => return self.next_round(),
                 Step::Wait if !matches!(last, OpResult::Received(_)) => {
                     // The kick at the end has been sent: wait.
@@ -605,16 +625,7 @@ impl Program for App {
                 }
                 Step::Query => {
                     if let OpResult::MovedPages { status, .. } = &last {
-                        let pages = self.pages();
-                        let mut sh = self.shared.borrow_mut();
-                        for (&(_, hot), &s) in pages.iter().zip(status) {
-                            match (hot, s == self.cfg.near as i32, s == self.cfg.far as i32) {
-                                (true, true, _) => sh.log.hot_near += 1,
-                                (true, false, _) => sh.log.hot_elsewhere += 1,
-                                (false, _, true) => sh.log.cold_far += 1,
-                                (false, _, false) => sh.log.cold_elsewhere += 1,
-                            }
-                        }
+                        self.log_placement(status);
                     }
                     self.step = Step::UnmapAll;
                     return self.unmap_next();

@@ -55,7 +55,7 @@ fn model(nr_hugepages: u64) -> Vec<Step> {
     };
     let mut mm = MmStruct::new(&mut pa, &mut cx, MmapLayout::ThpAligned).unwrap();
     let len = NR_MAPPED as u64 * HPAGE_SIZE;
-    let a = hugetlb_mmap(&mut pa, &mut cx, &mut mm, 0, len, false, false).unwrap();
+    let a = hugetlb_mmap(&mut pa, &mut cx, &mut mm, 0, len, mm::vma::MapFlags::NONE).unwrap();
     record(&pa, 0, 0, 0);
     let mut touch = |pa: &mut PageAlloc, cx: &mut Cx, mm: &mut MmStruct, addr: u64, write| {
         let before = mm.nr_faults;
@@ -92,7 +92,7 @@ fn model(nr_hugepages: u64) -> Vec<Step> {
     exit_mmap(&mut pa, &mut cx, child);
     record(&pa, 7, 0, 0);
     let pool = pa.hugetlb.nr_huge_pages * HPAGE_SIZE;
-    let e = hugetlb_mmap(&mut pa, &mut cx, &mut mm, 0, pool, false, false)
+    let e = hugetlb_mmap(&mut pa, &mut cx, &mut mm, 0, pool, mm::vma::MapFlags::NONE)
         .err()
         .map_or(0, errno);
     record(&pa, 8, 0, e);

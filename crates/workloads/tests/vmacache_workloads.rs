@@ -6,6 +6,7 @@
 use mm::cost::CostTable;
 use mm::knobs::{KnobValue, Preset};
 use mm::page_alloc::PageAlloc;
+use mm::vma::MapFlags;
 use mm::vmacache::VmacachePolicy;
 use mm::vmstat::{VmEvent, VmStat};
 use sim::{Engine, Machine, NodeSpec, Op, OpResult, Program, Rng, TaskSpec};
@@ -193,7 +194,7 @@ impl Program for MapOnce {
             OpResult::Start => Some(Op::Mmap {
                 len: 1 << 20,
                 hint: None,
-                fixed: false,
+                flags: MapFlags::NONE,
                 advice: None,
             }),
             OpResult::Mapped(r) => {

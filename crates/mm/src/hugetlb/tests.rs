@@ -5,7 +5,7 @@
 
 use super::*;
 use crate::cost::CostTable;
-use crate::memory::huge_order::{process_huge_page_order, HugePageOp};
+use crate::memory::huge_order::{process_huge_page_order, HugeOrderPolicy, HugePageOp};
 use crate::memory::{handle_mm_fault, MmConfig, MmGlobal};
 use crate::page_alloc::{MemoryLayout, NodeLayout, VmSysctl};
 use crate::pgtable::PAGE_RW;
@@ -62,7 +62,7 @@ impl World {
         set_max_huge_pages(&mut self.pa, &mut self.cx, n)
     }
     fn map(&mut self, mm: &mut MmStruct, addr: u64, len: u64) -> Result<u64, Errno> {
-        hugetlb_mmap(&mut self.pa, &mut self.cx, mm, addr, len, true, false)
+        hugetlb_mmap(&mut self.pa, &mut self.cx, mm, addr, len, MapFlags::FIXED)
     }
     fn fault(&mut self, mm: &mut MmStruct, addr: u64, write: bool) -> Result<(), VmFault> {
         handle_mm_fault(&mut self.pa, &mut self.cx, &mut self.g, mm, addr, write)
@@ -169,7 +169,7 @@ fn mmap_reserves_and_munmap_releases() {
     w.pool(4);
     let mut mm = w.mm();
     // RRR      three huge pages reserved, none faulted
-    let a = hugetlb_mmap(&mut w.pa, &mut w.cx, &mut mm, 0, 3 * H - 5, false, false).unwrap();
+    let a = hugetlb_mmap(&mut w.pa, &mut w.cx, &mut mm, 0, 3 * H - 5, MapFlags::NONE).unwrap();
     assert!(a.is_multiple_of(H));
     assert_eq!(
         mm.vmas[&a].end - a,
@@ -182,7 +182,15 @@ fn mmap_reserves_and_munmap_releases() {
     assert_eq!(w.map(&mut mm, B, 2 * H), Err(Errno::NoMem));
     assert_eq!(w.meminfo(), (4, 4, 3, 0));
     // MAP_NORESERVE promises nothing.
-    let n = hugetlb_mmap(&mut w.pa, &mut w.cx, &mut mm, B, 2 * H, true, true).unwrap();
+    let n = hugetlb_mmap(
+        &mut w.pa,
+        &mut w.cx,
+        &mut mm,
+        B,
+        2 * H,
+        MapFlags::FIXED.or(MapFlags::NORESERVE),
+    )
+    .unwrap();
     assert_eq!(w.draw(&mm, n, 2), "..");
     assert_eq!(w.meminfo(), (4, 4, 3, 0));
     // R.R      unmapping the middle page (a split at a huge page boundary)
@@ -408,7 +416,7 @@ fn alignment_errors_are_the_kernels() {
     // Writing into the middle of a hugetlb mapping from a plain mapping's
     // point of view: a 4 KiB MAP_FIXED mmap over it must split it: EINVAL.
     assert_eq!(
-        mm.mmap(&mut w.pa, &mut w.cx, a + 4096, 4096, true),
+        mm.mmap(&mut w.pa, &mut w.cx, a + 4096, 4096, MapFlags::FIXED),
         Err(Errno::Inval)
     );
     mm.check_vmas();

@@ -58,7 +58,7 @@
 //!   so that the policies can be compared on the same counters.
 
 use super::{ThpEnabled, VmFault};
-use crate::cost::{Cost, Cx};
+use crate::cost::Cost;
 use crate::page::PG_PARTIALLY_MAPPED;
 use crate::page_alloc::{Gfp, PageAlloc};
 use crate::pgtable::{
@@ -304,16 +304,18 @@ fn candidate_orders(
 /// fault at `addr` and returns its first pfn and order. Large orders that
 /// fail to allocate count `anon_fault_fallback`; a large folio allocated
 /// counts `anon_fault_alloc` and `nr_anon`. The final fallback is order 0.
-pub fn alloc_anon_folio(
-    pa: &mut PageAlloc,
-    cx: &mut Cx,
-    cfg: &super::MmConfig,
-    mm: &crate::vma::MmStruct,
-    vma: &Vma,
-    pte: Slot,
-    addr: u64,
-) -> Result<(Pfn, u8), VmFault> {
-    let (mut orders, retry) = candidate_orders(cfg, mm, vma, pte, addr);
+/// `pte` is the empty entry for the faulting address.
+pub fn alloc_anon_folio(vmf: &mut super::Vmf, pte: Slot) -> Result<(Pfn, u8), VmFault> {
+    let super::Vmf {
+        pa,
+        cx,
+        g,
+        mm,
+        vma,
+        address,
+        ..
+    } = vmf;
+    let (mut orders, retry) = candidate_orders(&g.cfg, mm, vma, pte, address.0);
     while orders != 0 {
         let o = highest(orders);
         if let Ok(pfn) = pa.alloc_pages(cx, Gfp::HIGHUSER_MOVABLE, o) {
@@ -337,21 +339,21 @@ pub fn alloc_anon_folio(
 }
 
 /// Maps the new folio `pfn` of `order` at the naturally aligned block around
-/// `addr`: zeroes it, gives it one reference per page and sets all its PTEs
-/// at once (`set_ptes()`), writable and dirty.
-#[allow(clippy::too_many_arguments)]
-pub fn map_anon_folio(
-    pa: &mut PageAlloc,
-    cx: &mut Cx,
-    clear_order: super::huge_order::HugeOrderPolicy,
-    mm: &mut crate::vma::MmStruct,
-    pte: Slot,
-    addr: u64,
-    pfn: Pfn,
-    order: u8,
-) {
+/// the faulting address (`pte` is its entry): zeroes it, gives it one
+/// reference per page and sets all its PTEs at once (`set_ptes()`),
+/// writable and dirty.
+pub fn map_anon_folio(vmf: &mut super::Vmf, pte: Slot, pfn: Pfn, order: u8) {
+    let super::Vmf {
+        pa,
+        cx,
+        g,
+        mm,
+        address,
+        ..
+    } = vmf;
+    let addr = address.0;
     let nr = 1u32 << order;
-    super::huge_order::folio_zero_user(cx, clear_order, pfn, nr, crate::types::Vaddr(addr));
+    super::huge_order::folio_zero_user(cx, g.cfg.clear_order, pfn, nr, *address);
     pa.mem.set_refcount(pfn, nr);
     let first = crate::pgtable::Level::Pte.index(addr & !((PAGE_SIZE << order) - 1));
     let ptl = super::pte_lockptr(pte);

@@ -40,7 +40,13 @@ impl World {
     }
     fn map(&mut self, mm: &mut MmStruct, addr: u64, len: u64) {
         assert_eq!(
-            mm.mmap(&mut self.pa, &mut self.cx, addr, len, true),
+            mm.mmap(
+                &mut self.pa,
+                &mut self.cx,
+                addr,
+                len,
+                crate::vma::MapFlags::FIXED
+            ),
             Ok(addr)
         );
     }
@@ -231,7 +237,7 @@ fn differential_cache_never_returns_a_wrong_vma() {
             let len = (1 + rng.below(64)) * P;
             match rng.below(10) {
                 0 => {
-                    let _ = mm.mmap(&mut w.pa, &mut w.cx, a, len, true);
+                    let _ = mm.mmap(&mut w.pa, &mut w.cx, a, len, crate::vma::MapFlags::FIXED);
                 }
                 1 => w.unmap(&mut mm, a, len),
                 2 => {

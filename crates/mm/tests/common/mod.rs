@@ -73,7 +73,9 @@ impl World {
 
     /// A 2 MiB-aligned 1 GiB mapping.
     pub fn aligned(&mut self, mm: &mut MmStruct) -> u64 {
-        let a = mm.mmap(&mut self.pa, &mut self.cx, 0, GIB, false).unwrap();
+        let a = mm
+            .mmap(&mut self.pa, &mut self.cx, 0, GIB, mm::vma::MapFlags::NONE)
+            .unwrap();
         assert_eq!(a % PMD_SIZE, 0);
         a
     }
@@ -81,15 +83,27 @@ impl World {
     /// A mapping 12 KiB past a 2 MiB boundary, 20 KiB shorter than 1 GiB.
     pub fn ragged(&mut self, mm: &mut MmStruct) -> (u64, u64) {
         let base = mm
-            .mmap(&mut self.pa, &mut self.cx, 0, GIB + 2 * PMD_SIZE, false)
+            .mmap(
+                &mut self.pa,
+                &mut self.cx,
+                0,
+                GIB + 2 * PMD_SIZE,
+                mm::vma::MapFlags::NONE,
+            )
             .unwrap();
         mm.munmap(&mut self.pa, &mut self.cx, base, GIB + 2 * PMD_SIZE)
             .unwrap();
         let start = base.next_multiple_of(PMD_SIZE) + 12 * KIB;
         let len = GIB - 20 * KIB;
         assert_eq!(
-            mm.mmap(&mut self.pa, &mut self.cx, start, len, true)
-                .unwrap(),
+            mm.mmap(
+                &mut self.pa,
+                &mut self.cx,
+                start,
+                len,
+                mm::vma::MapFlags::FIXED
+            )
+            .unwrap(),
             start
         );
         (start, len)
