@@ -6,6 +6,7 @@ usage: corpus_inputs.py DIR
 """
 import os
 import random
+import subprocess
 import sys
 
 def c_project(d, nfiles=40):
@@ -59,12 +60,121 @@ def numbers_file(path, count, seed):
         for _ in range(count):
             f.write(f"{rnd.randint(0, 10**9)}\n")
 
+PYTHON = """\
+import json, random
+rnd = random.Random(5)
+d = {}
+for i in range(200000):
+    d["k%07d" % rnd.randrange(10**7)] = [i, str(i) * 3, {"v": i * 0.5}]
+items = sorted(d.items(), key=lambda kv: kv[1][0] % 977)
+s = json.dumps(items[:50000])
+back = json.loads(s)
+words = [w[::-1] for w, _ in items]
+print(len(d), len(s), len(back), sum(len(w) for w in words))
+"""
+
+NODE = """\
+let seed = 5;
+function rnd() { seed = (seed * 1103515245 + 12345) % 2147483648; return seed; }
+const m = new Map();
+for (let i = 0; i < 200000; i++) m.set('k' + rnd(), { i, s: String(i).repeat(3), a: [i, i * 2] });
+const arr = Array.from(m.values()).sort((a, b) => (a.i % 977) - (b.i % 977));
+const s = JSON.stringify(arr.slice(0, 50000));
+const back = JSON.parse(s);
+let t = 0; for (const o of arr) t += o.s.length;
+console.log(m.size, s.length, back.length, t);
+"""
+
+SQL = """\
+PRAGMA cache_size = -65536;
+CREATE TABLE t(a INTEGER, b TEXT, c REAL);
+WITH RECURSIVE cnt(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM cnt WHERE x < 400000)
+INSERT INTO t SELECT (x * 7919) % 100003, printf('row%08d', x), x * 0.25 FROM cnt;
+CREATE INDEX ta ON t(a);
+SELECT count(*), sum(a), max(b) FROM t WHERE a % 3 = 1;
+SELECT a, count(*) FROM t GROUP BY a ORDER BY 2 DESC, 1 LIMIT 5;
+SELECT b FROM t ORDER BY c DESC LIMIT 3;
+"""
+
+PERL = """\
+my %h; my $seed = 5;
+sub rnd { $seed = ($seed * 1103515245 + 12345) % 2147483648; return $seed; }
+for my $i (0 .. 99999) { $h{"k" . rnd()} = [$i, "$i" x 3]; }
+my @k = sort { $h{$a}[0] % 977 <=> $h{$b}[0] % 977 } keys %h;
+my $n = 0; for my $k (@k) { $n++ if $h{$k}[1] =~ /7.*7/; }
+print scalar(keys %h), " $n\n";
+"""
+
+JAVA = """\
+import java.util.*;
+public class Workload {
+    public static void main(String[] a) {
+        long seed = 5;
+        HashMap<String, int[]> m = new HashMap<>();
+        for (int i = 0; i < 200000; i++) {
+            seed = (seed * 1103515245L + 12345L) % 2147483648L;
+            m.put("k" + seed, new int[] {i, i * 2, i * 3});
+        }
+        ArrayList<int[]> l = new ArrayList<>(m.values());
+        l.sort(Comparator.comparingInt(x -> x[0] % 977));
+        StringBuilder sb = new StringBuilder();
+        for (int[] x : l) sb.append(x[1]).append(',');
+        System.out.println(m.size() + " " + sb.length());
+    }
+}
+"""
+
+SERVER = """\
+# A small HTTP server under a local load: the server is a forked child on
+# a loopback port the kernel picks; the parent makes 400 requests to it.
+import http.client, http.server, os, signal, socket, sys
+
+class H(http.server.BaseHTTPRequestHandler):
+    def do_GET(self):
+        body = (self.path * 200).encode()
+        self.send_response(200)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+    def log_message(self, *a):
+        pass
+
+srv = http.server.HTTPServer(("127.0.0.1", 0), H)
+port = srv.server_address[1]
+pid = os.fork()
+if pid == 0:
+    try:
+        srv.serve_forever()
+    finally:
+        os._exit(0)
+srv.socket.close()
+total = 0
+for i in range(400):
+    c = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
+    c.request("GET", "/item/%d" % (i % 37))
+    total += len(c.getresponse().read())
+    c.close()
+os.kill(pid, signal.SIGTERM)
+os.waitpid(pid, 0)
+print(total)
+"""
+
+def scripts(d):
+    for name, text in [("workload.py", PYTHON), ("workload.js", NODE), ("workload.sql", SQL),
+                       ("workload.pl", PERL), ("Workload.java", JAVA), ("server.py", SERVER)]:
+        with open(os.path.join(d, name), "w") as f:
+            f.write(text)
+
 def main():
     d = sys.argv[1]
     os.makedirs(d, exist_ok=True)
     c_project(os.path.join(d, "cproj"))
-    text_file(os.path.join(d, "text.txt"), 24 << 20, 1)
+    text_file(os.path.join(d, "text.txt"), 12 << 20, 1)
+    text_file(os.path.join(d, "small.txt"), 2 << 20, 3)
     numbers_file(os.path.join(d, "numbers.txt"), 1_500_000, 2)
+    scripts(d)
+    src = os.path.join(os.path.dirname(os.path.abspath(__file__)), "corpus", "exec_folios.c")
+    subprocess.run(["gcc", "-O1", "-o", os.path.join(d, "exec_folios"), src], check=True)
 
 if __name__ == "__main__":
     main()

@@ -22,7 +22,9 @@
 //!
 //! The model runs the pattern on a machine of 2 CPUs with enough memory for
 //! it (the region twice over, plus 1 GiB), with the uniform cost table: the
-//! counts do not depend on costs.
+//! counts do not depend on costs. [`run_model_opts`] takes a cost table, a
+//! memory size and extra knobs instead, and reports the model's time of each
+//! timed phase (`mmlab calibrate` fits and checks costs with it).
 
 use mm::cost::{CostTable, Cx};
 use mm::knobs::{KernelConfig, KnobValue, Preset};
@@ -55,6 +57,41 @@ pub struct ModelFaultReport {
     pub touch_cpu_ns: u64,
     /// The counters after the run.
     pub vmstat: VmStat,
+    /// Model nanoseconds of the touch phase's faults: the sum of the
+    /// computation each fault charged under [`ModelOpts::table`] (no lock
+    /// waits: one CPU, nothing contends).
+    pub touch_model_ns: u64,
+    /// Model nanoseconds of each step's timed part (the re-touch, or the
+    /// fork writer's faults), in order.
+    pub steps_model_ns: Vec<u64>,
+}
+
+/// How the model runs a pattern.
+#[derive(Clone, Debug)]
+pub struct ModelOpts {
+    /// The cost table the faults are charged with.
+    pub table: CostTable,
+    /// Pages of the model's one node; `None`: the region twice over plus
+    /// 1 GiB. The PCP lists' `high` and the watermarks scale with it.
+    pub nr_pages: Option<u64>,
+    /// Pages of the node that form ZONE_DMA32 (the rest are ZONE_NORMAL).
+    pub dma32_pages: u64,
+    /// Knobs set on the preset besides the pattern's THP knobs
+    /// (`vm.percpu_pagelist_high_fraction`).
+    pub knobs: Vec<(String, KnobValue)>,
+}
+
+impl Default for ModelOpts {
+    /// Every step 1 ns, memory for the region, no extra knobs: the counts do
+    /// not depend on costs.
+    fn default() -> ModelOpts {
+        ModelOpts {
+            table: CostTable::uniform(1),
+            nr_pages: None,
+            dma32_pages: 0,
+            knobs: Vec::new(),
+        }
+    }
 }
 
 impl ModelFaultReport {
@@ -110,6 +147,8 @@ struct World {
     pa: PageAlloc,
     cx: Cx,
     g: MmGlobal,
+    /// Computation charged by every fault so far.
+    fault_ns: u64,
 }
 
 impl World {
@@ -121,6 +160,7 @@ impl World {
             self.cx.begin(VcpuId(0), SimTime(0));
             handle_mm_fault(&mut self.pa, &mut self.cx, &mut self.g, mm, a, write)
                 .map_err(|e| format!("fault at {a:#x}: {e:?}"))?;
+            self.fault_ns += self.cx.compute_ns();
         }
         Ok(())
     }
@@ -152,21 +192,34 @@ impl World {
 /// Runs `pattern` through the model under `preset`. Errors: knobs the model
 /// cannot set, an invalid pattern, or a fault that fails.
 pub fn run_model(pattern: &FaultPattern, preset: Preset) -> Result<ModelFaultReport, String> {
+    run_model_opts(pattern, preset, &ModelOpts::default())
+}
+
+/// [`run_model`] with a cost table, a memory size and extra knobs.
+pub fn run_model_opts(
+    pattern: &FaultPattern,
+    preset: Preset,
+    opts: &ModelOpts,
+) -> Result<ModelFaultReport, String> {
     pattern.validate().map_err(|e| e.to_string())?;
-    let cfg = model_config(&pattern.knobs, preset)?;
+    let mut cfg = model_config(&pattern.knobs, preset)?;
+    for (name, v) in &opts.knobs {
+        cfg.set_knob(name, v).map_err(|e| format!("{name}: {e}"))?;
+    }
     let len = pattern.len_bytes as u64;
-    let nr_pages = 2 * len.div_ceil(4096) + (1 << 18);
+    let nr_pages = opts.nr_pages.unwrap_or(2 * len.div_ceil(4096) + (1 << 18));
     let layout = MemoryLayout {
         nodes: vec![NodeLayout {
             nr_cpus: 2,
             nr_pages,
         }],
-        dma32_pages: 0,
+        dma32_pages: opts.dma32_pages,
     };
     let mut w = World {
         pa: PageAlloc::new(&layout, cfg.sysctl, cfg.pcp),
-        cx: Cx::new(VcpuId(0), CostTable::uniform(1)),
+        cx: Cx::new(VcpuId(0), opts.table.clone()),
         g: MmGlobal::new(cfg.mm),
+        fault_ns: 0,
     };
     let mut mm = MmStruct::new(&mut w.pa, &mut w.cx, w.g.cfg.mmap_layout)
         .map_err(|e| format!("mm_alloc: {e:?}"))?;
@@ -191,7 +244,9 @@ pub fn run_model(pattern: &FaultPattern, preset: Preset) -> Result<ModelFaultRep
     let touch = w.touch_all(&mut mm, start, &order, write)?;
     let touch_host_ns = t0.elapsed().as_nanos() as u64;
     let touch_cpu_ns = native::sys::thread_cpu_ns() - cpu0;
+    let touch_model_ns = w.fault_ns;
     let mut steps = Vec::new();
+    let mut steps_model_ns = Vec::new();
     for step in &pattern.steps {
         match *step {
             Step::MunmapRetouch {
@@ -202,13 +257,17 @@ pub fn run_model(pattern: &FaultPattern, preset: Preset) -> Result<ModelFaultRep
                 mm.munmap(&mut w.pa, &mut w.cx, a, len_bytes as u64)
                     .map_err(|e| format!("munmap: {e}"))?;
                 w.map_fixed(&mut mm, a, len_bytes as u64, advice);
+                let ns0 = w.fault_ns;
                 steps.push(w.touch_all(&mut mm, start, &order, write)?);
+                steps_model_ns.push(w.fault_ns - ns0);
             }
             Step::ForkWriter => {
                 let mut child =
                     fork(&mut w.pa, &mut w.cx, &mut mm).map_err(|e| format!("fork: {e:?}"))?;
                 let all: Vec<u32> = (0..pattern.nr_pages() as u32).collect();
+                let ns0 = w.fault_ns;
                 steps.push(w.touch_all(&mut child, start, &all, true)?);
+                steps_model_ns.push(w.fault_ns - ns0);
                 exit_mmap(&mut w.pa, &mut w.cx, child);
             }
         }
@@ -220,5 +279,7 @@ pub fn run_model(pattern: &FaultPattern, preset: Preset) -> Result<ModelFaultRep
         touch_host_ns,
         touch_cpu_ns,
         vmstat: w.pa.vmstat.clone(),
+        touch_model_ns,
+        steps_model_ns,
     })
 }

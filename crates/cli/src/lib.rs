@@ -11,12 +11,15 @@
 //! - [`csv_out`]: tidy and wide CSV.
 //! - [`replay`], [`aspace`]: `mmlab replay` and `mmlab validate`.
 //! - [`fault_model`]: live-kernel fault patterns translated into the model,
-//!   shared by `mmlab bench faults` and `tests/model_vs_live.rs`.
+//!   shared by `mmlab bench faults`, `mmlab calibrate` and
+//!   `tests/model_vs_live.rs`.
+//! - [`calibrate`]: `mmlab calibrate`, the host's costs measured and fitted.
 //! - [`output`]: atomic file writes and closed-pipe handling.
 
 pub mod api;
 pub mod aspace;
 pub mod bench;
+pub mod calibrate;
 pub mod csv_out;
 pub mod experiment;
 pub mod fault_model;

@@ -194,6 +194,44 @@ Example:\n  mmlab record -o build.mmtrace -- make -j2"
         #[arg(long, value_enum, default_value_t = replay::ReplayMode::Both)]
         mode: replay::ReplayMode,
     },
+    /// Measure this host's kernel costs (micro-benchmarks and live fault patterns), fit
+    /// the model's costs to them, write a cost profile, and check the calibrated model's
+    /// time against the live kernel on patterns the fit did not use. Needs root for the
+    /// THP and PCP knobs (restored after every run); says per measurement what it could
+    /// not measure and why.
+    #[command(after_help = "Examples:\n  mmlab calibrate -o my-host.toml\n  \
+mmlab calibrate --name host-epyc-zen3 -o profiles/host-epyc-zen3.toml\n  \
+mmlab calibrate --quick                 a smoke run (well under a minute), no file")]
+    Calibrate {
+        /// Write the calibrated profile to FILE (atomically).
+        #[arg(short, long, value_name = "FILE")]
+        output: Option<PathBuf>,
+        /// The profile's name.
+        #[arg(long, default_value = "calibrated")]
+        name: String,
+        /// The built-in profile whose figures stand where nothing can be measured.
+        #[arg(long, default_value = "host-epyc-zen3")]
+        base: String,
+        /// Interleaved rounds of every measurement (medians and spreads over them).
+        #[arg(long, default_value_t = 7, value_parser = clap::value_parser!(u32).range(2..))]
+        rounds: u32,
+        /// Size of the fit's fault patterns, in MiB.
+        #[arg(long, default_value_t = 128, value_parser = clap::value_parser!(u32).range(8..))]
+        fit_mib: u32,
+        /// Size of the closing check's fault patterns, in MiB.
+        #[arg(long, default_value_t = 1024, value_parser = clap::value_parser!(u32).range(8..))]
+        check_mib: u32,
+        /// Runs of each check pattern (the median counts).
+        #[arg(long, default_value_t = 5, value_parser = clap::value_parser!(u32).range(1..))]
+        check_runs: u32,
+        /// A short run for CI: 2 rounds, 16 MiB fits, 64 MiB checks, one run each, and the
+        /// model on a machine just large enough for each pattern (not the host's memory).
+        #[arg(long)]
+        quick: bool,
+        /// No progress on stderr.
+        #[arg(long, short)]
+        quiet: bool,
+    },
     /// Measure the model's speed (PCP fast path) and memory per simulated page.
     Bench {
         /// Only this benchmark (default: all of them).
@@ -402,6 +440,38 @@ fn real_main() -> Result<i32> {
             }
         }
         Cmd::Native { what } => native_cmd(what)?,
+        Cmd::Calibrate {
+            output,
+            name,
+            base,
+            rounds,
+            fit_mib,
+            check_mib,
+            check_runs,
+            quick,
+            quiet,
+        } => {
+            let base = experiment::BUILTIN_PROFILES
+                .iter()
+                .find(|(n, _)| *n == base)
+                .ok_or_else(|| anyhow::anyhow!("no built-in profile \"{base}\""))?;
+            let (rounds, fit_mib, check_mib, check_reps) = if quick {
+                (2, 16, 64, 1)
+            } else {
+                (rounds, fit_mib, check_mib, check_runs)
+            };
+            mmlab::calibrate::run(&mmlab::calibrate::Opts {
+                rounds: rounds as usize,
+                fit_mib: fit_mib as usize,
+                check_mib: check_mib as usize,
+                check_reps: check_reps as usize,
+                base: experiment::parse_profile(base.1, base.0)?,
+                name,
+                out: output,
+                quiet,
+                host_sized_model: !quick,
+            })?;
+        }
         Cmd::Record {
             output,
             mount_tracefs,

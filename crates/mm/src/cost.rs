@@ -140,6 +140,22 @@ costs! {
     /// From the last DMA transfer's end to the waiter running again (the
     /// completion interrupt or poll, and the wake-up).
     DmaCompletion = "dma_completion_ns",
+    /// One cache line written by one hardware thread and then read by its
+    /// SMT sibling on the same core: the one-way transfer latency.
+    C2cSmt = "c2c_smt_ns",
+    /// One cache line moved between two cores that share the last-level
+    /// cache (one CCX on AMD, one ring on Intel).
+    C2cSameLlc = "c2c_same_llc_ns",
+    /// One cache line moved between two cores of one socket with different
+    /// last-level caches (another CCX/CCD; sub-NUMA clusters).
+    C2cOtherLlc = "c2c_other_llc_ns",
+    /// One cache line moved between cores of different sockets.
+    C2cOtherSocket = "c2c_other_socket_ns",
+    /// A load that misses every cache and is served by the CPU's own node's
+    /// DRAM (dependent loads, no TLB miss).
+    DramLocal = "dram_local_ns",
+    /// The same, served by another node's DRAM.
+    DramRemote = "dram_remote_ns",
 }
 
 /// A table of nanoseconds per [`Cost`], indexed by the cost.

@@ -635,6 +635,8 @@ pub fn do_huge_pmd_wp_page(vmf: &mut Vmf, pmd: Slot) -> bool {
             let m = pa.mem.entire_mapcount(head);
             pa.mem.set_entire_mapcount(head, m - 1);
             folio_put_refs(pa, cx, head, HPAGE_PMD_NR);
+            // pmdp_huge_clear_flush(): the old PMD leaves this CPU's TLB.
+            cx.charge(Cost::TlbFlushLocal);
             map_anon_folio_pmd(cx, mm, pmd, pfn);
             true
         }
@@ -745,6 +747,9 @@ pub fn do_wp_page(vmf: &mut Vmf, pte: Slot) -> Result<(), VmFault> {
     }
     let ptl = pte_lockptr(pte);
     cx.lock(ptl);
+    // ptep_clear_flush(): the old entry leaves this CPU's TLB before the
+    // new one is set. Deviation: other CPUs of the mm get no shootdown IPI.
+    cx.charge(Cost::TlbFlushLocal);
     cx.charge(Cost::PteSet);
     mm.pgt.set(
         pte,

@@ -125,6 +125,14 @@ impl VmFlags {
     /// `VM_ACCESS_FLAGS`: read, write, exec. A VMA with none of them is
     /// `PROT_NONE` (`vma_is_accessible()` false).
     pub const ACCESS: VmFlags = VmFlags(0b111);
+    /// Model bit, not a `VM_*` flag: a VMA that `brk()` created (the heap).
+    /// The kernel's `brk()` expands only a VMA that begins at or above
+    /// `start_brk` (`vma_prev_limit(&vmi, mm->start_brk)`) and otherwise
+    /// inserts a new VMA without trying to merge it, so the heap stays apart
+    /// from a `.bss` that ends exactly at `start_brk` (no brk randomization,
+    /// `setarch -R`), and once both took faults their `anon_vma`s keep them
+    /// apart. This bit stands for that: heap and non-heap VMAs never merge.
+    pub const BRK_HEAP: VmFlags = VmFlags(1 << 27);
     /// `VM_HUGEPAGE`, set by `MADV_HUGEPAGE`.
     pub const HUGEPAGE: VmFlags = VmFlags(1 << 29);
     /// `VM_NOHUGEPAGE`, set by `MADV_NOHUGEPAGE`.
@@ -750,7 +758,10 @@ impl MmStruct {
     /// `just_expand` merge looks only at the previous one, and `brk()` has
     /// checked that a guard page separates the next).
     fn do_brk_flags(&mut self, cx: &mut Cx, addr: u64, len: u64) {
-        let flags = VmFlags::READ.or(VmFlags::WRITE).or(VmFlags::ANON_PRIVATE);
+        let flags = VmFlags::READ
+            .or(VmFlags::WRITE)
+            .or(VmFlags::ANON_PRIVATE)
+            .or(VmFlags::BRK_HEAP);
         cx.charge_n(Cost::VmaLookupLevel, self.maple_depth());
         let prev = self
             .vmas
@@ -761,10 +772,10 @@ impl MmStruct {
         match prev {
             Some(v) => self.vmas.get_mut(&v.start).expect("vma").end = addr + len,
             None => {
+                // A VMA that ends exactly at `start_brk` (a `.bss` without
+                // brk randomization) has no [`VmFlags::BRK_HEAP`]: it stays
+                // apart, as in the kernel.
                 self.vmas.insert(addr, Vma::anon(addr, addr + len, flags));
-                // Deviation: a mapping with the heap's flags that ends exactly
-                // at `start_brk` stays separate in the kernel; the model's
-                // VMA tree keeps no mergeable neighbours apart, so it merges.
                 self.merge_range(addr, addr + len, Some(addr));
             }
         }

@@ -17,6 +17,7 @@
 //! | [`hugetlb`] | hugetlb pool, `MAP_HUGETLB` faults and COW, `HugePages_*` | [`hugetlb::run`] |
 //! | [`copy_order`] | `process_huge_page()` sub-page order | [`copy_order::run`] |
 //! | [`parallel_copy`] | multi-threaded huge-page copy (seed 001) | [`parallel_copy::run`] |
+//! | [`calibrate`] | micro-benchmarks of clear/copy, locks, cache lines, DRAM, syscalls, munmap/mprotect/fork per page | [`calibrate::run_interleaved`] |
 //!
 //! # API principles
 //!
@@ -29,6 +30,7 @@
 //!   restores every knob it changed, also on panic.
 //! - Random choices come from [`rng::SplitMix64`] with a seed in the config.
 
+pub mod calibrate;
 pub mod copy_order;
 pub mod error;
 pub mod faults;

@@ -94,6 +94,20 @@ impl HugeBuf {
         Ok(buf)
     }
 
+    /// `madvise(MADV_DONTFORK)`: a `fork()` elsewhere in the process leaves
+    /// this buffer out of the child, so its pages are not write-protected
+    /// for copy-on-write (the next write to each would fault).
+    pub fn dont_fork(&self) -> Result<(), NativeError> {
+        // SAFETY: madvise on our own mapping only changes what fork copies.
+        if unsafe { libc::madvise(self.ptr.cast(), self.len, libc::MADV_DONTFORK) } != 0 {
+            return Err(NativeError::last_os(
+                "madvise(MADV_DONTFORK)",
+                "huge-page buffer",
+            ));
+        }
+        Ok(())
+    }
+
     /// The buffer's length in bytes (a multiple of 2 MiB).
     pub fn len(&self) -> usize {
         self.len

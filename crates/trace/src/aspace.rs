@@ -37,8 +37,15 @@
 //!     is [`MmStruct::madvise`];
 //! - `sched_process_fork` [`mm::memory::fork`], `sched_process_exec` a new,
 //!   empty address space (the old one torn down by
-//!   [`mm::memory::exit_mmap`]), and the exit of a process's last task
-//!   `exit_mmap`;
+//!   [`mm::memory::exit_mmap`]), filled by the exec's `ExecLayout` event
+//!   when the trace has one (`World::load_elf_binary`): the stack through
+//!   [`mm::exec::setup_arg_pages`] (a `VM_GROWSDOWN` VMA whose argument
+//!   pages are mapped in order 0 and count as faults of the task, and
+//!   which a fault below it grows to the faulting page,
+//!   `expand_downwards()` with the stack guard gap), the `.bss` of the
+//!   program and of its interpreter into the model as anonymous memory,
+//!   the file parts of their segments and the vDSO/vvar pages beside it;
+//!   the exit of a process's last task `exit_mmap`;
 //! - each `exceptions:page_fault_user` as an access of its address, a write
 //!   if the error code has `X86_PF_WRITE` (bit 1), and each
 //!   `exceptions:page_fault_kernel` on a user address likewise (the kernel
@@ -64,9 +71,22 @@
 //! - File-backed mappings, `MAP_SHARED` and hugetlb mappings are kept in a
 //!   side map per process; a fault in one is *passed through*: counted as a
 //!   fault under every kernel, since no anonymous-memory policy changes it.
-//! - Faults outside every recorded mapping (the stack, the program and the
-//!   interpreter that `execve` maps, the `.bss` of the program; anything
-//!   mapped before the recording started) are passed through likewise.
+//! - Faults outside every recorded mapping are passed through likewise:
+//!   with exec layouts in the trace only what was mapped before the
+//!   recording began; without them (traces of format 1, perf.data without
+//!   mapping records) also the stack, the program and the interpreter that
+//!   `execve` maps and their `.bss`, which larger folios then do not change.
+//!   A kernel fault outside every mapping is held until the process's next
+//!   event: `execve()` takes such faults (`create_elf_tables()` on the new
+//!   stack, the `.bss` padding of the segments) before its
+//!   `sched_process_exec`, and they are replayed in the address space its
+//!   layout builds; if no exec follows, they are passed through.
+//! - The special mappings of an exec (`[vdso]`, `[vvar]`, `[vvar_vclock]`)
+//!   are kept in the side map; their faults pass through.
+//! - Copy-on-write of a private file mapping (a program's `.data`) stays
+//!   a file fault: the kernel copies into an order-0 page under every
+//!   folio setting (measured on this host's 6.18), so it changes with no
+//!   anonymous policy.
 //! - Anonymous mappings larger than the machine (at least 64 GiB: a
 //!   sanitizer's shadow, a runtime's `MAP_NORESERVE` arena) are kept in the
 //!   side map too (the model's fork and exit walk every PMD of a VMA) and

@@ -7,6 +7,8 @@
 //! - [`event`]: the [`Event`] enum and the trace [`Header`]/[`Trailer`].
 //! - [`format`]: [`TraceWriter`] and the streaming [`TraceReader`].
 //! - [`record`]: [`record::record`] on the live kernel (root and tracefs).
+//! - [`exec_layout`]: each exec's mappings from perf's mapping records,
+//!   shared by the recorder and an importer.
 //! - [`perf`]: [`perf::import`] of `perf record -e kmem:...` files.
 //! - [`replay`]: replay mode (a), the allocator stream as engine tasks.
 //! - [`aspace`]: replay mode (b), the address-space stream through the
@@ -23,6 +25,7 @@
 pub mod aspace;
 pub mod decode;
 pub mod event;
+pub mod exec_layout;
 pub mod format;
 pub mod perf;
 pub mod record;

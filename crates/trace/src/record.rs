@@ -66,13 +66,14 @@ use std::time::{Duration, Instant};
 mod exec_maps;
 
 use crate::decode::{Decoded, Decoder, RECORDED_EVENTS};
-use crate::event::{Event, EventKind, Header, TraceSource, Trailer, NR_EVENT_KINDS};
+use crate::event::{Header, TraceSource, Trailer, NR_EVENT_KINDS};
+use crate::exec_layout::{exec_layout_event, ExecWindows};
 use crate::format::{TraceError, TraceFile, TraceWriter};
 use crate::sysinfo;
 use crate::tracefs::{
     parse_format, parse_page, EventFormat, FormatParseError, PageHeaderLayout, RbRecord,
 };
-use exec_maps::{ExecMapsRecorder, ExecWindows};
+use exec_maps::ExecMapsRecorder;
 use host::journal::{self, Change, Entry, HeldFile, JournalError};
 
 pub use host::live::{find_tracefs, TRACEFS_PATHS};
@@ -622,10 +623,6 @@ pub fn record(
 ) -> Result<RecordSummary, RecordError> {
     let _one_at_a_time = RECORD_LOCK.lock().unwrap_or_else(|e| e.into_inner());
     host::signals::install().map_err(|source| RecordError::Spawn { source })?;
-    let mut instance = Instance::default();
-    // The system-wide kmem instance, when asked for; removed before the
-    // first one (whose drop may unmount tracefs).
-    let mut kmem_instance = Instance::default();
     // SAFETY: geteuid() has no preconditions.
     let euid = unsafe { libc::geteuid() };
     if euid != 0 {
@@ -644,233 +641,16 @@ pub fn record(
         .parent()
         .filter(|p| !p.as_os_str().is_empty())
         .unwrap_or(Path::new("."));
-    if find_tracefs().is_none() && opts.mount_tracefs {
-        instance.mount(Path::new(TRACEFS_PATHS[0]))?;
-    }
-    let root = check_environment()?;
-    let exe = resolve_command(cmd)?;
-    let c_exe =
-        CString::new(exe.as_os_str().as_bytes()).map_err(|_| RecordError::CommandNotFound {
-            cmd: cmd.to_string(),
-            path_var: String::new(),
-        })?;
-    let c_argv = std::iter::once(cmd)
-        .chain(args.iter().map(String::as_str))
-        .map(CString::new)
-        .collect::<Result<Vec<_>, _>>()
-        .map_err(|e| RecordError::ExecFailed {
-            cmd: cmd.to_string(),
-            source: io::Error::other(e),
-        })?;
-
+    let (c_exe, c_argv) = command_line(cmd, args)?;
+    let mut tracing = Tracing::set_up(opts, spool_dir)?;
     let machine = sysinfo::read_machine();
     let knobs = sysinfo::read_knobs();
     let kernel_release = sysinfo::read_kernel_release();
-
-    // Create and configure the instance.
-    let dir = root
-        .join("instances")
-        .join(format!("mmlab-{}", std::process::id()));
-    instance.create(&dir)?;
-    write_file(&dir.join("tracing_on"), "0")?;
-    write_file(
-        &dir.join("buffer_size_kb"),
-        &opts.buffer_size_kb.to_string(),
-    )?;
-    let clock = "mono";
-    write_file(&dir.join("trace_clock"), clock)?;
-    write_file(&dir.join("options/event-fork"), "1")?;
-    let record_tgid = dir.join("options/record-tgid");
-    let tgid_on = record_tgid.exists() && write_file(&record_tgid, "1").is_ok();
-    let layout = PageHeaderLayout::parse(
-        &fs::read_to_string(root.join("events/header_page")).unwrap_or_default(),
-    );
-    let kmem_dir = if opts.kmem_system_wide {
-        let d = root
-            .join("instances")
-            .join(format!("mmlab-{}-kmem", std::process::id()));
-        kmem_instance.create(&d)?;
-        write_file(&d.join("tracing_on"), "0")?;
-        write_file(&d.join("buffer_size_kb"), &opts.buffer_size_kb.to_string())?;
-        write_file(&d.join("trace_clock"), clock)?;
-        let rt = d.join("options/record-tgid");
-        if rt.exists() {
-            let _ = write_file(&rt, "1");
-        }
-        Some(d)
-    } else {
-        None
-    };
-    let mut formats: Vec<EventFormat> = Vec::new();
-    for ev in RECORDED_EVENTS {
-        let edir = event_dir(&dir, ev);
-        let fpath = edir.join("format");
-        let (sys, _) = ev.split_once(':').unwrap_or(("", ev));
-        let text = read_text(&fpath)?;
-        formats.push(
-            parse_format(sys, &text).map_err(|source| RecordError::Format {
-                path: fpath,
-                source,
-            })?,
-        );
-        match &kmem_dir {
-            Some(kd) if sys == "kmem" => write_file(&event_dir(kd, ev).join("enable"), "1")?,
-            _ => write_file(&edir.join("enable"), "1")?,
-        }
-    }
-    let mut decoder = Decoder::new(&formats);
-    let page_size = journal::locked(|| fs::read_to_string(dir.join("buffer_subbuf_size_kb")))
-        .ok()
-        .and_then(|s| s.trim().parse::<usize>().ok())
-        .map(|kb| kb * 1024)
-        .unwrap_or(4096);
-
-    // CPUs with a buffer, sorted by number.
-    let mut cpus: Vec<u32> = journal::locked(|| {
-        fs::read_dir(dir.join("per_cpu")).map(|d| {
-            d.flatten()
-                .filter_map(|e| e.file_name().to_str()?.strip_prefix("cpu")?.parse().ok())
-                .collect()
-        })
-    })
-    .map_err(tfs_err(&dir, "list per_cpu of"))?;
-    cpus.sort_unstable();
-
-    let mut readers = Vec::with_capacity(cpus.len());
-    let instance_dirs: Vec<(&Path, &str)> = std::iter::once((dir.as_path(), ""))
-        .chain(kmem_dir.as_deref().map(|d| (d, ".kmem")))
-        .collect();
-    for (&cpu, (idir, tag)) in instance_dirs
-        .iter()
-        .flat_map(|d| cpus.iter().map(move |c| (c, *d)))
-    {
-        let p = idir.join(format!("per_cpu/cpu{cpu}/trace_pipe_raw"));
-        // Held: on a signal the watcher closes it before it removes the
-        // instance (the kernel refuses while a file of it is open).
-        let pipe = HeldFile::open(
-            OpenOptions::new().read(true).custom_flags(libc::O_NONBLOCK),
-            &p,
-        )
-        .map_err(tfs_err(&p, "open"))?;
-        let spool_path = spool_dir.join(format!("(unnamed spool{tag} of cpu{cpu})"));
-        let f = host::output::unnamed_file_in(spool_dir).map_err(|source| RecordError::Output {
-            path: spool_path.clone(),
-            source: TraceError::Io { offset: 0, source },
-        })?;
-        readers.push(CpuReader {
-            cpu,
-            pipe,
-            spool_path,
-            spool: BufWriter::with_capacity(1 << 20, f),
-        });
-    }
-
     let counters_before = sysinfo::read_counters();
-    let mut child = Child::spawn(&c_exe, &c_argv)?;
-    let forward = host::signals::forward_to_group(child.pid);
-    // What each exec maps (see `exec_maps`); without perf the trace has no
-    // exec layouts and says so.
-    let mut exec_windows = ExecWindows::default();
-    let mut exec_maps = ExecMapsRecorder::open(child.pid, &cpus);
-    write_file(&dir.join("set_event_pid"), &child.pid.to_string())?;
-    if let Some(kd) = &kmem_dir {
-        write_file(&kd.join("tracing_on"), "1")?;
-    }
-    write_file(&dir.join("tracing_on"), "1")?;
-    let started = Instant::now();
-    if let Err(source) = child.release() {
-        return Err(RecordError::ExecFailed {
-            cmd: cmd.to_string(),
-            source,
-        });
-    }
-
-    let mut page = vec![0u8; page_size];
-    let mut nr_raw_bytes = 0u64;
-    let status = loop {
-        let mut got = 0;
-        for r in readers.iter_mut() {
-            got += drain(r, &mut page)?;
-        }
-        nr_raw_bytes += got;
-        if let Ok(m) = exec_maps.as_mut() {
-            m.drain(&mut exec_windows);
-        }
-        if let Some(status) = child.try_wait(false) {
-            break status;
-        }
-        if got == 0 {
-            std::thread::sleep(opts.poll_interval);
-        }
-    };
-    let command_wall = started.elapsed();
+    let mut run = tracing.run(&c_exe, &c_argv, cmd, opts)?;
     let post_started = Instant::now();
-    write_file(&dir.join("tracing_on"), "0")?;
-    if let Some(kd) = &kmem_dir {
-        write_file(&kd.join("tracing_on"), "0")?;
-    }
-    for r in readers.iter_mut() {
-        nr_raw_bytes += drain(r, &mut page)?;
-    }
-    let exec_maps_error = match exec_maps {
-        Ok(mut m) => {
-            m.drain(&mut exec_windows);
-            None
-        }
-        Err(e) => Some(e),
-    };
-    let interrupted = forward.interrupted_by().is_some();
-    drop(forward);
-    if interrupted {
-        // Ended on request: what is left of its group ends too.
-        // SAFETY: kill with plain integers; the group is our child's.
-        unsafe { libc::kill(-child.pid, libc::SIGKILL) };
-    }
-
-    let mut nr_lost_stats = 0u64;
-    for (&cpu, (idir, _)) in instance_dirs
-        .iter()
-        .flat_map(|d| cpus.iter().map(move |c| (c, *d)))
-    {
-        let text = read_text(&idir.join(format!("per_cpu/cpu{cpu}/stats"))).unwrap_or_default();
-        for line in text.lines() {
-            if let Some((k, v)) = line.split_once(':') {
-                if k.trim() == "overrun" || k.trim() == "dropped events" {
-                    nr_lost_stats += v.trim().parse::<u64>().unwrap_or(0);
-                }
-            }
-        }
-    }
+    let stopped = tracing.stop()?;
     let counters_after = sysinfo::read_counters();
-    let tgids = if tgid_on {
-        read_saved_tgids(&root.join("saved_tgids"))
-    } else {
-        BTreeMap::new()
-    };
-
-    // Close the pipes and flush the spools, then remove the instance before
-    // the (possibly long) merge, so that tracing is off as early as possible.
-    let mut spools = Vec::with_capacity(readers.len());
-    for r in readers {
-        let CpuReader {
-            cpu,
-            pipe,
-            spool_path,
-            spool,
-        } = r;
-        drop(pipe);
-        let spool_err = |source| RecordError::Output {
-            path: spool_path.clone(),
-            source: TraceError::Io { offset: 0, source },
-        };
-        let mut f = spool.into_inner().map_err(|e| spool_err(e.into_error()))?;
-        f.seek(io::SeekFrom::Start(0)).map_err(spool_err)?;
-        spools.push((cpu, f));
-    }
-    kmem_instance.cleanup();
-    instance.cleanup();
-
-    let (exit_status, exit_code, exit_signal) = describe_status(status);
     let header = Header {
         mmlab_version: env!("CARGO_PKG_VERSION").to_string(),
         source: TraceSource::Record {
@@ -885,39 +665,405 @@ pub fn record(
         kernel_release,
         machine,
         knobs,
-        trace_clock: clock.to_string(),
+        trace_clock: CLOCK.to_string(),
         counters_before: Some(counters_before),
         kmem_system_wide: opts.kmem_system_wide,
     };
+    let mut summary = write_trace(
+        output,
+        trace_file,
+        &header,
+        &mut tracing.decoder,
+        tracing.layout,
+        stopped,
+        &mut run,
+        counters_after,
+    )?;
+    summary.postprocess_wall = post_started.elapsed();
+    Ok(summary)
+}
+
+/// The trace clock: one clock for all CPUs, so that the per-CPU streams
+/// merge in time order; perf's `CLOCK_MONOTONIC` is the same clock.
+const CLOCK: &str = "mono";
+
+/// The command's path and argument vector for `execv`.
+fn command_line(cmd: &str, args: &[String]) -> Result<(CString, Vec<CString>), RecordError> {
+    let exe = resolve_command(cmd)?;
+    let c_exe =
+        CString::new(exe.as_os_str().as_bytes()).map_err(|_| RecordError::CommandNotFound {
+            cmd: cmd.to_string(),
+            path_var: String::new(),
+        })?;
+    let c_argv = std::iter::once(cmd)
+        .chain(args.iter().map(String::as_str))
+        .map(CString::new)
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(|e| RecordError::ExecFailed {
+            cmd: cmd.to_string(),
+            source: io::Error::other(e),
+        })?;
+    Ok((c_exe, c_argv))
+}
+
+/// The tracefs side of a recording: the instances (removed on drop), the
+/// event formats, and one reader per CPU and instance.
+struct Tracing {
+    /// Declared (and so dropped) first: the kernel refuses to remove an
+    /// instance while one of its files is open.
+    readers: Vec<CpuReader>,
+    /// The system-wide kmem instance, when asked for; declared (and so
+    /// dropped) before the first one, whose drop may unmount tracefs.
+    kmem_instance: Instance,
+    instance: Instance,
+    root: PathBuf,
+    dir: PathBuf,
+    kmem_dir: Option<PathBuf>,
+    tgid_on: bool,
+    layout: PageHeaderLayout,
+    decoder: Decoder,
+    page_size: usize,
+    cpus: Vec<u32>,
+}
+
+/// A command run under tracing.
+struct Run {
+    child: Child,
+    status: i32,
+    command_wall: Duration,
+    nr_raw_bytes: u64,
+    interrupted: bool,
+    exec_windows: ExecWindows,
+    exec_maps_error: Option<io::Error>,
+}
+
+/// What is left once tracing is off: the spools to merge and what the
+/// kernel said about them.
+struct Stopped {
+    spools: Vec<(u32, File)>,
+    nr_lost_stats: u64,
+    tgids: BTreeMap<i32, i32>,
+}
+
+/// Creates and configures a tracefs instance `name` under `root`, tracing
+/// off, recording into `inst` so that its drop removes it.
+fn create_instance(
+    root: &Path,
+    name: &str,
+    opts: &RecordOptions,
+    inst: &mut Instance,
+) -> Result<PathBuf, RecordError> {
+    let d = root.join("instances").join(name);
+    inst.create(&d)?;
+    write_file(&d.join("tracing_on"), "0")?;
+    write_file(&d.join("buffer_size_kb"), &opts.buffer_size_kb.to_string())?;
+    write_file(&d.join("trace_clock"), CLOCK)?;
+    Ok(d)
+}
+
+impl Tracing {
+    fn set_up(opts: &RecordOptions, spool_dir: &Path) -> Result<Tracing, RecordError> {
+        let mut instance = Instance::default();
+        let mut kmem_instance = Instance::default();
+        if find_tracefs().is_none() && opts.mount_tracefs {
+            instance.mount(Path::new(TRACEFS_PATHS[0]))?;
+        }
+        let root = check_environment()?;
+        let pid = std::process::id();
+        let dir = create_instance(&root, &format!("mmlab-{pid}"), opts, &mut instance)?;
+        write_file(&dir.join("options/event-fork"), "1")?;
+        let record_tgid = dir.join("options/record-tgid");
+        let tgid_on = record_tgid.exists() && write_file(&record_tgid, "1").is_ok();
+        let layout = PageHeaderLayout::parse(
+            &fs::read_to_string(root.join("events/header_page")).unwrap_or_default(),
+        );
+        let kmem_dir = if opts.kmem_system_wide {
+            let d = create_instance(
+                &root,
+                &format!("mmlab-{pid}-kmem"),
+                opts,
+                &mut kmem_instance,
+            )?;
+            let rt = d.join("options/record-tgid");
+            if rt.exists() {
+                let _ = write_file(&rt, "1");
+            }
+            Some(d)
+        } else {
+            None
+        };
+        let decoder = Decoder::new(&enable_events(&dir, kmem_dir.as_deref())?);
+        let page_size = journal::locked(|| fs::read_to_string(dir.join("buffer_subbuf_size_kb")))
+            .ok()
+            .and_then(|s| s.trim().parse::<usize>().ok())
+            .map(|kb| kb * 1024)
+            .unwrap_or(4096);
+        // CPUs with a buffer, sorted by number.
+        let mut cpus: Vec<u32> = journal::locked(|| {
+            fs::read_dir(dir.join("per_cpu")).map(|d| {
+                d.flatten()
+                    .filter_map(|e| e.file_name().to_str()?.strip_prefix("cpu")?.parse().ok())
+                    .collect()
+            })
+        })
+        .map_err(tfs_err(&dir, "list per_cpu of"))?;
+        cpus.sort_unstable();
+        let mut t = Tracing {
+            kmem_instance,
+            instance,
+            root,
+            dir,
+            kmem_dir,
+            tgid_on,
+            layout,
+            decoder,
+            page_size,
+            cpus,
+            readers: Vec::new(),
+        };
+        t.open_readers(spool_dir)?;
+        Ok(t)
+    }
+
+    /// The instance directories with their spool tags.
+    fn instance_dirs(&self) -> Vec<(PathBuf, &'static str)> {
+        std::iter::once((self.dir.clone(), ""))
+            .chain(self.kmem_dir.clone().map(|d| (d, ".kmem")))
+            .collect()
+    }
+
+    /// One reader of `trace_pipe_raw` per CPU and instance, each with an
+    /// unnamed spool file in `spool_dir`.
+    fn open_readers(&mut self, spool_dir: &Path) -> Result<(), RecordError> {
+        for (idir, tag) in self.instance_dirs() {
+            for &cpu in &self.cpus {
+                let p = idir.join(format!("per_cpu/cpu{cpu}/trace_pipe_raw"));
+                // Held: on a signal the watcher closes it before it removes
+                // the instance (the kernel refuses while a file of it is open).
+                let pipe = HeldFile::open(
+                    OpenOptions::new().read(true).custom_flags(libc::O_NONBLOCK),
+                    &p,
+                )
+                .map_err(tfs_err(&p, "open"))?;
+                let spool_path = spool_dir.join(format!("(unnamed spool{tag} of cpu{cpu})"));
+                let f = host::output::unnamed_file_in(spool_dir).map_err(|source| {
+                    RecordError::Output {
+                        path: spool_path.clone(),
+                        source: TraceError::Io { offset: 0, source },
+                    }
+                })?;
+                self.readers.push(CpuReader {
+                    cpu,
+                    pipe,
+                    spool_path,
+                    spool: BufWriter::with_capacity(1 << 20, f),
+                });
+            }
+        }
+        Ok(())
+    }
+
+    fn set_tracing(&self, on: bool) -> Result<(), RecordError> {
+        let v = if on { "1" } else { "0" };
+        if let Some(kd) = &self.kmem_dir {
+            write_file(&kd.join("tracing_on"), v)?;
+        }
+        write_file(&self.dir.join("tracing_on"), v)
+    }
+
+    /// Copies every page available now to the spools; the bytes copied.
+    fn drain_all(&mut self, page: &mut [u8]) -> Result<u64, RecordError> {
+        let mut got = 0;
+        for r in self.readers.iter_mut() {
+            got += drain(r, page)?;
+        }
+        Ok(got)
+    }
+
+    /// Forks the command, traces its process tree until it exits, and turns
+    /// tracing off.
+    fn run(
+        &mut self,
+        c_exe: &CString,
+        c_argv: &[CString],
+        cmd: &str,
+        opts: &RecordOptions,
+    ) -> Result<Run, RecordError> {
+        let mut child = Child::spawn(c_exe, c_argv)?;
+        let forward = host::signals::forward_to_group(child.pid);
+        // What each exec maps (see `exec_maps`); without perf the trace has
+        // no exec layouts and says so.
+        let mut exec_windows = ExecWindows::default();
+        let mut exec_maps = ExecMapsRecorder::open(child.pid, &self.cpus);
+        write_file(&self.dir.join("set_event_pid"), &child.pid.to_string())?;
+        self.set_tracing(true)?;
+        let started = Instant::now();
+        if let Err(source) = child.release() {
+            return Err(RecordError::ExecFailed {
+                cmd: cmd.to_string(),
+                source,
+            });
+        }
+        let mut page = vec![0u8; self.page_size];
+        let mut nr_raw_bytes = 0u64;
+        let status = loop {
+            let got = self.drain_all(&mut page)?;
+            nr_raw_bytes += got;
+            if let Ok(m) = exec_maps.as_mut() {
+                m.drain(&mut exec_windows);
+            }
+            if let Some(status) = child.try_wait(false) {
+                break status;
+            }
+            if got == 0 {
+                std::thread::sleep(opts.poll_interval);
+            }
+        };
+        let command_wall = started.elapsed();
+        self.set_tracing(false)?;
+        nr_raw_bytes += self.drain_all(&mut page)?;
+        let exec_maps_error = match exec_maps {
+            Ok(mut m) => {
+                m.drain(&mut exec_windows);
+                None
+            }
+            Err(e) => Some(e),
+        };
+        let interrupted = forward.interrupted_by().is_some();
+        drop(forward);
+        if interrupted {
+            // Ended on request: what is left of its group ends too.
+            // SAFETY: kill with plain integers; the group is our child's.
+            unsafe { libc::kill(-child.pid, libc::SIGKILL) };
+        }
+        Ok(Run {
+            child,
+            status,
+            command_wall,
+            nr_raw_bytes,
+            interrupted,
+            exec_windows,
+            exec_maps_error,
+        })
+    }
+
+    /// Reads the lost-event counters and the thread groups, closes the
+    /// pipes, rewinds the spools and removes the instances before the
+    /// (possibly long) merge, so that tracing is off as early as possible.
+    fn stop(&mut self) -> Result<Stopped, RecordError> {
+        let mut nr_lost_stats = 0u64;
+        for (idir, _) in self.instance_dirs() {
+            for &cpu in &self.cpus {
+                let stats = idir.join(format!("per_cpu/cpu{cpu}/stats"));
+                let text = read_text(&stats).unwrap_or_default();
+                for line in text.lines() {
+                    if let Some((k, v)) = line.split_once(':') {
+                        if k.trim() == "overrun" || k.trim() == "dropped events" {
+                            nr_lost_stats += v.trim().parse::<u64>().unwrap_or(0);
+                        }
+                    }
+                }
+            }
+        }
+        let tgids = if self.tgid_on {
+            read_saved_tgids(&self.root.join("saved_tgids"))
+        } else {
+            BTreeMap::new()
+        };
+        let mut spools = Vec::with_capacity(self.readers.len());
+        for r in self.readers.drain(..) {
+            let CpuReader {
+                cpu,
+                pipe,
+                spool_path,
+                spool,
+            } = r;
+            drop(pipe);
+            let spool_err = |source| RecordError::Output {
+                path: spool_path.clone(),
+                source: TraceError::Io { offset: 0, source },
+            };
+            let mut f = spool.into_inner().map_err(|e| spool_err(e.into_error()))?;
+            f.seek(io::SeekFrom::Start(0)).map_err(spool_err)?;
+            spools.push((cpu, f));
+        }
+        self.kmem_instance.cleanup();
+        self.instance.cleanup();
+        Ok(Stopped {
+            spools,
+            nr_lost_stats,
+            tgids,
+        })
+    }
+}
+
+/// Enables every event of [`RECORDED_EVENTS`] in `dir` (the `kmem:` ones in
+/// `kmem_dir` instead, when given) and returns their formats.
+fn enable_events(dir: &Path, kmem_dir: Option<&Path>) -> Result<Vec<EventFormat>, RecordError> {
+    let mut formats: Vec<EventFormat> = Vec::new();
+    for ev in RECORDED_EVENTS {
+        let edir = event_dir(dir, ev);
+        let fpath = edir.join("format");
+        let (sys, _) = ev.split_once(':').unwrap_or(("", ev));
+        let text = read_text(&fpath)?;
+        formats.push(
+            parse_format(sys, &text).map_err(|source| RecordError::Format {
+                path: fpath,
+                source,
+            })?,
+        );
+        match kmem_dir {
+            Some(kd) if sys == "kmem" => write_file(&event_dir(kd, ev).join("enable"), "1")?,
+            _ => write_file(&edir.join("enable"), "1")?,
+        }
+    }
+    Ok(formats)
+}
+
+/// Merges the spools into the trace at `output` and writes its trailer.
+#[allow(clippy::too_many_arguments)]
+fn write_trace(
+    output: &Path,
+    trace_file: TraceFile,
+    header: &Header,
+    decoder: &mut Decoder,
+    layout: PageHeaderLayout,
+    stopped: Stopped,
+    run: &mut Run,
+    counters_after: crate::event::Counters,
+) -> Result<RecordSummary, RecordError> {
     let out_err = |source| RecordError::Output {
         path: output.to_path_buf(),
         source,
     };
-    let mut writer = TraceWriter::new(trace_file, &header).map_err(out_err)?;
+    let mut writer = TraceWriter::new(trace_file, header).map_err(out_err)?;
     let merged = merge_spools(
-        spools,
+        stopped.spools,
         layout,
-        &mut decoder,
-        &tgids,
-        &mut exec_windows,
+        decoder,
+        &stopped.tgids,
+        &mut run.exec_windows,
         &mut writer,
     )
     .map_err(out_err)?;
     decoder.finish();
-    let nr_lost_events = nr_lost_stats.max(merged.nr_lost_in_pages) + exec_windows.nr_lost;
+    let nr_lost_events =
+        stopped.nr_lost_stats.max(merged.nr_lost_in_pages) + run.exec_windows.nr_lost;
     let mut missing_event_kinds = Vec::new();
-    if let Some(e) = &exec_maps_error {
+    if let Some(e) = &run.exec_maps_error {
         missing_event_kinds.push(format!(
             "mmlab:exec_layout (perf_event_open for the exec mappings failed: {e})"
         ));
     }
     let mut ignored = merged.ignored.clone();
-    if exec_windows.nr_malformed > 0 {
+    if run.exec_windows.nr_malformed > 0 {
         ignored.insert(
             "malformed perf mapping records".to_string(),
-            exec_windows.nr_malformed,
+            run.exec_windows.nr_malformed,
         );
     }
+    let (exit_status, exit_code, exit_signal) = describe_status(run.status);
+    let faults = run.child.faults;
     let trailer = Trailer {
         nr_events: 0,
         nr_lost_events,
@@ -926,9 +1072,9 @@ pub fn record(
         missing_event_kinds,
         counters_after: Some(counters_after),
         exit_status: Some(exit_status.clone()),
-        interrupted,
-        workload_minflt: child.faults.map(|f| f.0),
-        workload_majflt: child.faults.map(|f| f.1),
+        interrupted: run.interrupted,
+        workload_minflt: faults.map(|f| f.0),
+        workload_majflt: faults.map(|f| f.1),
     };
     let nr_events = writer.nr_events();
     let (_, nr_trace_bytes) = writer.finish(&trailer).map_err(out_err)?;
@@ -944,14 +1090,14 @@ pub fn record(
         nr_lost_events,
         nr_unpaired_syscalls: decoder.nr_unpaired_syscalls,
         ignored_events: ignored,
-        nr_raw_bytes,
+        nr_raw_bytes: run.nr_raw_bytes,
         nr_trace_bytes,
         exit_status,
         exit_code,
         exit_signal,
-        interrupted,
-        command_wall,
-        postprocess_wall: post_started.elapsed(),
+        interrupted: run.interrupted,
+        command_wall: run.command_wall,
+        postprocess_wall: Duration::ZERO,
     })
 }
 
@@ -1020,19 +1166,6 @@ impl SpoolStream {
     }
 }
 
-/// The `ExecLayout` event that follows `ev` if it is a `sched_process_exec`
-/// whose mappings were recorded: at the same time, on the same CPU.
-fn exec_layout(ev: &Event, windows: &mut ExecWindows) -> Option<Event> {
-    let EventKind::Exec { pid, .. } = ev.kind else {
-        return None;
-    };
-    let vmas = windows.take(pid, ev.ts_ns)?;
-    Some(Event {
-        kind: EventKind::ExecLayout { pid, vmas },
-        ..ev.clone()
-    })
-}
-
 fn merge_spools<W: Write>(
     spools: Vec<(u32, File)>,
     layout: PageHeaderLayout,
@@ -1081,7 +1214,7 @@ fn merge_spools<W: Write>(
                 Decoded::Event(ev) => {
                     stats.by_kind[ev.kind.code() as usize] += 1;
                     writer.write(&ev)?;
-                    if let Some(layout) = exec_layout(&ev, exec_windows) {
+                    if let Some(layout) = exec_layout_event(&ev, exec_windows) {
                         stats.by_kind[layout.kind.code() as usize] += 1;
                         writer.write(&layout)?;
                     }

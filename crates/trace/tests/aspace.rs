@@ -746,3 +746,117 @@ fn an_anonymous_reservation_larger_than_the_machine_is_not_modelled() {
         .keys()
         .any(|k| k.starts_with("anonymous mappings larger than the machine")));
 }
+
+fn exec_vma(start: u64, len: u64, prot: u32, name: &str) -> trace::event::ExecVma {
+    trace::event::ExecVma {
+        start,
+        len,
+        pgoff: 0,
+        prot,
+        flags: 2,
+        name: name.to_string(),
+    }
+}
+
+/// An exec whose mappings the trace records, as `mmlab record` writes them:
+///
+/// ```text
+///   PPPP DDDD BBBBBBBB(2 MiB .bss)   ...   LL  V      .... SSSSS(stack)
+///   prog data .bss                         ld.so vdso     128K + 1 arg page
+/// ```
+///
+/// The kernel fault that `execve()` takes on the new stack before its
+/// `sched_process_exec` is held and replayed in the new address space; the
+/// `.bss` takes 64 KiB folios; a fault below the stack grows it; file and
+/// vDSO faults pass through; nothing is outside every mapping.
+#[test]
+fn an_exec_layout_puts_the_stack_bss_and_files_in_the_replay() {
+    let prog = 0x5555_0000_0000u64;
+    let bss = prog + 2 * MIB;
+    let ld = BASE + 64 * MIB;
+    let vdso = ld - 4 * P;
+    let top = 0x7ffd_0001_0000u64;
+    let stack_len = 128 * 1024 + P;
+    let mut t = Trace::new();
+    // The exec's own kernel fault on the new stack, below the argument page.
+    t.put(
+        10,
+        10,
+        EventKind::PageFaultKernel {
+            address: top - P - 8,
+            ip: 0,
+            error_code: 2,
+        },
+    );
+    t.put(
+        10,
+        10,
+        EventKind::Exec {
+            pid: 10,
+            filename: "/usr/bin/prog".into(),
+        },
+    );
+    t.put(
+        10,
+        10,
+        EventKind::ExecLayout {
+            pid: 10,
+            vmas: vec![
+                exec_vma(top - stack_len, stack_len, 3, "[stack]"),
+                exec_vma(prog, 2 * MIB, 1, "/usr/bin/prog"),
+                exec_vma(prog + MIB, MIB, 3, "/usr/bin/prog"),
+                exec_vma(bss, 2 * MIB, 3, "//anon"),
+                exec_vma(ld, 2 * P, 5, "/usr/lib/ld.so"),
+                exec_vma(vdso, 2 * P, 5, "[vdso]"),
+            ],
+        },
+    );
+    t.touch(10, 10, bss, 2 * MIB, WRITE);
+    t.touch(10, 10, prog, 4 * P, READ);
+    t.touch(10, 10, prog + MIB, 2 * P, WRITE);
+    t.touch(10, 10, vdso, P, READ);
+    t.touch(10, 10, top - stack_len - 3 * P, P, WRITE);
+    let r = replay(
+        &t,
+        "exec",
+        &[
+            kernel(&[("transparent_hugepage/enabled", "never")]),
+            kernel(&[
+                ("transparent_hugepage/enabled", "never"),
+                ("transparent_hugepage/hugepages-64kB/enabled", "always"),
+            ]),
+        ],
+    );
+    assert_eq!(r.recorded.exec_layouts, 1);
+    let [k4, k64] = &r.models[..] else {
+        panic!("two kernels");
+    };
+    for m in [k4, k64] {
+        assert_eq!(
+            m.faults_passthrough, m.faults_passthrough_file,
+            "nothing outside"
+        );
+        assert_eq!(
+            m.faults_passthrough,
+            4 + 2 + 1,
+            "program text and data, vDSO"
+        );
+        assert_eq!(m.faults_exec_args, 1);
+        assert_eq!(m.faults_sigsegv, 0);
+    }
+    // 4K: the held kernel fault, 512 .bss pages and the stack growth.
+    assert_eq!(k4.faults_taken, 1 + 512 + 1);
+    // 64K: 32 folios for the .bss; the held fault's 64 KiB block holds the
+    // argument page (4 KiB), the grown stack page is 4 KiB.
+    assert_eq!(k64.faults_taken, 1 + 32 + 1);
+    assert_eq!(k64.vmstat.mthp_stat(64, "anon_fault_alloc"), 32);
+    let stack = vmas(k64, 10)
+        .into_iter()
+        .find(|v| v.1 == top)
+        .expect("stack");
+    assert_eq!(
+        stack.0,
+        top - stack_len - 3 * P,
+        "grown to the faulting page"
+    );
+}

@@ -390,3 +390,64 @@ fn mode_b_predicts_the_recorded_workloads_faults() {
     // The buffer is anonymous memory: most faults go through the model.
     assert!(m.faults_replayed * 2 > r.recorded.faults + r.recorded.kernel_faults);
 }
+
+/// Every exec of a recorded shell pipeline comes with its mappings
+/// (`ExecLayout`, from the kernel's `PERF_RECORD_MMAP2` records), and with
+/// them no recorded fault is outside every mapping: the stack, the `.bss`
+/// and the program's and interpreter's files are all in the replay, which
+/// then predicts the trace's own faults exactly and the workload's
+/// `ru_minflt` to within the recorder's own child (its faults between fork
+/// and exec are before the trace).
+#[test]
+fn every_exec_has_its_layout_and_no_fault_is_outside_a_mapping() {
+    let _lock = live_lock();
+    if let Some(why) = skip_reason() {
+        println!("SKIPPED: {why}");
+        return;
+    }
+    let out = out_path("execs.mmtrace");
+    let args = vec![
+        "-c".to_string(),
+        "ls / >/dev/null; cat /proc/self/maps >/dev/null; sort /proc/self/maps >/dev/null"
+            .to_string(),
+    ];
+    let before = tracefs_state();
+    let s = record(&out, "sh", &args, &opts()).expect("recording succeeds");
+    assert_clean(&before);
+    assert_eq!(s.exit_code, Some(0));
+    let execs = s.nr_events_by_kind.get("sched:sched_process_exec").copied();
+    let layouts = s.nr_events_by_kind.get("mmlab:exec_layout").copied();
+    assert!(execs >= Some(4), "sh and its three commands: {execs:?}");
+    assert_eq!(layouts, execs, "one layout per exec");
+    let header = TraceReader::open(&out).expect("trace").header().clone();
+    let mut cfg = mm::knobs::Preset::Linux6_18.config();
+    for (k, v) in trace::aspace::recorded_thp_knobs(&header) {
+        cfg.set_knob(&k, &v).expect("recorded knob");
+    }
+    let layout = mm::page_alloc::MemoryLayout {
+        nodes: vec![mm::page_alloc::NodeLayout {
+            nr_cpus: header.machine.nr_cpus.max(1),
+            nr_pages: 1 << 18,
+        }],
+        dma32_pages: 0,
+    };
+    let r = trace::aspace::replay_aspace(&out, &layout, &mm::cost::CostTable::uniform(1), &[cfg])
+        .expect("replay");
+    let _ = fs::remove_file(&out);
+    let m = &r.models[0];
+    let recorded = r.recorded.faults + r.recorded.kernel_faults;
+    println!(
+        "{recorded} recorded faults: {} in the model, {} in files or the vDSO, {} elsewhere; {} exec argument pages",
+        m.faults_replayed,
+        m.faults_passthrough_file,
+        m.faults_passthrough - m.faults_passthrough_file,
+        m.faults_exec_args
+    );
+    // The recorder's own child can fault between tracing on and its exec,
+    // in the recorder's address space, which is not recorded: a few.
+    let outside = m.faults_passthrough - m.faults_passthrough_file;
+    assert!(outside <= 8, "{outside} faults outside every mapping");
+    assert_eq!(m.faults_sigsegv, 0, "a recorded fault the model refused");
+    assert_eq!(m.predicted_pgfault() - m.faults_exec_args, recorded);
+    assert!(m.faults_exec_args >= execs.unwrap_or(0));
+}

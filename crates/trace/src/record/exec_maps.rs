@@ -19,26 +19,18 @@
 //! between the `PERF_RECORD_COMM` flagged `PERF_RECORD_MISC_COMM_EXEC`
 //! (`begin_new_exec()`, before the loader maps anything) and the
 //! `sched_process_exec` tracepoint (after it is done): the merge step takes
-//! them from [`ExecWindows::take`] when it writes that tracepoint's event.
+//! them from `ExecWindows::take` when it writes that tracepoint's event.
 //!
-//! # Bounds
 //!
-//! A window keeps at most [`MAX_WINDOW_VMAS`] records (a real exec makes a
-//! few dozen; the records after the exec are the process's own `mmap`s,
-//! which the trace has as system calls), and a process at most
-//! [`MAX_WINDOWS_PER_PID`] windows, so memory grows with the number of
-//! execs, not with the trace.
+//! The windows themselves are [`ExecWindows`] (`crate::exec_layout`),
+//! which an importer of perf.data files shares.
 
-use std::collections::BTreeMap;
 use std::io;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use crate::event::ExecVma;
+use crate::exec_layout::ExecWindows;
 
-/// Records kept per exec window.
-pub const MAX_WINDOW_VMAS: usize = 256;
-/// Exec windows kept per process id before the oldest goes.
-const MAX_WINDOWS_PER_PID: usize = 8;
 /// Data pages of each CPU's ring buffer (a power of two): 256 KiB holds
 /// thousands of mapping records between two polls.
 const RING_DATA_PAGES: usize = 64;
@@ -67,58 +59,10 @@ const PERF_RECORD_COMM: u32 = 3;
 const PERF_RECORD_MMAP2: u32 = 10;
 const PERF_RECORD_MISC_COMM_EXEC: u16 = 1 << 13;
 
-/// One exec's window: the time of its `PERF_RECORD_COMM` and the mappings
-/// after it, each with its time.
-type Window = (u64, Vec<(u64, ExecVma)>);
-
-/// The `PERF_RECORD_MMAP2` records of each exec, by process id.
-#[derive(Debug, Default)]
-pub struct ExecWindows {
-    /// Per process: its exec windows, oldest first: the time of the exec's
-    /// `PERF_RECORD_COMM` and the mappings after it, with their times.
-    windows: BTreeMap<i32, Vec<Window>>,
-    /// Records the kernel could not store (`PERF_RECORD_LOST`).
-    pub nr_lost: u64,
-    /// Records that did not parse.
-    pub nr_malformed: u64,
-}
-
 impl ExecWindows {
-    fn comm_exec(&mut self, pid: i32, ts: u64) {
-        let w = self.windows.entry(pid).or_default();
-        if w.len() >= MAX_WINDOWS_PER_PID {
-            w.remove(0);
-        }
-        w.push((ts, Vec::new()));
-    }
-
-    fn mmap2(&mut self, pid: i32, ts: u64, vma: ExecVma) {
-        if let Some((_, vmas)) = self.windows.get_mut(&pid).and_then(|w| w.last_mut()) {
-            if vmas.len() < MAX_WINDOW_VMAS {
-                vmas.push((ts, vma));
-            }
-        }
-    }
-
-    /// The mappings of the exec of `pid` that `sched_process_exec` reported
-    /// at `exec_ts`: those of the latest window that opened at or before
-    /// it, up to `exec_ts`. `None` if no window opened before it (the
-    /// records were lost, or perf was not available).
-    pub fn take(&mut self, pid: i32, exec_ts: u64) -> Option<Vec<ExecVma>> {
-        let w = self.windows.get_mut(&pid)?;
-        let i = w.iter().rposition(|(t, _)| *t <= exec_ts)?;
-        let (_, vmas) = w.remove(i);
-        // Older windows of this pid can no longer match an exec.
-        w.drain(..i);
-        Some(
-            vmas.into_iter()
-                .filter(|(t, _)| *t <= exec_ts)
-                .map(|(_, v)| v)
-                .collect(),
-        )
-    }
-
-    /// Parses one record (`bytes` is the whole record, header included).
+    /// Parses one record of the ring buffer of [`ExecMapsRecorder`]'s
+    /// events (`bytes` is the whole record, header included; its sample id
+    /// is `{ pid, tid, time }`, the event's `sample_type`).
     pub fn parse_record(&mut self, bytes: &[u8]) {
         let u16_at = |o: usize| u16::from_le_bytes([bytes[o], bytes[o + 1]]);
         let u32_at = |o: usize| u32::from_le_bytes(bytes[o..o + 4].try_into().expect("4 bytes"));

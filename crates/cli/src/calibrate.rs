@@ -1,0 +1,994 @@
+//! `mmlab calibrate`: measures this host's kernel costs, derives a cost
+//! profile from them, and checks the calibrated model's time against the
+//! live kernel on patterns the fit did not use.
+//!
+//! # The three kinds of figure in a calibrated profile
+//!
+//! - **measured**: a micro-benchmark times the same instructions or the
+//!   same kernel operation the model charges as that one cost
+//!   (`clear_page()`'s `rep stosb`, a `getppid()` round trip, a cache line
+//!   moved between two CPUs, ...), see [`live::run_micro`];
+//! - **fitted**: costs that no single measurement isolates (the fault
+//!   entry, the per-page clear of a fault, the allocator's steps, the PTE
+//!   costs) are the weighted least-squares solution of one equation per
+//!   live measurement — anonymous write faults of 4K, 16K, 64K and 2M
+//!   folios, zero-page read faults, a fault storm with the PCP lists forced
+//!   small, and `munmap`, `mprotect` and `fork` per populated page — each
+//!   equation the model's own charges for that operation (see [`fit`]);
+//! - **estimate**: what this host cannot measure from user space (another
+//!   socket, a DMA engine, page migration on a single node) keeps the base
+//!   profile's figure, with the reason.
+//!
+//! # The closing check
+//!
+//! The calibrated model then predicts the live kernel's CPU time for
+//! patterns the fit did not use — 1 GiB (or `--check-mib`) written in
+//! folios of every size (32K and 128K were never fitted), a fork-COW
+//! pattern, a PCP churn pattern with auto-tuned lists, zero-page reads —
+//! and prints predicted against live with the error of each and
+//! `calibration check: N/M within 10 %`.
+
+mod fit;
+mod live;
+mod out;
+
+use crate::fault_model::{run_model_opts, ModelOpts};
+use anyhow::{bail, Context, Result};
+use fit::{Equation, RegionOp, Unknown};
+use live::{names, LivePattern, Micro};
+use mm::cost::{Cost, CostTable};
+use mm::knobs::{KnobValue, Preset};
+use native::calibrate::{fmt_num, HostInfo, Measurement};
+use native::stats::Summary;
+use sim::profile::Profile;
+use std::path::PathBuf;
+use std::time::Instant;
+
+/// Options of one calibration.
+#[derive(Clone, Debug)]
+pub struct Opts {
+    /// Interleaved rounds of every micro-benchmark and fit pattern.
+    pub rounds: usize,
+    /// Size of the fit's fault patterns, MiB.
+    pub fit_mib: usize,
+    /// Size of the check's fault patterns, MiB.
+    pub check_mib: usize,
+    /// Runs of each check pattern (interleaved; the median counts).
+    pub check_reps: usize,
+    /// The profile whose figures stand where nothing is measured.
+    pub base: Profile,
+    /// The new profile's name.
+    pub name: String,
+    /// Where to write it (atomically).
+    pub out: Option<PathBuf>,
+    /// No progress on stderr.
+    pub quiet: bool,
+    /// Run the model on a machine of the host's memory and
+    /// `min_free_kbytes` (what the PCP lists' `high` follows); off, on one
+    /// just large enough for each pattern, which is much faster to set up
+    /// (the smoke run) but sizes the lists differently.
+    pub host_sized_model: bool,
+}
+
+/// Rows of a text table, the header first.
+type Rows = Vec<Vec<String>>;
+
+/// How a cost's figure came about.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Kind {
+    /// Timed directly.
+    Measured,
+    /// Solved from live measurements through the model's charges.
+    Fitted,
+    /// Not measurable here; the base profile's figure.
+    Estimate,
+}
+
+impl Kind {
+    fn word(self) -> &'static str {
+        match self {
+            Kind::Measured => "measured",
+            Kind::Fitted => "fitted",
+            Kind::Estimate => "estimate",
+        }
+    }
+}
+
+/// One cost of the calibrated profile.
+#[derive(Clone, Debug)]
+pub struct Derived {
+    /// The cost.
+    pub cost: Cost,
+    /// Nanoseconds.
+    pub ns: u64,
+    /// Where it comes from.
+    pub kind: Kind,
+    /// The profile's `source` text.
+    pub source: String,
+    /// Relative spread (half the p10-p90 range over the median), if known.
+    pub spread: Option<f64>,
+}
+
+/// The host's memory as the model should see it: ZONE_DMA32 and
+/// ZONE_NORMAL managed pages (from `/proc/zoneinfo`) and `min_free_kbytes`.
+struct HostMemory {
+    nr_pages: u64,
+    dma32_pages: u64,
+    min_free_kbytes: i64,
+}
+
+fn host_memory() -> HostMemory {
+    let text = std::fs::read_to_string("/proc/zoneinfo").unwrap_or_default();
+    let mut zone = String::new();
+    let (mut dma32, mut normal) = (0, 0);
+    for line in text.lines() {
+        if let Some(rest) = line.strip_prefix("Node ") {
+            zone = rest.rsplit(' ').next().unwrap_or("").to_string();
+        } else if let Some(v) = line.trim().strip_prefix("managed") {
+            let v: u64 = v.trim().parse().unwrap_or(0);
+            match zone.as_str() {
+                "DMA32" => dma32 += v,
+                "Normal" => normal += v,
+                _ => {}
+            }
+        }
+    }
+    let min_free_kbytes = std::fs::read_to_string("/proc/sys/vm/min_free_kbytes")
+        .ok()
+        .and_then(|s| s.trim().parse().ok())
+        .unwrap_or(0);
+    if dma32 + normal == 0 {
+        // No zoneinfo: a 4 GiB machine of one zone.
+        normal = 1 << 20;
+    }
+    HostMemory {
+        nr_pages: dma32 + normal,
+        dma32_pages: dma32,
+        min_free_kbytes,
+    }
+}
+
+impl HostMemory {
+    fn opts(&self, table: CostTable, fraction: u32) -> ModelOpts {
+        let mut knobs = Vec::new();
+        if self.min_free_kbytes > 0 {
+            knobs.push((
+                "vm.min_free_kbytes".to_string(),
+                KnobValue::Int(self.min_free_kbytes),
+            ));
+        }
+        if fraction > 0 {
+            knobs.push((
+                "vm.percpu_pagelist_high_fraction".to_string(),
+                KnobValue::Int(fraction as i64),
+            ));
+        }
+        ModelOpts {
+            table,
+            // 0: the pattern's own size (fault_model's default).
+            nr_pages: (self.nr_pages > 0).then_some(self.nr_pages),
+            dma32_pages: self.dma32_pages,
+            knobs,
+        }
+    }
+}
+
+/// The model's ns for the timed phases of `p` under `table`, user stores
+/// (`touch_ns` per page touched) included; and its faults there.
+fn model_pattern_ns(mem: &HostMemory, p: &LivePattern, table: &CostTable) -> Result<(f64, u64)> {
+    let opts = mem.opts(table.clone(), p.fraction);
+    let r = run_model_opts(&p.pattern, Preset::Linux6_18, &opts).map_err(anyhow::Error::msg)?;
+    let (ns, faults) = match p.timed {
+        live::Timed::Touch => (r.touch_model_ns, r.touch),
+        live::Timed::Steps => (r.steps_model_ns.iter().sum(), r.steps.iter().sum()),
+    };
+    let user = p.timed_pages() * table.get(Cost::Touch);
+    Ok(((ns + user) as f64, faults))
+}
+
+/// The unknowns of the fit, and the costs the fit leaves alone.
+fn unknowns(base: &CostTable) -> Vec<Unknown> {
+    let group = |cs: &[Cost]| Unknown {
+        members: cs.iter().map(|&c| (c, base.get(c).max(1) as f64)).collect(),
+    };
+    vec![
+        Unknown::single(Cost::FaultEntry),
+        Unknown::single(Cost::ClearPage),
+        Unknown::single(Cost::PteSet),
+        Unknown::single(Cost::PteCopy),
+        // munmap charges both once per page, and nothing else times either.
+        group(&[Cost::PteZap, Cost::FreePagesEntry]),
+        // The allocator's steps outside the zone lock. The buddy steps
+        // (under it) stay out of the fit: every page of a fault storm goes
+        // through both, so the fit cannot tell them apart, and charging the
+        // fault's other per-page work under the zone lock would invent
+        // contention on a many-CPU machine.
+        group(&[Cost::AllocPagesEntry, Cost::WatermarkCheck, Cost::PcpListOp]),
+    ]
+}
+
+/// What a calibration found, for printing and writing.
+pub struct Calibration {
+    host: HostInfo,
+    micro: Micro,
+    derived: Vec<Derived>,
+    fit_rows: Rows,
+    regression: Option<String>,
+    check_rows: Rows,
+    check_pass: (usize, usize),
+    secs: f64,
+}
+
+/// Runs a calibration and prints it; writes the profile if asked.
+pub fn run(opts: &Opts) -> Result<()> {
+    let t0 = Instant::now();
+    if opts.base.validate().is_err() {
+        bail!("the base profile is not complete");
+    }
+    if let Some(path) = &opts.out {
+        // A file that cannot be written fails now, not after minutes of work.
+        host::output::check_writable(path, host::output::Mode::Shared)
+            .with_context(|| format!("cannot write {}", path.display()))?;
+    }
+    let host = HostInfo::probe();
+    let mem = if opts.host_sized_model {
+        host_memory()
+    } else {
+        HostMemory {
+            nr_pages: 0,
+            dma32_pages: 0,
+            min_free_kbytes: 0,
+        }
+    };
+    let mut progress = |what: &str| {
+        if !opts.quiet {
+            eprintln!(
+                "mmlab calibrate: {what} ... ({:.0} s)",
+                t0.elapsed().as_secs_f64()
+            );
+        }
+    };
+    let micro = live::run_micro(opts.rounds, &mut progress).context("micro-benchmarks")?;
+    let base = opts.base.table();
+    let mut known = base.clone();
+    let mut derived = measured_costs(&micro, &opts.base, &host, &mut known);
+    // The PCP patterns change vm.percpu_pagelist_high_fraction, and putting
+    // it back resets the lists' auto-tuned high: they run in rounds of their
+    // own, so that the other patterns meet the lists as the check's do.
+    let (fit_pats, pcp_pats) = fit_patterns(opts.fit_mib);
+    let mut fit_live = live::run_patterns(&fit_pats, opts.rounds, &mut progress);
+    fit_live.extend(live::run_patterns(&pcp_pats, opts.rounds, &mut progress));
+    let fit_pats: Vec<LivePattern> = fit_pats.into_iter().chain(pcp_pats).collect();
+    progress("fitting the model's charges");
+    let (fit_rows, fitted, regression) = fit_costs(&mem, &micro, &fit_pats, &fit_live, &mut known)?;
+    merge_fitted(&mut derived, fitted, &opts.base, &host);
+    for d in tlb(&micro, &opts.base, &host, &known) {
+        if d.kind != Kind::Estimate {
+            known.set(d.cost, d.ns);
+        }
+        derived.push(d);
+    }
+    for &c in Cost::ALL {
+        if !derived.iter().any(|d| d.cost == c) {
+            derived.push(estimate(c, &opts.base, not_measurable(c)));
+        }
+    }
+    derived.sort_by_key(|d| d.cost);
+    annotate(&mut derived, &micro, regression.as_deref());
+    let check_pats = check_patterns(opts.check_mib);
+    let check_live = live::run_patterns(&check_pats, opts.check_reps, &mut progress);
+    progress("predicting the check patterns");
+    let (check_rows, check_pass) = check(&mem, &known, &check_pats, &check_live)?;
+    let cal = Calibration {
+        host,
+        micro,
+        derived,
+        fit_rows,
+        regression,
+        check_rows,
+        check_pass,
+        secs: t0.elapsed().as_secs_f64(),
+    };
+    print!("{}", out::report(&cal));
+    if let Some(path) = &opts.out {
+        let text = out::profile_toml(&cal, &opts.name, opts.check_mib);
+        let p: Profile = crate::experiment::parse_profile(&text, "the calibrated profile")?;
+        p.validate()
+            .map_err(|e| anyhow::anyhow!("the calibrated profile: {e}"))?;
+        out::write_atomically(path, &text)?;
+        eprintln!("mmlab calibrate: wrote {}", path.display());
+    }
+    Ok(())
+}
+
+/// The fit's fault patterns, and its PCP patterns (run apart).
+fn fit_patterns(mib: usize) -> (Vec<LivePattern>, Vec<LivePattern>) {
+    (
+        vec![
+            live::write_pattern(mib, 4),
+            live::write_pattern(mib, 16),
+            live::write_pattern(mib, 64),
+            live::write_pattern(mib, 2048),
+            live::read_pattern(mib),
+        ],
+        vec![live::churn_pattern((mib / 4).max(4), 2, 1_000_000)],
+    )
+}
+
+fn check_patterns(mib: usize) -> Vec<LivePattern> {
+    let mut v: Vec<LivePattern> = [4, 16, 32, 64, 128, 2048]
+        .iter()
+        .map(|&kb| live::write_pattern(mib, kb))
+        .collect();
+    v.push(live::read_pattern(mib));
+    v.push(live::cow_pattern((mib / 4).max(4)));
+    v.push(live::churn_pattern((mib / 16).max(4), 3, 0));
+    v
+}
+
+/// The `source` prefix of every figure this run produced.
+fn provenance(host: &HostInfo) -> String {
+    format!(
+        "mmlab calibrate, {}, Linux {}, {} ({} CPUs), load average {} at start",
+        out::today(),
+        host.kernel,
+        host.cpu,
+        host.nr_cpus,
+        host.loadavg
+    )
+}
+
+fn measured(cost: Cost, ns: f64, m: &[&Measurement], host: &HostInfo, how: &str) -> Derived {
+    let parts: Vec<String> = m
+        .iter()
+        .map(|m| format!("{}: {} ({})", m.name, m.describe(), m.how))
+        .collect();
+    let spread = m.iter().map(|m| m.rel_spread()).fold(0.0, f64::max);
+    Derived {
+        cost,
+        ns: ns.round().max(1.0) as u64,
+        kind: Kind::Measured,
+        source: format!(
+            "measured ({}): {how}{}",
+            provenance(host),
+            if parts.is_empty() {
+                String::new()
+            } else {
+                format!("; {}", parts.join("; "))
+            }
+        ),
+        spread: Some(spread),
+    }
+}
+
+fn estimate(cost: Cost, base: &Profile, why: &str) -> Derived {
+    let e = &base.entries[cost.key()];
+    // A base made by an earlier calibration already says why: keep its
+    // figure's own source only.
+    let mut old = e.source.as_str();
+    if let Some(rest) = old.strip_prefix("estimate (mmlab calibrate cannot measure it here: ") {
+        old = rest.split_once("): ").map_or(rest, |(_, src)| src);
+    }
+    let old = old.strip_prefix("estimate: ").unwrap_or(old);
+    Derived {
+        cost,
+        ns: e.ns,
+        kind: Kind::Estimate,
+        source: format!("estimate (mmlab calibrate cannot measure it here: {why}): {old}"),
+        spread: None,
+    }
+}
+
+/// The costs micro-benchmarks give directly; sets them in `known`.
+fn measured_costs(
+    micro: &Micro,
+    base: &Profile,
+    host: &HostInfo,
+    known: &mut CostTable,
+) -> Vec<Derived> {
+    let mut out = Vec::new();
+    let mut put = |d: Derived, known: &mut CostTable| {
+        if d.kind != Kind::Estimate {
+            known.set(d.cost, d.ns);
+        }
+        out.push(d);
+    };
+    let one = |cost: Cost,
+               name: &str,
+               how: &str,
+               known: &mut CostTable,
+               put: &mut dyn FnMut(Derived, &mut CostTable)| {
+        let d = match micro.get(name) {
+            Some(m) => measured(cost, m.median(), &[m], host, how),
+            None => estimate(cost, base, &micro.why_not(name).unwrap_or_default()),
+        };
+        put(d, known);
+    };
+    one(
+        Cost::SyscallEntry,
+        names::SYSCALL,
+        "a system call round trip",
+        known,
+        &mut put,
+    );
+    let copy_how = "copy_page()'s rep movsq of one cold 4 KiB page by one thread (the model's COW and migration copy)";
+    let copy_all = micro
+        .get(names::COPY_ALL)
+        .map(|m| format!("; all CPUs at once: {}", m.describe()))
+        .unwrap_or_default();
+    one(
+        Cost::CopyPage,
+        names::COPY_COLD,
+        &format!("{copy_how}{copy_all}"),
+        known,
+        &mut put,
+    );
+    one(
+        Cost::Touch,
+        names::TOUCH,
+        "a user store to a mapped page, one per 4 KiB",
+        known,
+        &mut put,
+    );
+    one(Cost::PcpLock, names::LOCK, "pcp_spin_trylock()/unlock on a CPU-local line: the locked cmpxchg and release store (interrupt-flag handling not included)", known, &mut put);
+    one(Cost::ZoneLockAcquire, names::LOCK, "an uncontended spin_lock()/spin_unlock() pair: the locked cmpxchg and release store on an owned line", known, &mut put);
+    one(
+        Cost::DramLocal,
+        names::DRAM,
+        "a dependent load served by local DRAM",
+        known,
+        &mut put,
+    );
+    put(handoff(micro, base, host), known);
+    for (cost, name, how) in [
+        (Cost::WorkqueueQueue, names::WAKER, "queue_work_on() to another CPU ends in wake_up_process() of its kworker: timed as the waker's side of a futex wake of a thread parked on the other CPU (try_to_wake_up() and the IPI), without insert_work()'s list add"),
+        (Cost::WorkqueueWakeup, names::WAKE_LATENCY, "a task woken on another CPU that was idle for 1 ms, from the wake call to the task running (a futex wake of a parked thread)"),
+    ] {
+        one(cost, name, how, known, &mut put);
+    }
+    put(vma_level(micro, base, host), known);
+    for d in vmacache(micro, base, host) {
+        put(d, known);
+    }
+    for d in c2c(micro, base, host) {
+        put(d, known);
+    }
+    out
+}
+
+fn handoff(micro: &Micro, base: &Profile, host: &HostInfo) -> Derived {
+    match (micro.get(names::HANDOFF), micro.get(names::LOCK)) {
+        (Some(h), Some(l)) => measured(
+            Cost::ZoneLockHandoff,
+            (h.median() - l.median()).max(1.0),
+            &[h, l],
+            host,
+            "a spin lock (and two lines written under it) handed to another CPU, less the uncontended lock round",
+        ),
+        _ => estimate(Cost::ZoneLockHandoff, base, &micro.why_not(names::HANDOFF).unwrap_or_default()),
+    }
+}
+
+/// Depth of the model's fan-out-16 maple tree over `n` VMAs
+/// (`MmStruct::maple_depth`).
+fn maple_depth(n: usize) -> u64 {
+    let (mut depth, mut cap) = (1, 16usize);
+    while n > cap {
+        depth += 1;
+        cap *= 16;
+    }
+    depth
+}
+
+fn vma_level(micro: &Micro, base: &Profile, host: &HostInfo) -> Derived {
+    let levels = maple_depth(micro.many_vmas) as f64 - maple_depth(micro.few_vmas) as f64;
+    match (micro.get(names::MINCORE_MANY), micro.get(names::MINCORE_FEW)) {
+        (Some(m), Some(f)) if levels > 0.0 => measured(
+            Cost::VmaLookupLevel,
+            ((m.median() - f.median()) / levels).max(1.0),
+            &[m, f],
+            host,
+            &format!(
+                "mincore() of one page with {} VMAs less with {}, over the {levels} levels the model's fan-out-16 tree adds",
+                micro.many_vmas, micro.few_vmas
+            ),
+        ),
+        _ => estimate(
+            Cost::VmaLookupLevel,
+            base,
+            &micro.why_not(names::MINCORE_MANY).unwrap_or("vm.max_map_count leaves no room for more VMAs".into()),
+        ),
+    }
+}
+
+fn vmacache(micro: &Micro, base: &Profile, host: &HostInfo) -> Vec<Derived> {
+    let (Some(one), Some(four)) = (micro.get(names::VMACACHE1), micro.get(names::VMACACHE4)) else {
+        return vec![
+            estimate(Cost::VmacacheProbe, base, "the replica did not run"),
+            estimate(Cost::VmacacheFindEntry, base, "the replica did not run"),
+        ];
+    };
+    let probe = ((four.median() - one.median()) / 3.0).max(0.0);
+    let entry = (one.median() - probe).max(0.0);
+    let how = "Linux 6.18 has no VMA cache (removed in 6.1): timed as the same loads and compares in user space";
+    let mut p = measured(
+        Cost::VmacacheProbe,
+        probe,
+        &[four, one],
+        host,
+        &format!("{how}; one slot = (hit in slot 3 - hit in slot 0) / 3"),
+    );
+    let mut e = measured(
+        Cost::VmacacheFindEntry,
+        entry,
+        &[one],
+        host,
+        &format!("{how}; the fixed part = hit in slot 0 less one slot"),
+    );
+    // A cost of a nanosecond or less is recorded as 1 (the table is whole ns).
+    p.ns = p.ns.max(1);
+    e.ns = e.ns.max(1);
+    vec![p, e]
+}
+
+fn c2c(micro: &Micro, base: &Profile, host: &HostInfo) -> Vec<Derived> {
+    let mut v = Vec::new();
+    for &(kind, pair) in &micro.pairs {
+        let cost = Cost::from_key(kind.cost_key()).expect("a c2c cost");
+        let m = micro
+            .outcomes
+            .iter()
+            .filter_map(|o| o.measured())
+            .find(|m| m.name.contains(kind.cost_key()));
+        v.push(match (pair, m) {
+            (Some((a, b)), Some(m)) => measured(
+                cost,
+                m.median(),
+                &[m],
+                host,
+                &format!("one-way cache-line transfer between CPUs {a} and {b}"),
+            ),
+            (Some(_), None) => estimate(cost, base, "the ping-pong failed"),
+            (None, _) => estimate(
+                cost,
+                base,
+                "this host has no such pair of CPUs (sysfs topology)",
+            ),
+        });
+    }
+    v.push(estimate(
+        Cost::DramRemote,
+        base,
+        &format!(
+            "{} NUMA node on this host, so no remote DRAM",
+            native_nodes()
+        ),
+    ));
+    v
+}
+
+fn native_nodes() -> usize {
+    std::fs::read_dir("/sys/devices/system/node")
+        .map(|d| {
+            d.flatten()
+                .filter(|e| {
+                    let n = e.file_name();
+                    let n = n.to_string_lossy();
+                    n.starts_with("node") && n[4..].parse::<u32>().is_ok()
+                })
+                .count()
+        })
+        .unwrap_or(1)
+        .max(1)
+}
+
+/// TLB flushes from `mprotect` of one page: a populated page against one
+/// never touched (no PTE to rewrite, nothing to flush) is one PTE rewrite
+/// (`pte_set_ns`, fitted before) and this CPU's flush; with a thread of the
+/// process on another CPU, the shootdown IPI comes on top.
+fn tlb(micro: &Micro, base: &Profile, host: &HostInfo, known: &CostTable) -> Vec<Derived> {
+    let mut v = Vec::new();
+    let full = micro.get(names::MPROTECT1);
+    match (full, micro.get(names::MPROTECT1_EMPTY)) {
+        (Some(f), Some(e)) => {
+            let local = f.median() - e.median() - known.get(Cost::PteSet) as f64;
+            if local > 0.0 {
+                v.push(measured(
+                    Cost::TlbFlushLocal,
+                    local,
+                    &[f, e],
+                    host,
+                    &format!("mprotect() of a populated page less of a never-touched one, less one pte_set ({} ns)", known.get(Cost::PteSet)),
+                ));
+            } else {
+                v.push(estimate(Cost::TlbFlushLocal, base, &format!("the populated and the empty mprotect() differ by no more than one pte_set ({} - {} ns)", fmt_num(f.median()), fmt_num(e.median()))));
+            }
+        }
+        _ => v.push(estimate(
+            Cost::TlbFlushLocal,
+            base,
+            &micro.why_not(names::MPROTECT1_EMPTY).unwrap_or_default(),
+        )),
+    }
+    match (micro.get(names::MPROTECT1_IPI), full) {
+        (Some(i), Some(o)) if i.median() > o.median() => v.push(measured(
+            Cost::TlbFlushIpi,
+            i.median() - o.median(),
+            &[i, o],
+            host,
+            "mprotect() of one populated page with a thread of the process running on another CPU less without: the shootdown IPI and its acknowledgement",
+        )),
+        (Some(i), Some(o)) => v.push(estimate(
+            Cost::TlbFlushIpi,
+            base,
+            &format!(
+                "with a thread of the process spinning on another CPU, mprotect() took {} ns against {} alone: no IPI cost seen (likely because the other CPU was running other tasks, so the thread was rarely in the mm there)",
+                fmt_num(i.median()),
+                fmt_num(o.median())
+            ),
+        )),
+        _ => v.push(estimate(Cost::TlbFlushIpi, base, &micro.why_not(names::MPROTECT1_IPI).unwrap_or_default())),
+    }
+    v
+}
+
+/// Why `mmlab calibrate` has no measurement for `c` on any host it runs on.
+fn not_measurable(c: Cost) -> &'static str {
+    match c {
+        Cost::MigrateIsolate | Cost::MigrateUnmap | Cost::MigrateRemap | Cost::MigrateFolio => {
+            "page migration needs two NUMA nodes to be timed from user space (move_pages() to the page's own node is a no-op)"
+        }
+        Cost::WorkqueueQueue | Cost::WorkqueueWakeup => {
+            "this process may run on one CPU only: no wake-up of another CPU to time"
+        }
+        Cost::DmaSubmit | Cost::DmaCompletion => "no DMA engine is reachable from user space",
+        Cost::FaultEntry
+        | Cost::ClearPage
+        | Cost::PteSet
+        | Cost::PteCopy
+        | Cost::PteZap
+        | Cost::FreePagesEntry
+        | Cost::AllocPagesEntry
+        | Cost::WatermarkCheck
+        | Cost::PcpListOp => {
+            "the fit gave it no positive value on this run, or its patterns could not run (see the fit table)"
+        }
+        Cost::BuddyListOp | Cost::BuddyMergeStep | Cost::BuddySplitStep => {
+            "every page of a live fault storm goes through both the PCP and the buddy lists, so no pattern separates the buddy steps (under the zone lock) from the rest of the allocation, and no tracepoint times the zone lock's hold"
+        }
+        _ => "no probe for it yet",
+    }
+}
+
+/// The fit: one equation per live measurement, solved for the unknowns;
+/// returns the table rows, the fitted costs (with their spreads over the
+/// rounds) and the size regression's line. Sets the fitted costs in `known`.
+#[allow(clippy::type_complexity)]
+fn fit_costs(
+    mem: &HostMemory,
+    micro: &Micro,
+    pats: &[LivePattern],
+    live: &[Result<(Vec<f64>, u64), String>],
+    known: &mut CostTable,
+) -> Result<(
+    Vec<Vec<String>>,
+    Vec<(Cost, f64, Option<f64>, String)>,
+    Option<String>,
+)> {
+    let unk = unknowns(known);
+    let mut base_known = known.clone();
+    for u in &unk {
+        for &(c, _) in &u.members {
+            base_known.set(c, 0);
+        }
+    }
+    // Per equation: name, live samples (per unit), model known part, columns, faults.
+    let mut eqs: Vec<(Equation, Vec<f64>)> = Vec::new();
+    let mut rows = vec![vec![
+        "equation".to_string(),
+        "live".into(),
+        "unit".into(),
+        "faults live/model".into(),
+    ]];
+    for (p, l) in pats.iter().zip(live) {
+        let Ok((samples, faults)) = l else { continue };
+        if samples.is_empty() {
+            continue;
+        }
+        let (eq, per, model_faults) = pattern_equation(mem, p, samples, &unk, &base_known)?;
+        rows.push(vec![
+            p.pattern.name.clone(),
+            fmt_num(eq.live),
+            "ns/page".into(),
+            format!("{faults}/{model_faults}"),
+        ]);
+        eqs.push((eq, per));
+    }
+    for (name, op) in [
+        (names::MUNMAP_PAGES, RegionOp::Munmap),
+        (names::MPROTECT_PAGES, RegionOp::Mprotect),
+        (names::FORK_PAGES, RegionOp::Fork),
+    ] {
+        let Some(m) = micro.get(name) else { continue };
+        let eq = region_equation(mem, name, m, op, &unk, &base_known)?;
+        rows.push(vec![
+            name.to_string(),
+            fmt_num(m.median()),
+            "ns/page".into(),
+            "-".into(),
+        ]);
+        eqs.push((eq, vec![m.median()]));
+    }
+    let plain: Vec<Equation> = eqs.iter().map(|e| e.0.clone()).collect();
+    let x = fit::solve(&plain, unk.len());
+    rows[0].push("model (fitted)".into());
+    for (row, e) in rows.iter_mut().skip(1).zip(&plain) {
+        let m = e.known
+            + e.cols
+                .iter()
+                .zip(&x)
+                .map(|(c, v)| c * v.unwrap_or(0.0))
+                .sum::<f64>();
+        row.push(format!(
+            "{} ({:+.1} %)",
+            fmt_num(m),
+            (m - e.live) / e.live * 100.0
+        ));
+    }
+    let spreads = round_spreads(&eqs, unk.len());
+    let mut fitted = Vec::new();
+    for (i, u) in unk.iter().enumerate() {
+        let Some(v) = x[i] else { continue };
+        for &(c, b) in &u.members {
+            let ns = v * b;
+            known.set(c, ns.round().max(1.0) as u64);
+            let group = if u.members.len() > 1 {
+                let names: Vec<_> = u.members.iter().map(|(c, _)| c.key()).collect();
+                format!("; fitted as one group scaled x{v:.2} from the base profile's ratios ({}: no measurement here tells them apart)", names.join(", "))
+            } else {
+                String::new()
+            };
+            fitted.push((c, ns, spreads[i], group));
+        }
+    }
+    let names: Vec<_> = plain.iter().map(|e| e.name.as_str()).collect();
+    for f in &mut fitted {
+        f.3 = format!(
+            "weighted least squares of the model's charges against {} live measurements ({}){}",
+            names.len(),
+            names.join("; "),
+            f.3
+        );
+    }
+    Ok((rows, fitted, size_regression(&eqs)))
+}
+
+/// The equation of a fault pattern: its live ns per page (the median of
+/// `samples`, and each sample) against the model's charges; and the model's
+/// faults in the timed phases.
+fn pattern_equation(
+    mem: &HostMemory,
+    p: &LivePattern,
+    samples: &[f64],
+    unk: &[Unknown],
+    base_known: &CostTable,
+) -> Result<(Equation, Vec<f64>, u64)> {
+    let pages = p.timed_pages() as f64;
+    let (k, model_faults) = model_pattern_ns(mem, p, base_known)?;
+    let mut cols = Vec::new();
+    for u in unk {
+        let (t, scale) = u.column_table();
+        let (ns, _) = model_pattern_ns(mem, p, &t)?;
+        let user = pages * t.get(Cost::Touch) as f64;
+        cols.push((ns - user) / scale / pages);
+    }
+    let per: Vec<f64> = samples.iter().map(|s| s / pages).collect();
+    let live = Summary::of(&per).expect("samples").median;
+    let eq = Equation {
+        name: p.pattern.name.clone(),
+        live,
+        known: k / pages,
+        cols,
+    };
+    Ok((eq, per, model_faults))
+}
+
+/// The equation of a region operation: live ns per page against the
+/// model's charges for the same operation on the same number of pages.
+fn region_equation(
+    mem: &HostMemory,
+    name: &str,
+    m: &Measurement,
+    op: RegionOp,
+    unk: &[Unknown],
+    base_known: &CostTable,
+) -> Result<Equation> {
+    let per = |t: &CostTable| -> Result<f64> {
+        let opts = mem.opts(t.clone(), 0);
+        let big = live::REGION_PAGES as u64;
+        if op == RegionOp::Fork {
+            let small = live::FORK_SMALL_PAGES as u64;
+            let a = fit::model_region_ns(&opts, big, op).map_err(anyhow::Error::msg)?;
+            let b = fit::model_region_ns(&opts, small, op).map_err(anyhow::Error::msg)?;
+            Ok((a as f64 - b as f64) / (big - small) as f64)
+        } else {
+            Ok(
+                fit::model_region_ns(&opts, big, op).map_err(anyhow::Error::msg)? as f64
+                    / big as f64,
+            )
+        }
+    };
+    let known = per(base_known)?;
+    let mut cols = Vec::new();
+    for u in unk {
+        let (t, scale) = u.column_table();
+        cols.push(per(&t)? / scale);
+    }
+    Ok(Equation {
+        name: name.to_string(),
+        live: m.median(),
+        known,
+        cols,
+    })
+}
+
+/// The fit repeated with each round's samples of the fault patterns (the
+/// region probes at their medians): each unknown's relative p10-p90 half
+/// range.
+fn round_spreads(eqs: &[(Equation, Vec<f64>)], nr: usize) -> Vec<Option<f64>> {
+    let rounds = eqs.iter().map(|e| e.1.len()).max().unwrap_or(0);
+    let mut sols: Vec<Vec<f64>> = vec![Vec::new(); nr];
+    for r in 0..rounds {
+        let these: Vec<Equation> = eqs
+            .iter()
+            .map(|(e, s)| Equation {
+                live: *s.get(r).unwrap_or(&e.live),
+                ..e.clone()
+            })
+            .collect();
+        for (i, v) in fit::solve(&these, nr).into_iter().enumerate() {
+            if let Some(v) = v {
+                sols[i].push(v);
+            }
+        }
+    }
+    sols.iter()
+        .map(|s| {
+            let sm = Summary::of(s)?;
+            (sm.median > 0.0).then(|| (sm.p90 - sm.p10) / 2.0 / sm.median)
+        })
+        .collect()
+}
+
+/// The write-fault patterns' ns per fault against pages per folio, fitted
+/// by a line: the fixed cost of a fault and the cost per page.
+fn size_regression(eqs: &[(Equation, Vec<f64>)]) -> Option<String> {
+    let mut pts = Vec::new();
+    for (e, _) in eqs {
+        let Some(rest) = e.name.strip_prefix("write ") else {
+            continue;
+        };
+        let size = rest.rsplit(", ").next()?;
+        let kb: f64 = if let Some(m) = size.strip_suffix('M') {
+            m.parse::<f64>().ok()? * 1024.0
+        } else {
+            size.strip_suffix('K')?.parse().ok()?
+        };
+        let pages = kb / 4.0;
+        pts.push((pages, e.live * pages));
+    }
+    let (a, b) = fit::line_fit(&pts)?;
+    let list: Vec<String> = pts
+        .iter()
+        .map(|(n, t)| format!("{n:.0} pages: {}", fmt_num(*t)))
+        .collect();
+    Some(format!(
+        "write fault ns = {} + {} x pages per folio (least squares over {}; ns per fault by folio: {})",
+        fmt_num(a),
+        fmt_num(b),
+        pts.len(),
+        list.join(", ")
+    ))
+}
+
+fn merge_fitted(
+    derived: &mut Vec<Derived>,
+    fitted: Vec<(Cost, f64, Option<f64>, String)>,
+    base: &Profile,
+    host: &HostInfo,
+) {
+    for (c, ns, spread, how) in fitted {
+        derived.retain(|d| d.cost != c);
+        let sp = spread.map_or(String::new(), |s| {
+            format!(", spread over the rounds' fits +-{:.0} %", s * 100.0)
+        });
+        derived.push(Derived {
+            cost: c,
+            ns: ns.round().max(1.0) as u64,
+            kind: Kind::Fitted,
+            source: format!(
+                "fitted ({}): {how}{sp}; base profile: {} ns",
+                provenance(host),
+                base.entries[c.key()].ns
+            ),
+            spread,
+        });
+    }
+}
+
+/// The closing check: every check pattern's live median against the
+/// calibrated model's prediction.
+fn check(
+    mem: &HostMemory,
+    table: &CostTable,
+    pats: &[LivePattern],
+    live: &[Result<(Vec<f64>, u64), String>],
+) -> Result<(Rows, (usize, usize))> {
+    let mut rows = vec![vec![
+        "pattern (not fitted)".to_string(),
+        "live ms".into(),
+        "spread".into(),
+        "model ms".into(),
+        "error".into(),
+        "faults live/model".into(),
+    ]];
+    let (mut ok, mut n) = (0, 0);
+    for (p, l) in pats.iter().zip(live) {
+        let (samples, faults) = match l {
+            Ok(x) if !x.0.is_empty() => x,
+            Ok(_) => continue,
+            Err(why) => {
+                rows.push(vec![
+                    p.pattern.name.clone(),
+                    "SKIPPED".into(),
+                    "-".into(),
+                    "-".into(),
+                    "-".into(),
+                    why.clone(),
+                ]);
+                continue;
+            }
+        };
+        let s = Summary::of(samples).expect("samples");
+        let (model, model_faults) = model_pattern_ns(mem, p, table)?;
+        let err = (model - s.median) / s.median;
+        n += 1;
+        if err.abs() <= 0.10 {
+            ok += 1;
+        }
+        rows.push(vec![
+            p.pattern.name.clone(),
+            format!("{:.1}", s.median / 1e6),
+            format!("{:.1}-{:.1}", s.min / 1e6, s.max / 1e6),
+            format!("{:.1}", model / 1e6),
+            format!("{:+.1} %", err * 100.0),
+            format!("{faults}/{model_faults}"),
+        ]);
+    }
+    Ok((rows, (ok, n)))
+}
+
+/// Adds the measurements that cross-check a cost to its source: the page
+/// clear's micro-benchmarks and the size regression beside the fitted
+/// `clear_page_ns`, the hot copy beside `copy_page_ns`, `mmap`+`munmap`
+/// beside `syscall_entry_ns`.
+fn annotate(derived: &mut [Derived], micro: &Micro, regression: Option<&str>) {
+    let m = |n: &str| micro.get(n).map(|m| format!("{n}: {}", m.describe()));
+    for d in derived.iter_mut() {
+        let extra: Vec<String> = match d.cost {
+            Cost::ClearPage => [m(names::CLEAR_COLD), m(names::CLEAR_HOT), m(names::CLEAR_ALL), regression.map(|r| format!("size regression: {r}"))]
+                .into_iter()
+                .flatten()
+                .collect(),
+            Cost::CopyPage => [m(names::COPY_HOT)].into_iter().flatten().collect(),
+            Cost::SyscallEntry => [m(names::MMAP).map(|s| format!("{s} (the model charges mmap and munmap one syscall_entry each plus their VMA tree walks)"))]
+                .into_iter()
+                .flatten()
+                .collect(),
+            _ => Vec::new(),
+        };
+        if !extra.is_empty() {
+            d.source += &format!("; cross-check: {}", extra.join("; "));
+        }
+    }
+}

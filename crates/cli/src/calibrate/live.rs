@@ -1,0 +1,381 @@
+//! The live-kernel side of a calibration: the micro-benchmarks of
+//! `native::calibrate` and fault patterns run with `native::faults`, each
+//! repeated in interleaved rounds.
+
+use native::calibrate::hw::{self, CpuPair};
+use native::calibrate::kernel;
+use native::calibrate::{run_interleaved, Measurement, Outcome, Probe};
+use native::faults::{Access, Advice, FaultPattern, Step};
+use native::knobs::{KnobGuard, LiveLock, ThpEnabled, ThpKnobs, PERCPU_PAGELIST_HIGH_FRACTION};
+use native::NativeError;
+use std::cell::RefCell;
+use std::path::Path;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+/// Micro-benchmark names the derivation looks up.
+pub mod names {
+    pub const SYSCALL: &str = "syscall round trip (getppid)";
+    pub const CLEAR_COLD: &str = "clear_page cold, 1 thread";
+    pub const CLEAR_HOT: &str = "clear_page hot, 1 thread";
+    pub const COPY_COLD: &str = "copy_page cold, 1 thread";
+    pub const COPY_HOT: &str = "copy_page hot, 1 thread";
+    pub const CLEAR_ALL: &str = "clear_page cold, all CPUs at once";
+    pub const COPY_ALL: &str = "copy_page cold, all CPUs at once";
+    pub const LOCK: &str = "spin lock round, uncontended";
+    pub const HANDOFF: &str = "spin lock hand-off";
+    pub const WAKER: &str = "wake-up, waker's side";
+    pub const WAKE_LATENCY: &str = "wake-up latency";
+    pub const DRAM: &str = "DRAM load (pointer chase)";
+    pub const TOUCH: &str = "user store per mapped 4 KiB page";
+    pub const MINCORE_FEW: &str = "mincore, this process's VMAs";
+    pub const MINCORE_MANY: &str = "mincore, with many more VMAs";
+    pub const MMAP: &str = "mmap+munmap 4 KiB";
+    pub const MPROTECT1: &str = "mprotect 1 page, populated";
+    pub const MPROTECT1_EMPTY: &str = "mprotect 1 page, never touched";
+    pub const MPROTECT1_IPI: &str = "mprotect 1 page, a thread of the process on another CPU";
+    pub const MUNMAP_PAGES: &str = "munmap per populated page";
+    pub const MPROTECT_PAGES: &str = "mprotect per populated page";
+    pub const FORK_PAGES: &str = "fork per populated page";
+    pub const VMACACHE1: &str = "vmacache_find equivalent, hit in slot 0";
+    pub const VMACACHE4: &str = "vmacache_find equivalent, hit in slot 3";
+}
+
+/// Sizes of the region probes, in 4 KiB pages.
+pub const REGION_PAGES: usize = 16 * 1024;
+/// The smaller region of the fork slope.
+pub const FORK_SMALL_PAGES: usize = 4 * 1024;
+
+/// Every micro-benchmark's outcome, and what the derivation needs besides.
+pub struct Micro {
+    /// In the order run.
+    pub outcomes: Vec<Outcome>,
+    /// VMAs of this process in the "few" mincore probe.
+    pub few_vmas: usize,
+    /// VMAs in the "many" probe.
+    pub many_vmas: usize,
+    /// The CPU pair of each kind found, and why a kind was not.
+    pub pairs: Vec<(CpuPair, Option<(usize, usize)>)>,
+}
+
+impl Micro {
+    /// The measurement called `name`, if it ran.
+    pub fn get(&self, name: &str) -> Option<&Measurement> {
+        self.outcomes.iter().find(|o| o.name() == name)?.measured()
+    }
+
+    /// Why `name` did not run, if it did not.
+    pub fn why_not(&self, name: &str) -> Option<String> {
+        match self.outcomes.iter().find(|o| o.name() == name) {
+            Some(Outcome::Skipped { why, .. }) => Some(why.clone()),
+            Some(Outcome::Measured(_)) => None,
+            None => Some("not run on this host".into()),
+        }
+    }
+}
+
+fn skipped(name: &str, why: impl Into<String>) -> Outcome {
+    Outcome::Skipped {
+        name: name.into(),
+        why: why.into(),
+    }
+}
+
+/// Runs every micro-benchmark, `rounds` interleaved rounds, pinned to the
+/// first allowed CPU.
+pub fn run_micro(rounds: usize, progress: &mut dyn FnMut(&str)) -> Result<Micro, NativeError> {
+    let cpus = native::sys::allowed_cpus()?;
+    let _affinity = native::sys::AffinityGuard::save()?;
+    let me = cpus[0];
+    native::sys::pin_to_cpu(me)?;
+    let pairs = hw::pairs_by_kind(&cpus);
+    // The fork probe must not leave these write-protected for copy-on-write.
+    let page_buf = native::sys::HugeBuf::new(hw::COLD_PAGES * 4096, 1)?;
+    page_buf.dont_fork()?;
+    let page_buf = RefCell::new(page_buf);
+    let chase = hw::Chase::new(256 << 20, 7)?;
+    let mut touch_buf = kernel::Region::new(64 << 20, libc_rw(), true)?;
+    touch_buf.dont_fork()?;
+    let few_vmas = kernel::nr_vmas()?;
+    let budget = kernel::vma_budget(60_000)?;
+    let mut probes = hw::page_probes(&page_buf, me);
+    probes.extend(all_cpu_probes(&page_buf, &cpus));
+    probes.push(Probe::new(
+        names::LOCK,
+        "ns",
+        "200000 x (lock cmpxchg 0->1, release store 0) on an owned line, thread CPU time",
+        || Ok(hw::locked_pair_ns()),
+    ));
+    probes.push(Probe::new(names::DRAM, "ns", "500000 dependent loads through a random cyclic permutation of the lines of a 256 MiB THP-backed buffer, thread CPU time", || Ok(chase.run(500_000))));
+    probes.push(Probe::new(
+        names::TOUCH,
+        "ns/page",
+        "a store to one byte of each page of 64 MiB of mapped 4 KiB pages, thread CPU time",
+        move || Ok(hw::touch_ns(touch_buf.as_mut_slice())),
+    ));
+    for (name, slot) in [(names::VMACACHE1, 0), (names::VMACACHE4, 3)] {
+        probes.push(Probe::new(name, "ns", format!("user-space replica of vmacache_find(): 4 slots loaded, NULL-tested and bounds-compared in order, hit in slot {slot}, L1-resident, 10^6 lookups, thread CPU time"), move || Ok(hw::vmacache_find_ns(slot))));
+    }
+    for &(kind, pair) in &pairs {
+        if let Some((a, b)) = pair {
+            probes.push(hw::c2c_probe(kind, a, b));
+        }
+    }
+    if let Some((a, b)) = pairs.iter().find_map(|p| p.1) {
+        probes.push(hw::handoff_probe(a, b).renamed(names::HANDOFF));
+        probes.push(kernel::mprotect_ipi_probe(a, b).renamed(names::MPROTECT1_IPI));
+        probes.push(hw::wake_probe(a, b, hw::WakeSide::Waker));
+        probes.push(hw::wake_probe(a, b, hw::WakeSide::Latency));
+    }
+    probes.extend(kernel_probes(budget));
+    let mut outcomes = run_interleaved(probes, rounds, |n| progress(n));
+    if pairs.iter().all(|p| p.1.is_none()) {
+        for n in [
+            names::HANDOFF,
+            names::MPROTECT1_IPI,
+            names::WAKER,
+            names::WAKE_LATENCY,
+        ] {
+            outcomes.push(skipped(n, "this process may run on one CPU only"));
+        }
+    }
+    Ok(Micro {
+        outcomes,
+        few_vmas,
+        many_vmas: few_vmas + budget,
+        pairs,
+    })
+}
+
+fn libc_rw() -> i32 {
+    kernel::RW
+}
+
+fn all_cpu_probes<'a>(buf: &'a RefCell<native::sys::HugeBuf>, cpus: &'a [usize]) -> Vec<Probe<'a>> {
+    let how = |what: &str| {
+        format!(
+            "{what} of 4 KiB pages of a 256 MiB THP-backed buffer split among {} pinned threads (one per CPU), mean thread CPU time per page",
+            cpus.len()
+        )
+    };
+    vec![
+        Probe::new(names::CLEAR_ALL, "ns/page", how("rep stosb"), move || {
+            hw::all_cpus_pages(&mut buf.borrow_mut(), cpus, false)
+        }),
+        Probe::new(names::COPY_ALL, "ns/page", how("rep movsq"), move || {
+            hw::all_cpus_pages(&mut buf.borrow_mut(), cpus, true)
+        }),
+    ]
+}
+
+fn kernel_probes<'a>(budget: usize) -> Vec<Probe<'a>> {
+    let mut v = vec![
+        kernel::syscall_probe(),
+        kernel::mmap_munmap_probe(),
+        kernel::mprotect_page_probe(true),
+        kernel::mprotect_page_probe(false),
+        kernel::munmap_pages_probe(REGION_PAGES).renamed(names::MUNMAP_PAGES),
+        kernel::mprotect_pages_probe(REGION_PAGES).renamed(names::MPROTECT_PAGES),
+        kernel::fork_pages_probe(FORK_SMALL_PAGES, REGION_PAGES).renamed(names::FORK_PAGES),
+        Probe::new(names::MINCORE_FEW, "ns", "50000 x mincore() of one unpopulated PROT_READ page between PROT_NONE ones, thread CPU time", move || {
+            let few = kernel::ManyVmas::new(1)?;
+            kernel::mincore_ns(few.probe_addr)
+        }),
+    ];
+    if budget >= 4096 {
+        v.push(Probe::new(
+            names::MINCORE_MANY,
+            "ns",
+            format!("the same with {budget} more one-page VMAs (alternating PROT_READ/PROT_NONE) mapped"),
+            move || {
+                let many = kernel::ManyVmas::new(budget)?;
+                kernel::mincore_ns(many.probe_addr)
+            },
+        ));
+    }
+    v
+}
+
+/// What part of a pattern is timed.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Timed {
+    /// The touch phase.
+    Touch,
+    /// Every step (re-touches, or the fork writer).
+    Steps,
+}
+
+/// A fault pattern with the PCP sizing it runs under.
+#[derive(Clone, Debug)]
+pub struct LivePattern {
+    /// The pattern.
+    pub pattern: FaultPattern,
+    /// `vm.percpu_pagelist_high_fraction` during the run (0: the host's
+    /// default, auto-tuned).
+    pub fraction: u32,
+    /// The timed phases.
+    pub timed: Timed,
+}
+
+impl LivePattern {
+    /// 4 KiB pages touched in the timed phases.
+    pub fn timed_pages(&self) -> u64 {
+        let n = self.pattern.nr_pages() as u64;
+        match self.timed {
+            Timed::Touch => n,
+            Timed::Steps => n * self.pattern.steps.len() as u64,
+        }
+    }
+}
+
+/// Sequential writes of `mib` MiB in folios of `size_kb` (4: THP off),
+/// with `MADV_HUGEPAGE` and the size's knob at `madvise` so that only this
+/// region gets large folios.
+pub fn write_pattern(mib: usize, size_kb: u32) -> LivePattern {
+    let name = format!("write {mib} MiB, {}", size_name(size_kb));
+    let mut p = if size_kb == 4 {
+        FaultPattern::new(&name, mib << 20, ThpKnobs::off())
+    } else {
+        FaultPattern::new(
+            &name,
+            mib << 20,
+            ThpKnobs::only(size_kb, ThpEnabled::Madvise),
+        )
+    };
+    if size_kb != 4 {
+        p.advice = Advice::Hugepage;
+    }
+    LivePattern {
+        pattern: p,
+        fraction: 0,
+        timed: Timed::Touch,
+    }
+}
+
+/// `4K`, `64K`, `2M`.
+pub fn size_name(kb: u32) -> String {
+    if kb >= 1024 {
+        format!("{}M", kb / 1024)
+    } else {
+        format!("{kb}K")
+    }
+}
+
+/// Sequential reads of `mib` MiB with THP off: every fault maps the zero page.
+pub fn read_pattern(mib: usize) -> LivePattern {
+    let mut p = FaultPattern::new(
+        &format!("read {mib} MiB, 4K (zero page)"),
+        mib << 20,
+        ThpKnobs::off(),
+    );
+    p.access = Access::Read;
+    LivePattern {
+        pattern: p,
+        fraction: 0,
+        timed: Timed::Touch,
+    }
+}
+
+/// `mib` MiB written in 4 KiB pages, then `rounds` times unmapped, mapped
+/// again and re-written; the re-writes are timed. With `fraction` the PCP
+/// lists are sized 1/fraction of the zone (a huge fraction: the minimum,
+/// four batches), so the freed pages go back to the buddy lists and the
+/// re-writes refill from them under the zone lock.
+pub fn churn_pattern(mib: usize, rounds: usize, fraction: u32) -> LivePattern {
+    let what = if fraction == 0 {
+        "auto-tuned PCP high".to_string()
+    } else {
+        format!("percpu_pagelist_high_fraction {fraction}")
+    };
+    let mut p = FaultPattern::new(
+        &format!("PCP churn {mib} MiB x{rounds}, {what}"),
+        mib << 20,
+        ThpKnobs::off(),
+    );
+    p.steps = vec![
+        Step::MunmapRetouch {
+            offset_bytes: 0,
+            len_bytes: mib << 20,
+        };
+        rounds
+    ];
+    LivePattern {
+        pattern: p,
+        fraction,
+        timed: Timed::Steps,
+    }
+}
+
+/// `mib` MiB written in 4 KiB pages, then a forked child writes every page
+/// (copy-on-write of each); the child's faults are timed.
+pub fn cow_pattern(mib: usize) -> LivePattern {
+    let mut p = FaultPattern::new(
+        &format!("fork COW {mib} MiB, 4K"),
+        mib << 20,
+        ThpKnobs::off(),
+    );
+    p.steps = vec![Step::ForkWriter];
+    LivePattern {
+        pattern: p,
+        fraction: 0,
+        timed: Timed::Steps,
+    }
+}
+
+/// Wall nanoseconds spent waiting for the live-kernel lock (other users of
+/// the host's knobs hold it), so that the report can tell the
+/// calibration's own time from the wait.
+pub static LOCK_WAIT_NS: AtomicU64 = AtomicU64::new(0);
+
+/// One live run: CPU ns and faults of the timed phases.
+pub fn run_pattern(p: &LivePattern) -> Result<(f64, u64), NativeError> {
+    let t0 = std::time::Instant::now();
+    let lock = LiveLock::acquire()?;
+    LOCK_WAIT_NS.fetch_add(t0.elapsed().as_nanos() as u64, Ordering::Relaxed);
+    let mut guard = KnobGuard::new(&lock);
+    let path = Path::new(PERCPU_PAGELIST_HIGH_FRACTION);
+    let want = p.fraction.to_string();
+    if native::knobs::read_knob(path)? != want {
+        guard.set(path, &want)?;
+    }
+    // Memory the host has backed, as the kernel's cost is what is measured
+    // (kernel::warm_memory says why); twice the region for a fork's copies.
+    let copies = 1 + p.pattern.steps.contains(&Step::ForkWriter) as usize;
+    kernel::warm_memory(copies * p.pattern.len_bytes + (4 << 20))?;
+    let r = native::faults::run_locked(&p.pattern, &lock);
+    guard.restore()?;
+    let r = r?;
+    Ok(match p.timed {
+        Timed::Touch => (r.touch.cpu_ns as f64, r.touch.nr_minflt),
+        Timed::Steps => (
+            r.steps.iter().map(|s| s.cpu_ns as f64).sum(),
+            r.steps.iter().map(|s| s.nr_minflt).sum(),
+        ),
+    })
+}
+
+/// Each pattern `reps` times, interleaved: per pattern, the samples (CPU
+/// ns of the timed phases) and the faults of the last run; or why it could
+/// not run.
+pub fn run_patterns(
+    pats: &[LivePattern],
+    reps: usize,
+    progress: &mut dyn FnMut(&str),
+) -> Vec<Result<(Vec<f64>, u64), String>> {
+    let mut out: Vec<Result<(Vec<f64>, u64), String>> = vec![Ok((Vec::new(), 0)); pats.len()];
+    for r in 0..reps {
+        for (p, o) in pats.iter().zip(out.iter_mut()) {
+            let Ok((samples, faults)) = o else { continue };
+            if r == 0 {
+                progress(&p.pattern.name);
+            }
+            match run_pattern(p) {
+                Ok((ns, f)) => {
+                    samples.push(ns);
+                    *faults = f;
+                }
+                Err(e) => *o = Err(e.to_string()),
+            }
+        }
+    }
+    out
+}

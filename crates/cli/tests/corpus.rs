@@ -1,0 +1,174 @@
+//! The validation corpus (`scripts/corpus.py`, issue 13) without root: the
+//! committed recordings replay to the committed predictions, and the
+//! committed predictions stand against the committed live measurements as
+//! the README's table says, misses included.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use serde_json::Value;
+
+fn root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
+}
+
+fn load(name: &str) -> Value {
+    let p = root().join("scripts/corpus").join(name);
+    let text = std::fs::read_to_string(&p).unwrap_or_else(|e| panic!("{}: {e}", p.display()));
+    serde_json::from_str(&text).unwrap_or_else(|e| panic!("{}: {e}", p.display()))
+}
+
+const JIT: &str = "JIT runtime: its own 4 KiB runs differ by 3 % (GC and compiler threads' timing); the recorded run is one of them";
+const JVM: &str =
+    "JVM: its own 4 KiB runs differ by up to 30 % (GC heap sizing, JIT and GC threads' timing)";
+const ASLR: &str = "ASLR: each run's layout decides how many large folios fit each mapping (live spread of the same configuration up to 11 %)";
+const KHUGEPAGED: &str =
+    "khugepaged collapses part of the heap during the run (thp_collapse_alloc moves; not modelled)";
+const SMALL: &str = "under 300 faults: a few faults of layout noise are over 2 %";
+
+/// The (program, configuration) pairs whose page faults the model misses by
+/// more than 2 %, each with the mechanism (see scripts/corpus/README.md),
+/// for the runs with ASLR (`live.json`) and without (`live-noaslr.json`).
+/// A pair not listed must be within 2 %; a listed one may improve.
+const KNOWN_MISSES: &[(&str, &str, &str, &str)] = &[
+    ("-noaslr", "node", "64k", JIT),
+    ("-noaslr", "node", "all", JIT),
+    ("-noaslr", "node", "hf100", JIT),
+    ("-noaslr", "java", "16k", JVM),
+    ("-noaslr", "java", "64k", JVM),
+    ("-noaslr", "java", "2m", JVM),
+    ("-noaslr", "java", "all", JVM),
+    ("-noaslr", "java", "hf8", JVM),
+    ("-noaslr", "java", "hf100", JVM),
+    ("", "python", "64k", ASLR),
+    ("", "python", "all", ASLR),
+    ("", "sqlite", "2m", ASLR),
+    ("", "zstd", "all", SMALL),
+    ("", "sort", "all", SMALL),
+    ("", "gzip", "64k", SMALL),
+    ("", "gzip", "all", SMALL),
+    ("", "node", "2m", JIT),
+    ("", "node", "all", JIT),
+    ("", "node", "hf8", JIT),
+    ("", "node", "hf100", JIT),
+    ("", "xz", "2m", KHUGEPAGED),
+    ("", "xz", "all", KHUGEPAGED),
+    ("", "java", "16k", JVM),
+    ("", "java", "64k", JVM),
+    ("", "java", "2m", JVM),
+    ("", "java", "all", JVM),
+    ("", "java", "hf8", JVM),
+    ("", "java", "hf100", JVM),
+];
+
+fn pct(model: f64, live: f64) -> f64 {
+    if live == 0.0 {
+        0.0
+    } else {
+        100.0 * (model - live) / live
+    }
+}
+
+#[test]
+fn committed_recordings_replay_to_the_committed_predictions() {
+    for sfx in ["", "-noaslr"] {
+        recordings_replay_to_predictions(sfx);
+    }
+}
+
+fn recordings_replay_to_predictions(sfx: &str) {
+    let preds = load(&format!("predictions{sfx}.json"));
+    let dir = root().join(format!("scripts/corpus/recordings{sfx}"));
+    let exp = root().join("examples/replay-folio-configs.toml");
+    let mut checked = 0;
+    for entry in std::fs::read_dir(&dir).expect("scripts/corpus/recordings") {
+        let path = entry.expect("entry").path();
+        let Some(name) = path.file_stem().and_then(|s| s.to_str()) else {
+            continue;
+        };
+        let o = Command::new(env!("CARGO_BIN_EXE_mmlab"))
+            .args(["replay", path.to_str().expect("utf-8"), "--experiment"])
+            .arg(&exp)
+            .args(["--mode", "aspace", "--format", "json", "--quiet"])
+            .output()
+            .expect("mmlab runs");
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+        let doc: Value = serde_json::from_slice(&o.stdout).expect("json");
+        let want = &preds["programs"][name]["kernels"];
+        // The results document: one experiment, its mode (b) replay.
+        let aspace = &doc["experiments"][0]["aspace"];
+        for k in aspace["kernels"].as_array().expect("kernels") {
+            let kname = k["kernel"].as_str().expect("name");
+            assert_eq!(
+                k["pgfault"], want[kname]["pgfault"],
+                "{name} under {kname}: the replay no longer gives the committed prediction"
+            );
+            let sizes: BTreeMap<String, u64> = k["anon_fault_alloc"]
+                .as_object()
+                .expect("sizes")
+                .iter()
+                .filter(|(_, v)| v.as_u64() != Some(0))
+                .map(|(kb, v)| {
+                    (
+                        kb.trim_end_matches("kB").to_string(),
+                        v.as_u64().expect("n"),
+                    )
+                })
+                .collect();
+            let committed: BTreeMap<String, u64> =
+                serde_json::from_value(want[kname]["anon_fault_alloc"].clone()).expect("sizes");
+            assert_eq!(sizes, committed, "{name} under {kname}: anon_fault_alloc");
+        }
+        checked += 1;
+    }
+    assert!(checked >= 3, "only {checked} committed recordings");
+}
+
+#[test]
+fn committed_predictions_meet_the_goals_but_for_the_named_misses() {
+    for sfx in ["", "-noaslr"] {
+        predictions_meet_goals(sfx);
+    }
+}
+
+fn predictions_meet_goals(sfx: &str) {
+    let live = load(&format!("live{sfx}.json"));
+    let preds = load(&format!("predictions{sfx}.json"));
+    let mut pairs = 0;
+    let mut failures = Vec::new();
+    for (prog, configs) in live["programs"].as_object().expect("programs") {
+        let Some(p) = preds["programs"].get(prog) else {
+            continue;
+        };
+        let outside = p["outside_trace"].as_f64().expect("outside_trace");
+        for (cfg, l) in configs.as_object().expect("configs") {
+            if cfg == "4k" {
+                continue;
+            }
+            let kernel = if p["kernels"].get(cfg).is_some() {
+                cfg.as_str()
+            } else {
+                "4k"
+            };
+            let model = p["kernels"][kernel]["pgfault"].as_f64().expect("pgfault") + outside;
+            let err = pct(model, l["faults"]["mean"].as_f64().expect("mean"));
+            pairs += 1;
+            let known = KNOWN_MISSES
+                .iter()
+                .any(|(s, a, b, _)| *s == sfx && a == prog && b == cfg);
+            if err.abs() > 2.0 && !known {
+                failures.push(format!("live{sfx}: {prog} {cfg}: page faults {err:+.1} %"));
+            }
+        }
+    }
+    assert!(
+        pairs >= 40,
+        "only {pairs} (program, config) pairs in the corpus"
+    );
+    assert!(
+        failures.is_empty(),
+        "outside the 2 % goal and not a named miss:\n{}",
+        failures.join("\n")
+    );
+}

@@ -1,0 +1,418 @@
+//! Live-kernel probes: system calls and the per-page work of `munmap`,
+//! `mprotect` and `fork` on populated anonymous memory, and the cost of one
+//! level of the VMA tree.
+//!
+//! Every region is `MADV_NOHUGEPAGE`, so it is mapped by 4 KiB pages
+//! whatever THP knobs another process has set meanwhile, and populated by
+//! writing one byte per page before the timed call. Times are this thread's
+//! CPU time around the call.
+
+use super::{cpu_ns_of, Probe};
+use crate::error::NativeError;
+use crate::sys::PAGE_SIZE;
+
+/// An anonymous private mapping, unmapped on drop unless already unmapped.
+pub struct Region {
+    ptr: *mut u8,
+    len: usize,
+}
+
+impl Region {
+    /// Maps `len` bytes with `prot`, `MADV_NOHUGEPAGE`; populated (one write
+    /// per page) if `populate`.
+    pub fn new(len: usize, prot: libc::c_int, populate: bool) -> Result<Region, NativeError> {
+        // SAFETY: a fresh anonymous mapping at an address of the kernel's choosing.
+        let p = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                len,
+                prot,
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE,
+                -1,
+                0,
+            )
+        };
+        if p == libc::MAP_FAILED {
+            return Err(NativeError::last_os(
+                "mmap",
+                format!("{} KiB region", len >> 10),
+            ));
+        }
+        let r = Region { ptr: p.cast(), len };
+        // SAFETY: madvise on our own mapping only changes its THP eligibility.
+        if unsafe { libc::madvise(p, len, libc::MADV_NOHUGEPAGE) } != 0 {
+            return Err(NativeError::last_os("madvise(MADV_NOHUGEPAGE)", "region"));
+        }
+        if populate {
+            for off in (0..len).step_by(PAGE_SIZE) {
+                // SAFETY: off < len, inside our read-write mapping.
+                unsafe { std::ptr::write_volatile(r.ptr.add(off), 1) };
+            }
+        }
+        Ok(r)
+    }
+
+    /// The start address.
+    pub fn addr(&self) -> usize {
+        self.ptr as usize
+    }
+
+    /// The bytes (the mapping must be readable and writable).
+    pub fn as_mut_slice(&mut self) -> &mut [u8] {
+        // SAFETY: ptr..ptr+len is our live mapping; &mut self makes the
+        // borrow exclusive. The caller mapped it read-write.
+        unsafe { std::slice::from_raw_parts_mut(self.ptr, self.len) }
+    }
+
+    /// `madvise(MADV_DONTFORK)`: see [`crate::sys::HugeBuf::dont_fork`].
+    pub fn dont_fork(&self) -> Result<(), NativeError> {
+        // SAFETY: madvise on our own mapping only changes what fork copies.
+        if unsafe { libc::madvise(self.ptr.cast(), self.len, libc::MADV_DONTFORK) } != 0 {
+            return Err(NativeError::last_os("madvise(MADV_DONTFORK)", "region"));
+        }
+        Ok(())
+    }
+
+    /// Unmaps now and returns the thread CPU ns the `munmap` took.
+    pub fn unmap_timed(mut self) -> Result<u64, NativeError> {
+        let mut rc = 0;
+        // SAFETY: our own mapping; nothing refers to it after this.
+        let ns = cpu_ns_of(|| rc = unsafe { libc::munmap(self.ptr.cast(), self.len) });
+        self.len = 0;
+        if rc != 0 {
+            return Err(NativeError::last_os("munmap", "region"));
+        }
+        Ok(ns)
+    }
+}
+
+impl Drop for Region {
+    fn drop(&mut self) {
+        if self.len > 0 {
+            // SAFETY: our own mapping, unmapped once.
+            unsafe { libc::munmap(self.ptr.cast(), self.len) };
+        }
+    }
+}
+
+fn mprotect(addr: usize, len: usize, prot: libc::c_int) -> Result<(), NativeError> {
+    // SAFETY: the range is one of our own mappings.
+    if unsafe { libc::mprotect(addr as *mut _, len, prot) } != 0 {
+        return Err(NativeError::last_os("mprotect", format!("{addr:#x}+{len}")));
+    }
+    Ok(())
+}
+
+/// `PROT_READ | PROT_WRITE`.
+pub const RW: libc::c_int = libc::PROT_READ | libc::PROT_WRITE;
+
+/// `getppid()` round trips: ns per call.
+pub fn syscall_probe<'a>() -> Probe<'a> {
+    Probe::new(
+        "syscall round trip (getppid)",
+        "ns",
+        "20000 x syscall(SYS_getppid), thread CPU time",
+        || {
+            const N: u64 = 20_000;
+            let ns = cpu_ns_of(|| {
+                for _ in 0..N {
+                    // SAFETY: getppid has no arguments and cannot fail.
+                    std::hint::black_box(unsafe { libc::syscall(libc::SYS_getppid) });
+                }
+            });
+            Ok(ns as f64 / N as f64)
+        },
+    )
+}
+
+/// `mmap` + `munmap` of one untouched anonymous page: ns per pair.
+pub fn mmap_munmap_probe<'a>() -> Probe<'a> {
+    Probe::new(
+        "mmap+munmap 4 KiB",
+        "ns",
+        "2000 x (mmap 4 KiB anonymous, munmap it), untouched, thread CPU time",
+        || {
+            const N: u64 = 2000;
+            let mut err = None;
+            let ns = cpu_ns_of(|| {
+                for _ in 0..N {
+                    match Region::new(PAGE_SIZE, RW, false) {
+                        Ok(r) => drop(r),
+                        Err(e) => err = Some(e),
+                    }
+                }
+            });
+            err.map_or(Ok(ns as f64 / N as f64), Err)
+        },
+    )
+}
+
+/// `mprotect` of one page between read-write and read-only, between
+/// `PROT_NONE` guards (so its VMA never merges): ns per call. With
+/// `populated` the page is written first, so every call rewrites its PTE
+/// and flushes it from the TLB; without, there is no page table under it
+/// and nothing to rewrite or flush.
+pub fn mprotect_page_probe<'a>(populated: bool) -> Probe<'a> {
+    let what = if populated {
+        "populated"
+    } else {
+        "never touched"
+    };
+    Probe::new(
+        format!("mprotect 1 page, {what}"),
+        "ns",
+        format!("2000 x mprotect of one {what} page (RW <-> R, PROT_NONE guards both sides), thread CPU time"),
+        move || {
+            let guard = Region::new(3 * PAGE_SIZE, libc::PROT_NONE, false)?;
+            let page = guard.addr() + PAGE_SIZE;
+            mprotect(page, PAGE_SIZE, RW)?;
+            if populated {
+                // SAFETY: the page was just made writable.
+                unsafe { std::ptr::write_volatile(page as *mut u8, 1) };
+            }
+            const N: u64 = 2000;
+            let mut r = Ok(());
+            let ns = cpu_ns_of(|| {
+                for i in 0..N {
+                    let prot = if i % 2 == 0 { libc::PROT_READ } else { RW };
+                    if let Err(e) = mprotect(page, PAGE_SIZE, prot) {
+                        r = Err(e);
+                        break;
+                    }
+                }
+            });
+            r.map(|()| ns as f64 / N as f64)
+        },
+    )
+}
+
+/// `mprotect` of one populated page (as [`mprotect_page_probe`]) while
+/// another thread of this process spins in user space on CPU `b`, the
+/// caller pinned to `a`: every change of the page's protection must flush
+/// that CPU's TLB too (`flush_tlb_mm_range()` sends it an IPI and waits).
+/// ns per call.
+pub fn mprotect_ipi_probe<'a>(a: usize, b: usize) -> Probe<'a> {
+    Probe::new(
+        "mprotect 1 page, other CPU in the mm",
+        "ns",
+        format!("2000 x mprotect of one populated page (RW <-> R) on CPU {a} while a thread of the process spins on CPU {b}, thread CPU time"),
+        move || {
+            use std::sync::atomic::{AtomicBool, Ordering};
+            let stop = AtomicBool::new(false);
+            std::thread::scope(|s| {
+                let spinner = s.spawn(|| -> Result<(), NativeError> {
+                    crate::sys::pin_to_cpu(b)?;
+                    while !stop.load(Ordering::Relaxed) {
+                        std::hint::spin_loop();
+                    }
+                    Ok(())
+                });
+                crate::sys::pin_to_cpu(a)?;
+                // Let the spinner reach its CPU before timing.
+                std::thread::sleep(std::time::Duration::from_millis(2));
+                let r = mprotect_page_probe(true).run.as_mut()();
+                stop.store(true, Ordering::Relaxed);
+                spinner
+                    .join()
+                    .map_err(|_| NativeError::ThreadPanicked { what: "TLB spinner" })??;
+                r
+            })
+        },
+    )
+}
+
+/// `munmap` of a populated 4 KiB-mapped region: ns per page.
+pub fn munmap_pages_probe<'a>(pages: usize) -> Probe<'a> {
+    Probe::new(
+        format!("munmap populated, {} MiB", (pages * PAGE_SIZE) >> 20),
+        "ns/page",
+        format!(
+            "munmap of {} MiB of written 4 KiB pages (MADV_NOHUGEPAGE), thread CPU time per page",
+            (pages * PAGE_SIZE) >> 20
+        ),
+        move || {
+            let r = Region::new(pages * PAGE_SIZE, RW, true)?;
+            Ok(r.unmap_timed()? as f64 / pages as f64)
+        },
+    )
+}
+
+/// `mprotect` rewriting every PTE of a populated region (read-write to
+/// read-only and back): ns per page and call.
+pub fn mprotect_pages_probe<'a>(pages: usize) -> Probe<'a> {
+    Probe::new(
+        format!("mprotect populated, {} MiB", (pages * PAGE_SIZE) >> 20),
+        "ns/page",
+        format!(
+            "mprotect RW->R and R->RW of {} MiB of written 4 KiB pages, thread CPU time per page and call",
+            (pages * PAGE_SIZE) >> 20
+        ),
+        move || {
+            let r = Region::new(pages * PAGE_SIZE, RW, true)?;
+            let mut res = Ok(());
+            let ns = cpu_ns_of(|| {
+                res = mprotect(r.addr(), pages * PAGE_SIZE, libc::PROT_READ)
+                    .and_then(|()| mprotect(r.addr(), pages * PAGE_SIZE, RW));
+            });
+            res.map(|()| ns as f64 / (2 * pages) as f64)
+        },
+    )
+}
+
+/// CPU ns of `fork()` in this process (the parent's side: `dup_mmap()`
+/// copying every mapping's page tables); the child `_exit`s at once.
+pub fn fork_ns() -> Result<u64, NativeError> {
+    let mut pid = 0;
+    // SAFETY: the child only calls _exit, which is async-signal-safe.
+    let ns = cpu_ns_of(|| pid = unsafe { libc::fork() });
+    if pid < 0 {
+        return Err(NativeError::last_os("fork", "calibration fork"));
+    }
+    if pid == 0 {
+        // SAFETY: leaves the child without running anything of the parent's.
+        unsafe { libc::_exit(0) };
+    }
+    let mut status = 0;
+    // SAFETY: pid is our child; status a valid out-pointer.
+    while unsafe { libc::waitpid(pid, &mut status, 0) } != pid {
+        if std::io::Error::last_os_error().raw_os_error() != Some(libc::EINTR) {
+            return Err(NativeError::last_os("waitpid", "calibration fork"));
+        }
+    }
+    Ok(ns)
+}
+
+/// `fork()` with `big` against `small` populated pages mapped: the
+/// difference per page (the page-table copy of one PTE and its share of
+/// the table), which cancels the fork's fixed cost.
+pub fn fork_pages_probe<'a>(small: usize, big: usize) -> Probe<'a> {
+    Probe::new(
+        "fork per populated page",
+        "ns/page",
+        format!(
+            "fork() CPU time (parent) with {} MiB minus with {} MiB of written 4 KiB pages, per page",
+            (big * PAGE_SIZE) >> 20,
+            (small * PAGE_SIZE) >> 20
+        ),
+        move || {
+            let a = Region::new(small * PAGE_SIZE, RW, true)?;
+            let t_small = fork_ns()?;
+            drop(a);
+            let b = Region::new(big * PAGE_SIZE, RW, true)?;
+            let t_big = fork_ns()?;
+            drop(b);
+            Ok((t_big as f64 - t_small as f64) / (big - small) as f64)
+        },
+    )
+}
+
+/// Maps `bytes` with `MADV_HUGEPAGE`, writes one byte per 4 KiB and unmaps
+/// it again: the memory the next allocations get is then memory this
+/// guest's host has backed.
+///
+/// Why: a virtual machine with free page reporting (virtio-balloon
+/// `F_REPORTING`, `page_reporting_order` 9 here) hands free blocks of 2 MiB
+/// and more back to the host a few seconds after they are freed; the first
+/// touch of such a page then faults in the host too, which costs several
+/// times the guest's own fault (a 2 MiB THP fault took ~5 ms instead of
+/// ~0.1 ms). That is the hypervisor's cost, not the guest kernel's, and the
+/// model has no host: a measurement of the kernel's fault path warms the
+/// memory first.
+pub fn warm_memory(bytes: usize) -> Result<(), NativeError> {
+    // SAFETY: a fresh anonymous mapping at an address of the kernel's choosing.
+    let p = unsafe {
+        libc::mmap(
+            std::ptr::null_mut(),
+            bytes,
+            RW,
+            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE,
+            -1,
+            0,
+        )
+    };
+    if p == libc::MAP_FAILED {
+        return Err(NativeError::last_os("mmap", "memory warm-up"));
+    }
+    let r = Region {
+        ptr: p.cast(),
+        len: bytes,
+    };
+    // SAFETY: madvise on our own mapping only changes its THP eligibility;
+    // failure (no THP) leaves 4 KiB pages, which warm the memory as well.
+    unsafe { libc::madvise(p, bytes, libc::MADV_HUGEPAGE) };
+    for off in (0..bytes).step_by(PAGE_SIZE) {
+        // SAFETY: off < bytes, inside our read-write mapping.
+        unsafe { std::ptr::write_volatile(r.ptr.add(off), 1) };
+    }
+    drop(r);
+    Ok(())
+}
+
+/// How many VMAs this process has (lines of `/proc/self/maps`).
+pub fn nr_vmas() -> Result<usize, NativeError> {
+    let p = "/proc/self/maps";
+    let text = std::fs::read_to_string(p).map_err(|e| NativeError::io("read", p, e))?;
+    Ok(text.lines().count())
+}
+
+/// `nr` one-page VMAs made by alternating protections in one reservation,
+/// unmapped on drop.
+pub struct ManyVmas {
+    region: Region,
+    /// An address inside one of them.
+    pub probe_addr: usize,
+}
+
+impl ManyVmas {
+    /// Makes about `nr` VMAs (at least 3): `PROT_READ` pages at odd
+    /// indices of a `PROT_NONE` reservation of `nr + 2` pages, so that the
+    /// first and the last are `PROT_NONE` guards.
+    pub fn new(nr: usize) -> Result<ManyVmas, NativeError> {
+        let region = Region::new((nr + 2) * PAGE_SIZE, libc::PROT_NONE, false)?;
+        for i in (1..=nr).step_by(2) {
+            mprotect(region.addr() + i * PAGE_SIZE, PAGE_SIZE, libc::PROT_READ)?;
+        }
+        let probe_addr = region.addr() + ((nr / 2) | 1) * PAGE_SIZE;
+        Ok(ManyVmas { region, probe_addr })
+    }
+
+    /// The reservation's start.
+    pub fn addr(&self) -> usize {
+        self.region.addr()
+    }
+}
+
+/// ns per `mincore()` of one page at `addr` (`vma_lookup()` in the maple
+/// tree, then the page-table walk of one page).
+pub fn mincore_ns(addr: usize) -> Result<f64, NativeError> {
+    const N: u64 = 50_000;
+    let mut vec = [0u8; 1];
+    let mut rc = 0;
+    let ns = cpu_ns_of(|| {
+        for _ in 0..N {
+            // SAFETY: one page at addr, one result byte in vec.
+            rc |= unsafe { libc::mincore(addr as *mut _, PAGE_SIZE, vec.as_mut_ptr()) };
+        }
+    });
+    if rc != 0 {
+        return Err(NativeError::last_os("mincore", format!("{addr:#x}")));
+    }
+    Ok(ns as f64 / N as f64)
+}
+
+/// The largest number of extra VMAs this process may make, leaving room for
+/// the rest of the program: `vm.max_map_count` less the VMAs it has, less
+/// 2000, at most `cap`.
+pub fn vma_budget(cap: usize) -> Result<usize, NativeError> {
+    let p = "/proc/sys/vm/max_map_count";
+    let max: usize = std::fs::read_to_string(p)
+        .map_err(|e| NativeError::io("read", p, e))?
+        .trim()
+        .parse()
+        .map_err(|_| NativeError::Parse {
+            path: p.into(),
+            content: "?".into(),
+            expected: "an integer",
+        })?;
+    Ok(max.saturating_sub(nr_vmas()? + 2000).min(cap))
+}

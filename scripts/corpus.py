@@ -1,0 +1,437 @@
+#!/usr/bin/env python3
+"""The validation corpus of real programs (issue 13): record each program
+with only 4 KiB anonymous folios, measure it live under other folio and PCP
+configurations, predict those from the 4 KiB recording with `mmlab replay`,
+and print predicted vs live for every (program, configuration).
+
+    scripts/corpus.py measure [--runs 3] [--programs a,b] [--configs 4k,64k]
+        (root) runs every program under every configuration with
+        `mmlab record`, `--runs` times each, and stores the workload's own
+        counts in scripts/corpus/live.json (with the spread, date, kernel);
+        the first 4k run of each program is kept as its recording in
+        scripts/corpus/traces/ (not in git: regenerate with this command).
+    scripts/corpus.py predict
+        replays each recording under examples/replay-folio-configs.toml and
+        stores the model's counts in scripts/corpus/predictions.json.
+    scripts/corpus.py table [--markdown]
+        prints predicted vs live from the two JSON files (no root needed).
+
+With --no-aslr each command runs under `setarch -R` (no address-space
+randomization, inherited by every child), in the recording and in the live
+runs alike, so that every run has the recorded layout; the data go to
+live-noaslr.json, predictions-noaslr.json and traces-noaslr/. With ASLR (the
+default) the layout, and with it how many large folios fit each mapping,
+changes from run to run.
+
+Live counts are per process, not system-wide: page faults are the workload's
+`ru_minflt + ru_majflt` (`wait4()`, as `mmlab record` reaps it), and the
+per-size `anon_fault_alloc` is the workload's own large-folio fault
+allocations in its trace (see crates/trace/examples/fault_counts.rs): this
+host is shared, and the `/proc/vmstat` and `hugepages-*/stats` deltas count
+everyone.
+
+The prediction of a configuration is the model's `pgfault` for it plus the
+faults of the recorded run that are outside its trace (`ru_minflt` of the
+4 KiB recording less the model's 4 KiB `pgfault`: mostly the recorder's own
+child between fork and exec), which no folio setting changes. Nothing is
+fitted to a live result of the configuration predicted.
+
+Every knob change holds /tmp/mmlab-live-kernel.lock and is undone on every
+way out (and, after a SIGKILL, by the next run: see JOURNAL).
+"""
+import argparse
+import datetime
+import fcntl
+import json
+import os
+import shutil
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+DATA = os.path.join(ROOT, "scripts", "corpus")
+LOCK = "/tmp/mmlab-live-kernel.lock"
+JOURNAL = "/tmp/mmlab-corpus-knobs.journal"
+THP = "/sys/kernel/mm/transparent_hugepage"
+FRACTION = "/proc/sys/vm/percpu_pagelist_high_fraction"
+SIZES_KB = [16, 32, 64, 128, 256, 512, 1024, 2048]
+
+# name, kind, held out (not looked at while the model was built), argv,
+# the command run before each run (in the inputs directory), if any.
+PROGRAMS = [
+    ("build", "make -j2 of a 41-file C project (~125 execs)", False,
+     ["make", "-C", "cproj", "-j2", "-s"], ["make", "-C", "cproj", "-s", "clean"]),
+    ("python", "CPython interpreter: dicts, sort, JSON", False, ["{python}", "workload.py"], None),
+    ("node", "Node.js (V8 JIT): Map, sort, JSON", False, ["node", "workload.js"], None),
+    ("sqlite", "SQLite engine: 400k-row table, index, queries", False,
+     ["sqlite3", ":memory:", ".read workload.sql"], None),
+    ("server", "HTTP server (forked) under 400 loopback requests", False, ["{python}", "server.py"], None),
+    ("xz", "xz -3 compressor, 2 MB of text", False, ["xz", "-3", "-T1", "-c", "small.txt"], None),
+    ("zstd", "zstd -12 with 2 threads, 12 MB of text", False,
+     ["zstd", "-q", "-T2", "-12", "-c", "text.txt"], None),
+    ("sort", "GNU sort, 2 threads, 1.5 M numbers", False,
+     ["sort", "--parallel=2", "-S", "64M", "-n", "numbers.txt"], None),
+    ("perl", "Perl interpreter: hash, sort, regex", True, ["perl", "workload.pl"], None),
+    ("java", "JVM (javac in-process, JIT, GC threads)", True, ["java", "Workload.java"], None),
+    ("gzip", "gzip -6 compressor, 12 MB of text", True, ["gzip", "-6", "-c", "text.txt"], None),
+    ("exec_folios", "micro-test: .bss, .data, brk heap and stack of scripts/corpus/exec_folios.c", False,
+     ["sh", "-c", "for m in bss bssr data brk; do ./exec_folios $m; done; ./exec_folios stack 256"], None),
+]
+
+# Configuration name -> (transparent_hugepage/enabled, {size KiB: enabled},
+# percpu_pagelist_high_fraction). Sizes not named are "never", except
+# 2048 kB which is "inherit" when not named.
+CONFIGS = {
+    "4k": ("never", {2048: "never"}, 0),
+    "16k": ("never", {2048: "never", 16: "always"}, 0),
+    "64k": ("never", {2048: "never", 64: "always"}, 0),
+    "2m": ("always", {}, 0),
+    "all": ("always", {kb: "always" for kb in SIZES_KB}, 0),
+    "hf8": ("never", {2048: "never"}, 8),
+    "hf100": ("never", {2048: "never"}, 100),
+}
+
+
+def write(path, value):
+    with open(path, "w") as f:
+        f.write(str(value))
+
+
+def restore_defaults():
+    """The host's defaults (TEAM.md)."""
+    write(os.path.join(THP, "enabled"), "madvise")
+    for kb in SIZES_KB:
+        write(os.path.join(THP, f"hugepages-{kb}kB", "enabled"), "inherit" if kb == 2048 else "never")
+    write(FRACTION, 0)
+
+
+def apply_config(name):
+    top, sizes, fraction = CONFIGS[name]
+    with open(JOURNAL, "w") as f:
+        f.write(f"{os.getpid()}\n")
+    restore_defaults()
+    write(os.path.join(THP, "enabled"), top)
+    for kb in SIZES_KB:
+        v = sizes.get(kb, "inherit" if kb == 2048 else "never")
+        write(os.path.join(THP, f"hugepages-{kb}kB", "enabled"), v)
+    write(FRACTION, fraction)
+
+
+class LiveKernel:
+    """Holds the lock, undoes a journal left by a killed run, and puts the
+    defaults back on every way out of the block."""
+
+    # The descriptor of the held lock, lent to the `mmlab record` children
+    # (which take the lock themselves): see host::lock::LEND_ENV.
+    held_fd = None
+
+    def __enter__(self):
+        self.fd = os.open(LOCK, os.O_RDWR | os.O_CREAT, 0o644)
+        fcntl.flock(self.fd, fcntl.LOCK_EX)
+        os.set_inheritable(self.fd, True)
+        LiveKernel.held_fd = self.fd
+        if os.path.exists(JOURNAL):
+            restore_defaults()
+            os.unlink(JOURNAL)
+        self.old = {s: signal.signal(s, self.on_signal) for s in (signal.SIGTERM, signal.SIGHUP)}
+        return self
+
+    @staticmethod
+    def on_signal(sig, _frame):
+        raise KeyboardInterrupt(f"signal {sig}")
+
+    def __exit__(self, *exc):
+        try:
+            restore_defaults()
+            if os.path.exists(JOURNAL):
+                os.unlink(JOURNAL)
+        finally:
+            for s, h in self.old.items():
+                signal.signal(s, h)
+            LiveKernel.held_fd = None
+            fcntl.flock(self.fd, fcntl.LOCK_UN)
+            os.close(self.fd)
+        return False
+
+
+def mmlab():
+    return os.path.join(ROOT, "target", "release", "mmlab")
+
+
+def fault_counts():
+    return os.path.join(ROOT, "target", "release", "examples", "fault_counts")
+
+
+def build():
+    subprocess.run(["cargo", "build", "--release", "-q"], cwd=ROOT, check=True)
+    subprocess.run(["cargo", "build", "--release", "-q", "-p", "trace", "--example", "fault_counts"],
+                   cwd=ROOT, check=True)
+
+
+def argv_of(p, python, no_aslr):
+    argv = [a.replace("{python}", python) for a in p[3]]
+    return (["setarch", "-R"] if no_aslr else []) + argv
+
+
+def suffix(args):
+    return "-noaslr" if getattr(args, "no_aslr", False) else ""
+
+
+def run_once(p, inputs, python, trace, no_aslr):
+    if p[4]:
+        subprocess.run(p[4], cwd=inputs, check=True, stdout=subprocess.DEVNULL)
+    cmd = [mmlab(), "record", "-o", trace, "--"] + argv_of(p, python, no_aslr)
+    # Python randomizes its string hashes per run, which moves its dicts'
+    # memory from run to run; a fixed seed makes the runs comparable.
+    env = dict(os.environ, PYTHONHASHSEED="0")
+    fds = ()
+    if LiveKernel.held_fd is not None:
+        env["MMLAB_LIVE_LOCK_FD"] = str(LiveKernel.held_fd)
+        fds = (LiveKernel.held_fd,)
+    r = subprocess.run(cmd, cwd=inputs, env=env, pass_fds=fds, stdout=subprocess.DEVNULL,
+                       stderr=subprocess.PIPE, text=True)
+    if r.returncode != 0:
+        raise RuntimeError(f"{p[0]}: mmlab record failed: {r.stderr.strip()[-400:]}")
+    out = subprocess.run([fault_counts(), trace], check=True, capture_output=True, text=True).stdout
+    return json.loads(out)
+
+
+def load(name, default):
+    path = os.path.join(DATA, name)
+    if not os.path.exists(path):
+        return default
+    with open(path) as f:
+        return json.load(f)
+
+
+def store(name, doc):
+    os.makedirs(DATA, exist_ok=True)
+    path = os.path.join(DATA, name)
+    fd, tmp = tempfile.mkstemp(dir=DATA, prefix="." + name)
+    with os.fdopen(fd, "w") as f:
+        json.dump(doc, f, indent=1, sort_keys=True)
+        f.write("\n")
+    os.replace(tmp, path)
+
+
+def spread(values):
+    return {"mean": statistics.fmean(values), "min": min(values), "max": max(values), "n": len(values)}
+
+
+def measure(args):
+    if os.geteuid() != 0:
+        sys.exit("SKIPPED (cannot run here): measure needs root (knobs, tracefs, perf)")
+    build()
+    python = subprocess.run(["python3", "-c", "import sys; print(sys.executable)"],
+                            capture_output=True, text=True, check=True).stdout.strip()
+    inputs = tempfile.mkdtemp(prefix="mmlab-corpus-")
+    subprocess.run([sys.executable, os.path.join(ROOT, "scripts", "corpus_inputs.py"), inputs], check=True)
+    sfx = suffix(args)
+    os.makedirs(os.path.join(DATA, "traces" + sfx), exist_ok=True)
+    live = load(f"live{sfx}.json", {"programs": {}})
+    progs = [p for p in PROGRAMS if not args.programs or p[0] in args.programs.split(",")]
+    configs = args.configs.split(",") if args.configs else list(CONFIGS)
+    kernel = os.uname().release
+    try:
+        for cfg in configs:
+            with LiveKernel():
+                apply_config(cfg)
+                for p in progs:
+                    runs = []
+                    for i in range(args.runs):
+                        t = os.path.join(inputs, "run.mmtrace")
+                        runs.append(run_once(p, inputs, python, t, args.no_aslr))
+                        if cfg == "4k" and i == 0:
+                            keep_recording(p[0], t, sfx)
+                        os.unlink(t)
+                    entry = summarize(runs)
+                    entry["date"] = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%MZ")
+                    entry["kernel"] = kernel
+                    live["programs"].setdefault(p[0], {})[cfg] = entry
+                    store(f"live{sfx}.json", live)
+                    print(f"{cfg:6} {p[0]:8} faults {entry['faults']['mean']:.0f} "
+                          f"[{entry['faults']['min']}..{entry['faults']['max']}]", flush=True)
+    finally:
+        shutil.rmtree(inputs, ignore_errors=True)
+
+
+# Recordings up to this size are also kept in scripts/corpus/recordings/,
+# which is in git: the CI test replays them (crates/cli/tests/corpus.rs).
+MAX_COMMITTED_BYTES = 512 << 10
+
+
+def keep_recording(name, trace, sfx):
+    shutil.copy(trace, os.path.join(DATA, "traces" + sfx, name + ".mmtrace"))
+    small = os.path.join(DATA, "recordings" + sfx, name + ".mmtrace")
+    if os.path.getsize(trace) <= MAX_COMMITTED_BYTES:
+        os.makedirs(os.path.dirname(small), exist_ok=True)
+        shutil.copy(trace, small)
+    elif os.path.exists(small):
+        os.unlink(small)
+
+
+def recording(name, sfx):
+    for d in ("traces" + sfx, "recordings" + sfx):
+        t = os.path.join(DATA, d, name + ".mmtrace")
+        if os.path.exists(t):
+            return t
+    return None
+
+
+def summarize(runs):
+    faults = [r["ru_minflt"] + r["ru_majflt"] for r in runs]
+    sizes = sorted({int(k) for r in runs for k in r["anon_fault_alloc"]})
+    return {
+        "faults": spread(faults),
+        "trace_faults": spread([r["page_fault_user"] + r["page_fault_kernel"] for r in runs]),
+        "anon_fault_alloc": {str(kb): spread([r["anon_fault_alloc"].get(str(kb), 0) for r in runs])
+                             for kb in sizes},
+        "execs": runs[0]["execs"],
+        "exec_layouts": runs[0]["exec_layouts"],
+        "lost_events": sum(r["lost_events"] for r in runs),
+        "runs": runs,
+    }
+
+
+def predict(args):
+    exp = os.path.join(ROOT, "examples", "replay-folio-configs.toml")
+    sfx = suffix(args)
+    preds = {"experiment": "examples/replay-folio-configs.toml", "programs": {}}
+    live = load(f"live{sfx}.json", {"programs": {}})
+    for p in PROGRAMS:
+        t = recording(p[0], sfx)
+        if t is None:
+            print(f"{p[0]}: no recording; run `corpus.py measure` first", file=sys.stderr)
+            continue
+        r = subprocess.run([mmlab(), "replay", t, "--experiment", exp, "--mode", "aspace",
+                            "--format", "json", "--quiet"], capture_output=True, text=True, check=True)
+        doc = json.loads(r.stdout)
+        # The results document (docs/results-schema.md): one experiment.
+        aspace = doc["experiments"][0]["aspace"] if "experiments" in doc else doc["aspace"]
+        kernels = {}
+        for k in aspace["kernels"]:
+            kernels[k["kernel"]] = {
+                "pgfault": k["pgfault"],
+                "faults_passthrough": k["faults_passthrough"],
+                "faults_passthrough_file": k["faults_passthrough_file"],
+                "anon_fault_alloc": {kb[:-2]: v for kb, v in k["anon_fault_alloc"].items() if v},
+            }
+        rec = live["programs"].get(p[0], {}).get("4k", {}).get("runs", [{}])[0]
+        recorded = rec.get("ru_minflt", 0) + rec.get("ru_majflt", 0)
+        preds["programs"][p[0]] = {
+            "kernels": kernels,
+            "recorded_faults": recorded,
+            "outside_trace": recorded - kernels["4k"]["pgfault"],
+            "recorded": aspace["recorded"],
+        }
+    store(f"predictions{sfx}.json", preds)
+
+
+def pct(model, live):
+    return 100.0 * (model - live) / live if live else 0.0
+
+
+def rows(sfx=""):
+    """(program, config, live faults, spread, predicted, error %, per-size
+    [(kb, live, model)]) for every pair that has both."""
+    live = load(f"live{sfx}.json", {"programs": {}})["programs"]
+    preds = load(f"predictions{sfx}.json", {"programs": {}})["programs"]
+    out = []
+    for p in PROGRAMS:
+        name = p[0]
+        if name not in live or name not in preds:
+            continue
+        pr = preds[name]
+        for cfg in CONFIGS:
+            if cfg not in live[name]:
+                continue
+            lv = live[name][cfg]
+            kernel = cfg if cfg in pr["kernels"] else "4k"
+            model = pr["kernels"][kernel]["pgfault"] + pr["outside_trace"]
+            sizes = []
+            lsz = lv.get("anon_fault_alloc", {})
+            msz = pr["kernels"][kernel]["anon_fault_alloc"]
+            for kb in sorted({int(k) for k in lsz} | {int(k) for k in msz}):
+                sizes.append((kb, lsz.get(str(kb), {}).get("mean", 0.0), msz.get(str(kb), 0)))
+            out.append((name, p[2], cfg, lv["faults"], model, pct(model, lv["faults"]["mean"]), sizes))
+    return out
+
+
+def matrix(rs):
+    """One row per program, one column per configuration: the live mean,
+    and the prediction's error."""
+    cfgs = list(CONFIGS)
+    print("| program | " + " | ".join(cfgs) + " |")
+    print("| --- |" + " ---: |" * len(cfgs))
+    by = {}
+    for name, held, cfg, f, model, err, _ in rs:
+        by.setdefault((name, held), {})[cfg] = f"{f['mean']:.0f} ({err:+.1f} %)"
+    for (name, held), cells in by.items():
+        label = name + (" (held out)" if held else "")
+        print(f"| {label} | " + " | ".join(cells.get(c, "-") for c in cfgs) + " |")
+
+
+def table(args):
+    rs = rows(suffix(args))
+    if not rs:
+        sys.exit("no data: scripts/corpus/live.json and predictions.json are missing")
+    if args.matrix:
+        matrix(rs)
+        summary(rs)
+        return
+    md = args.markdown
+    if md:
+        print("| program | config | live faults (mean [min..max], n) | predicted | error | anon_fault_alloc by size: live / predicted |")
+        print("| --- | --- | ---: | ---: | ---: | --- |")
+    else:
+        print(f"{'program':10} {'config':6} {'live faults':>28} {'predicted':>10} {'error':>8}  anon_fault_alloc live/predicted")
+    for name, held, cfg, f, model, err, sizes in rs:
+        live_s = f"{f['mean']:.0f} [{f['min']}..{f['max']}], {f['n']}"
+        sz = ", ".join(f"{kb}K {lv:.0f}/{m}" for kb, lv, m in sizes) or "-"
+        label = name + (" (held out)" if held else "")
+        if md:
+            print(f"| {label} | {cfg} | {live_s} | {model} | {err:+.1f} % | {sz} |")
+        else:
+            print(f"{label:10} {cfg:6} {live_s:>28} {model:>10} {err:>+7.1f}%  {sz}")
+    summary(rs)
+
+
+def summary(rs):
+    others = [r for r in rs if r[2] != "4k"]
+    ok = [r for r in others if abs(r[5]) <= 2.0]
+    size_pairs = [(kb, lv, m) for r in others for kb, lv, m in r[6] if lv >= 20]
+    size_ok = [s for s in size_pairs if abs(pct(s[2], s[1])) <= 5.0]
+    print()
+    print(f"page faults within 2 %: {len(ok)} of {len(others)} (program, config) pairs other than 4k "
+          f"(goal: 95 %); held out: "
+          f"{sum(1 for r in ok if r[1])} of {sum(1 for r in others if r[1])}")
+    print(f"per-size anon_fault_alloc within 5 %: {len(size_ok)} of {len(size_pairs)} "
+          f"(sizes with at least 20 live allocations)")
+    misses = [r for r in others if abs(r[5]) > 2.0]
+    for r in misses:
+        print(f"  miss: {r[0]} {r[2]}: {r[5]:+.1f} %")
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = ap.add_subparsers(dest="cmd", required=True)
+    m = sub.add_parser("measure", help="live runs under every configuration (root)")
+    m.add_argument("--runs", type=int, default=3)
+    m.add_argument("--programs", default="")
+    m.add_argument("--configs", default="")
+    m.add_argument("--no-aslr", action="store_true")
+    pr = sub.add_parser("predict", help="replay the 4k recordings under every configuration")
+    pr.add_argument("--no-aslr", action="store_true")
+    t = sub.add_parser("table", help="predicted vs live")
+    t.add_argument("--markdown", action="store_true")
+    t.add_argument("--matrix", action="store_true", help="one row per program (markdown)")
+    t.add_argument("--no-aslr", action="store_true")
+    args = ap.parse_args()
+    {"measure": measure, "predict": predict, "table": table}[args.cmd](args)
+
+
+if __name__ == "__main__":
+    main()
