@@ -372,7 +372,8 @@ pub fn warnings(h: &Header, exp: &Experiment, a: Option<&AspaceReplay>) -> Vec<S
         }
         if !t.missing_event_kinds.is_empty() {
             w.push(format!(
-                "the trace has no {} events: what they would change is not replayed",
+                "the trace has no {} events (`mmlab import` said what each costs; a system call \
+                 without its exit is replayed at its entry with the model's result, counted below)",
                 t.missing_event_kinds.join(", ")
             ));
         }

@@ -10,6 +10,7 @@
 //!   the text and markdown tables.
 //! - [`csv_out`]: tidy and wide CSV.
 //! - [`replay`], [`aspace`]: `mmlab replay` and `mmlab validate`.
+//! - [`import`]: `mmlab import` of a perf.data with the machine's snapshot.
 //! - [`fault_model`]: live-kernel fault patterns translated into the model,
 //!   shared by `mmlab bench faults`, `mmlab calibrate` and
 //!   `tests/model_vs_live.rs`.
@@ -23,6 +24,7 @@ pub mod calibrate;
 pub mod csv_out;
 pub mod experiment;
 pub mod fault_model;
+pub mod import;
 pub mod metrics;
 pub mod output;
 pub mod replay;

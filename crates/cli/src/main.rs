@@ -8,7 +8,7 @@ use clap::{Parser, Subcommand};
 use mmlab::api::{self, RunOptions, Source};
 use mmlab::experiment::{self, Experiment};
 use mmlab::report::Format;
-use mmlab::{bench, metrics, output, replay};
+use mmlab::{bench, import, metrics, output, replay};
 use std::io::Write;
 use std::path::{Path, PathBuf};
 
@@ -153,14 +153,10 @@ Example:\n  mmlab record -o build.mmtrace -- make -j2"
         #[arg(required = true, last = true)]
         cmd: Vec<String>,
     },
-    /// Import a perf.data file recorded with the kmem/exceptions/syscalls tracepoints.
-    Import {
-        /// The perf.data file.
-        input: PathBuf,
-        /// The mmlab trace to write.
-        #[arg(short, long)]
-        output: PathBuf,
-    },
+    /// Import a perf.data file recorded with the kmem/exceptions/syscalls/sched tracepoints,
+    /// with the machine's /proc/zoneinfo (and /proc/vmstat, THP knobs) beside it.
+    #[command(after_help = import::AFTER_HELP)]
+    Import(import::ImportArgs),
     /// Summarize an mmlab trace: header, events per kind, lost events.
     TraceStats {
         /// The trace.
@@ -500,17 +496,7 @@ fn real_main() -> Result<i32> {
             }
             return Ok(sum.shell_status());
         }
-        Cmd::Import { input, output } => {
-            let sum = trace::perf::import(&input, &output)?;
-            eprintln!(
-                "mmlab import: {} events written to {}",
-                sum.nr_events,
-                output.display()
-            );
-            for line in sum.report() {
-                eprintln!("  {line}");
-            }
-        }
+        Cmd::Import(args) => import::import_cmd(&args)?,
         Cmd::TraceStats { file } => trace_stats(&file)?,
         Cmd::Replay { file, args } => replay_cmd(&file, &args)?,
         Cmd::Validate {

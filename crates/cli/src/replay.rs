@@ -42,7 +42,9 @@ pub fn machine_from_header(h: &Header, min_cpus: u32) -> Result<Machine> {
     let zones = &h.machine.zones;
     if zones.is_empty() {
         bail!(
-            "the trace header describes no memory zones; give the machine with --experiment E.toml"
+            "the trace describes no memory zones (a perf.data imported without --zoneinfo): import it \
+             again with `mmlab import --zoneinfo FILE` (a copy of /proc/zoneinfo taken just before the \
+             recording) or `--snapshot DIR`; `mmlab replay` also takes the machine from --experiment E.toml"
         );
     }
     let pages: u64 = zones.iter().map(|z| z.managed).sum();

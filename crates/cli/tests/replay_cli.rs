@@ -384,7 +384,7 @@ fn one_trace_replays_under_each_vmacache_policy() {
         flags: 0x22,
         fd: u64::MAX,
         off: 0,
-        ret: at as i64,
+        ret: Some(at as i64),
     };
     let fault = |address: u64| EventKind::PageFaultUser {
         address,

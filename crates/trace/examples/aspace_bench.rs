@@ -57,7 +57,7 @@ fn main() {
                     flags: 0x22,
                     fd: u64::MAX,
                     off: 0,
-                    ret: at as i64,
+                    ret: Some(at as i64),
                 },
             );
             let mut a = at;
@@ -79,7 +79,7 @@ fn main() {
                 EventKind::Munmap {
                     addr: at,
                     len: region / 2,
-                    ret: 0,
+                    ret: Some(0),
                 },
             );
         }

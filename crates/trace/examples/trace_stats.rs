@@ -47,7 +47,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
                     flags: 0x22,
                     fd: u64::MAX,
                     off: 0,
-                    ret: 0x7f00_0000_0000,
+                    ret: Some(0x7f00_0000_0000),
                 },
             };
             w.write(&Event {

@@ -165,6 +165,8 @@ const MAP_SHARED: u64 = 0x01;
 const MAP_ANONYMOUS: u64 = 0x20;
 const MAP_POPULATE: u64 = 0x8000;
 const MAP_HUGETLB: u64 = 0x40000;
+const MAP_FIXED: u64 = 0x10;
+const MAP_FIXED_NOREPLACE: u64 = 0x10_0000;
 /// `MADV_*` values.
 const MADV_DONTNEED: i64 = 4;
 const MADV_FREE: i64 = 8;
@@ -396,7 +398,21 @@ struct World {
     /// `sched_process_exec`, and belong to the address space that the
     /// exec's layout describes ([`World::flush_deferred`]).
     deferred: BTreeMap<i32, Vec<(i32, u64, bool)>>,
+    /// The perf record of a VMA just before this event (see
+    /// [`World::place_entry_only_mmap`]).
+    last_record: Option<LastRecord>,
     out: AspaceModel,
+}
+
+/// A `PERF_RECORD_MMAP2` seen by the replay: the VMA `[start, end)` the
+/// kernel reported for task `tid`, after any merge.
+#[derive(Clone, Copy, Debug)]
+struct LastRecord {
+    tid: i32,
+    start: u64,
+    end: u64,
+    /// Named `[heap]`: the brk area.
+    heap: bool,
 }
 
 fn page_up(x: u64) -> u64 {
@@ -432,6 +448,7 @@ impl World {
             hot_task: None,
             hot_vma: (0, 0),
             deferred: BTreeMap::new(),
+            last_record: None,
             max_anon_bytes: (layout.nodes.iter().map(|n| n.nr_pages).sum::<u64>() * PAGE_SIZE)
                 .max(64 << 30),
             out: AspaceModel::default(),
@@ -562,15 +579,44 @@ impl World {
         }
     }
 
-    fn unmap(&mut self, pid: i32, start: u64, end: u64) {
+    /// Unmaps `[start, end)`; false if the model's `munmap()` refused.
+    fn unmap(&mut self, pid: i32, start: u64, end: u64) -> bool {
         let Some(p) = self.procs.get_mut(&pid) else {
-            return;
+            return true;
         };
         if start >= end {
-            return;
+            return true;
         }
         p.other.remove(start, end);
-        let _ = p.mm.munmap(&mut self.pa, &mut self.cx, start, end - start);
+        p.mm.munmap(&mut self.pa, &mut self.cx, start, end - start)
+            .is_ok()
+    }
+
+    /// A system call replayed with the model's result: `f` makes the call
+    /// and says whether the model succeeded. With the recorded result
+    /// (`Some(0)`), a model that fails is a disagreement and counted; with
+    /// none (the exit was not recorded), the model's result stands, and
+    /// the call is counted as replayed at its entry.
+    fn check_result(
+        &mut self,
+        recorded: Option<i64>,
+        call: &'static str,
+        f: impl FnOnce(&mut Self) -> bool,
+    ) {
+        let ok = f(self);
+        match (recorded, ok) {
+            (None, _) => self.note(match call {
+                "munmap" => {
+                    "munmap without its exit (replayed at its entry with the model's result)"
+                }
+                _ => "mprotect without its exit (replayed at its entry with the model's result)",
+            }),
+            (Some(_), false) => self.note(match call {
+                "munmap" => "munmap results the model disagreed with (the kernel succeeded)",
+                _ => "mprotect the model refused where the kernel succeeded (skipped)",
+            }),
+            (Some(_), true) => {}
+        }
     }
 
     fn map_other(&mut self, pid: i32, start: u64, end: u64, kind: Kind) {
@@ -613,7 +659,26 @@ impl World {
         }
         let cpu = VcpuId(ev.cpu % self.nr_cpus);
         self.cx.begin(cpu, SimTime(ev.ts_ns.saturating_sub(t0)));
+        // A perf record is the placement of the system call right after it
+        // (the importer writes the two together), of the same task.
+        let record = self.last_record.take().filter(|r| r.tid == tid);
         match &ev.kind {
+            EventKind::MmapRecord {
+                addr,
+                len,
+                filename,
+                ..
+            } => {
+                // Only as the placement of the system call that follows it
+                // (`place_entry_only_mmap`, `brk_from_record`).
+                self.last_record = Some(LastRecord {
+                    tid,
+                    start: *addr,
+                    end: addr.saturating_add(*len),
+                    heap: filename == "[heap]",
+                });
+            }
+            EventKind::Comm { .. } => {}
             EventKind::PageFaultUser {
                 address,
                 error_code,
@@ -637,31 +702,53 @@ impl World {
             | EventKind::PagePcpuDrain { .. } => {}
             kind => {
                 self.bind(pid, tid, rec, first);
-                self.apply_call(pid, tid, kind);
+                self.apply_call(pid, tid, kind, record);
             }
         }
     }
 
-    /// The system calls and process events of a bound task.
-    fn apply_call(&mut self, pid: i32, tid: i32, kind: &EventKind) {
+    /// The system calls and process events of a bound task. A call without
+    /// its recorded result (`ret: None`) is made with the model's own; with
+    /// it, the recorded result is the authority (and a disagreement is
+    /// counted). `record` is the perf record just before the call.
+    fn apply_call(&mut self, pid: i32, tid: i32, kind: &EventKind, record: Option<LastRecord>) {
+        let ok = |ret: &Option<i64>| ret.is_none_or(|r| r == 0);
         match kind {
             EventKind::Mmap {
+                addr,
                 len,
                 prot,
                 flags,
                 ret,
                 ..
-            } if *ret >= 0 => self.mmap(pid, *ret as u64, *len, *prot, *flags),
-            EventKind::Munmap { addr, len, ret: 0 } => {
-                self.unmap(pid, *addr, addr.saturating_add(page_up(*len)))
+            } => {
+                let start = match ret {
+                    Some(r) if *r < 0 => return,
+                    Some(r) => *r as u64,
+                    None => match self.place_entry_only_mmap(pid, record, *addr, *len, *flags) {
+                        Some(a) => a,
+                        None => return,
+                    },
+                };
+                self.mmap(pid, start, *len, *prot, *flags);
             }
-            EventKind::Brk { brk, ret } => self.brk(pid, *brk, *ret),
+            EventKind::Munmap { addr, len, ret } if ok(ret) => {
+                let end = addr.saturating_add(page_up(*len));
+                self.check_result(*ret, "munmap", |m| m.unmap(pid, *addr, end));
+            }
+            EventKind::Brk { brk, ret } => {
+                let ret = ret.or_else(|| self.brk_from_record(pid, *brk, record));
+                self.brk(pid, *brk, ret);
+            }
             EventKind::Mprotect {
                 start,
                 len,
                 prot,
-                ret: 0,
-            } => self.mprotect(pid, *start, start.saturating_add(page_up(*len)), *prot),
+                ret,
+            } if ok(ret) => {
+                let end = start.saturating_add(page_up(*len));
+                self.check_result(*ret, "mprotect", |m| m.mprotect(pid, *start, end, *prot));
+            }
             EventKind::Mremap {
                 addr,
                 old_len,
@@ -669,17 +756,23 @@ impl World {
                 flags,
                 new_addr,
                 ret,
-            } if *ret >= 0 => {
+            } => {
                 let (a, o, n) = (*addr, *old_len, *new_len);
-                self.mremap(pid, a, o, n, *flags, *new_addr, *ret as u64);
+                match ret {
+                    Some(r) if *r >= 0 => self.mremap(pid, a, o, n, *flags, *new_addr, *r as u64),
+                    Some(_) => {}
+                    None => self.mremap_entry_only(pid, a, o, n, *flags, *new_addr),
+                }
             }
             // ENOMEM still applies the advice to the mapped parts.
             EventKind::Madvise {
                 start,
                 len_in,
                 behavior,
-                ret: 0 | -12,
-            } => self.madvise(pid, *start, *len_in, *behavior),
+                ret,
+            } if ret.is_none_or(|r| r == 0 || r == -12) => {
+                self.madvise(pid, *start, *len_in, *behavior)
+            }
             EventKind::Fork { child, .. } => self.fork(pid, *child),
             EventKind::Exec { .. } => self.exec(pid, tid),
             EventKind::ExecLayout { vmas, .. } => {
@@ -924,9 +1017,154 @@ impl World {
         }
     }
 
+    /// Where an `mmap()` whose exit was not recorded went: its address
+    /// with `MAP_FIXED`; else where the kernel's `PERF_RECORD_MMAP2` right
+    /// after it says (the reported VMA may have merged with a neighbour:
+    /// then the part of it that is free in the model, as the kernel's
+    /// top-down search would have chosen it); else the model's own
+    /// `get_unmapped_area()`, which cannot know the kernel's randomized
+    /// placement (faults there then pass through: counted).
+    fn place_entry_only_mmap(
+        &mut self,
+        pid: i32,
+        record: Option<LastRecord>,
+        addr: u64,
+        len: u64,
+        flags: u64,
+    ) -> Option<u64> {
+        let l = page_up(len);
+        let p = self.procs.get(&pid)?;
+        if l == 0 || l > TASK_SIZE {
+            return None;
+        }
+        if flags & (MAP_FIXED | MAP_FIXED_NOREPLACE) != 0 {
+            self.note("mmap without its exit (MAP_FIXED: at its address)");
+            return (addr.is_multiple_of(PAGE_SIZE) && addr <= TASK_SIZE - l).then_some(addr);
+        }
+        if let Some(r) = record.filter(|r| r.end.saturating_sub(r.start) >= l) {
+            if let Some(a) = Self::free_part(p, r.start, r.end, l) {
+                self.note("mmap without its exit (placed by its PERF_RECORD_MMAP2)");
+                return Some(a);
+            }
+        }
+        let hint = if addr.is_multiple_of(PAGE_SIZE) {
+            addr
+        } else {
+            0
+        };
+        match p.mm.get_unmapped_area(&mut self.cx, l, hint) {
+            Ok(a) => {
+                self.note("mmap without its exit or a PERF_RECORD_MMAP2 (placed by the model: the kernel's address is unknown)");
+                Some(a)
+            }
+            Err(_) => {
+                self.note("mmap without its exit that the model could not place (skipped)");
+                None
+            }
+        }
+    }
+
+    /// The highest `len` bytes of `[start, end)` that neither the model's
+    /// VMAs nor the unmodelled ranges occupy, in the highest free gap (the
+    /// kernel searches top-down), or the whole range when it is `len`.
+    fn free_part(p: &Proc, start: u64, end: u64, len: u64) -> Option<u64> {
+        if end - start == len {
+            return Some(start);
+        }
+        let mut used: Vec<(u64, u64)> =
+            p.mm.vmas
+                .values()
+                .filter(|v| v.start < end && v.end > start)
+                .map(|v| (v.start, v.end))
+                .chain(
+                    p.other
+                        .0
+                        .iter()
+                        .filter(|(&s, &(e, _))| s < end && e > start)
+                        .map(|(&s, &(e, _))| (s, e)),
+                )
+                .collect();
+        used.sort_unstable();
+        let mut gaps = Vec::new();
+        let mut at = start;
+        for (s, e) in used {
+            if s > at {
+                gaps.push((at, s));
+            }
+            at = at.max(e);
+        }
+        if at < end {
+            gaps.push((at, end));
+        }
+        gaps.iter()
+            .rev()
+            .find(|(s, e)| e - s >= len)
+            .map(|&(_, e)| e - len)
+    }
+
+    /// `mremap()` whose exit was not recorded: the model's own call with
+    /// the recorded arguments. A move lands where the model's search puts
+    /// it, which cannot be the kernel's randomized choice (counted).
+    fn mremap_entry_only(
+        &mut self,
+        pid: i32,
+        addr: u64,
+        old_len: u64,
+        new_len: u64,
+        flags: u64,
+        new_addr: u64,
+    ) {
+        let Some(p) = self.procs.get_mut(&pid) else {
+            return;
+        };
+        let f = MremapFlags((flags & 0x7) as u32);
+        if !has_vma(&p.mm, addr) {
+            let fixed = flags & MREMAP_FIXED != 0;
+            let in_place = new_len <= old_len || !f.contains(MremapFlags::MAYMOVE);
+            if fixed || in_place {
+                let ret = if fixed { new_addr } else { addr };
+                self.mremap_other(pid, addr, old_len, new_len, flags, ret);
+            } else {
+                self.note("mremap without its exit of unmodelled memory that may move (skipped)");
+            }
+            return;
+        }
+        match p.mm.mremap(
+            &mut self.pa,
+            &mut self.cx,
+            addr,
+            old_len,
+            new_len,
+            f,
+            new_addr,
+        ) {
+            Ok(a) if a != addr && flags & MREMAP_FIXED == 0 => self.note(
+                "mremap without its exit moved by the model (the kernel's address is unknown)",
+            ),
+            Ok(_) => {
+                self.note("mremap without its exit (replayed at its entry with the model's result)")
+            }
+            Err(_) => self.note("mremap without its exit that the model refused (skipped)"),
+        }
+    }
+
     /// `brk(brk)` returned `ret`: the model's [`MmStruct::brk`], the
-    /// recorded break applied where the model answers otherwise.
-    fn brk(&mut self, pid: i32, brk: u64, ret: i64) {
+    /// recorded break applied where the model answers otherwise. Without a
+    /// recorded result the model's answer stands, once the heap's start is
+    /// known.
+    fn brk(&mut self, pid: i32, brk: u64, ret: Option<i64>) {
+        let Some(ret) = ret else {
+            let Some(p) = self.procs.get_mut(&pid) else {
+                return;
+            };
+            if p.brk_known {
+                p.mm.brk(&mut self.pa, &mut self.cx, brk);
+                self.note("brk without its exit (replayed at its entry with the model's result)");
+            } else {
+                self.note("brk without its exit before the heap's start was known (heap not modelled until then)");
+            }
+            return;
+        };
         // brk() returns a break, never an errno; a negative or null value
         // is a damaged record.
         if ret <= 0 || ret as u64 > TASK_SIZE {
@@ -971,6 +1209,29 @@ impl World {
         }
     }
 
+    /// The result of `brk(brk)` whose exit was not recorded, from the VMA
+    /// that `do_brk_flags()` reported right after it (named `[heap]`, or
+    /// `//anon` for the first growth: the kernel names a VMA the heap
+    /// only once `mm->brk` has moved past `start_brk`): the requested
+    /// break if the VMA ends at its page, else the VMA's end. The VMA's
+    /// start is the heap's start where the replay did not know it yet
+    /// (exact unless the heap was merged into the `.bss` below it, which
+    /// happens only without brk randomization).
+    fn brk_from_record(&mut self, pid: i32, brk: u64, record: Option<LastRecord>) -> Option<i64> {
+        let r = record.filter(|r| {
+            (r.heap || r.end == page_up(brk)) && r.start < r.end && r.end <= TASK_SIZE
+        })?;
+        let p = self.procs.get_mut(&pid)?;
+        if !p.brk_known {
+            p.brk_known = true;
+            p.mm.start_brk = r.start;
+            p.mm.brk = r.start;
+            self.note("heap start taken from the PERF_RECORD_MMAP2 of a brk without its exit");
+        }
+        let end = if page_up(brk) == r.end { brk } else { r.end };
+        Some(end as i64)
+    }
+
     /// The model's VMAs that overlap `[start, end)`, clipped to it and
     /// joined into runs of adjacent VMAs.
     fn modelled_runs(mm: &MmStruct, start: u64, end: u64) -> Vec<(u64, u64)> {
@@ -994,13 +1255,15 @@ impl World {
         runs
     }
 
-    fn mprotect(&mut self, pid: i32, start: u64, end: u64, prot: u64) {
+    /// `mprotect()` on the modelled runs of `[start, end)`; false if the
+    /// model refused a run.
+    fn mprotect(&mut self, pid: i32, start: u64, end: u64, prot: u64) -> bool {
         if prot & PROT_GROWS != 0 {
             self.note("mprotect PROT_GROWSDOWN/GROWSUP (dropped: no VMA grows in the model)");
         }
         let prot = Prot((prot & !PROT_GROWS) as u32);
         let Some(p) = self.procs.get(&pid) else {
-            return;
+            return true;
         };
         // Parts of an unmodelled oversized reservation that become
         // accessible come into the model (nothing of them can have been
@@ -1018,27 +1281,22 @@ impl World {
             self.map_anon(pid, s, e, prot.0 as u64);
         }
         let Some(p) = self.procs.get_mut(&pid) else {
-            return;
+            return true;
         };
         let runs = Self::modelled_runs(&p.mm, start, end);
         if runs.is_empty() {
             self.note(
                 "mprotect outside modelled memory (file-backed, stack, program: nothing to change)",
             );
-            return;
+            return true;
         }
-        let mut refused = 0;
+        let mut ok = true;
         for (s, e) in runs {
-            if p.mm
-                .mprotect(&mut self.pa, &mut self.cx, s, e - s, prot)
-                .is_err()
-            {
-                refused += 1;
-            }
+            ok &=
+                p.mm.mprotect(&mut self.pa, &mut self.cx, s, e - s, prot)
+                    .is_ok();
         }
-        for _ in 0..refused {
-            self.note("mprotect the model refused where the kernel succeeded (skipped)");
-        }
+        ok
     }
 
     #[allow(clippy::too_many_arguments)]
@@ -1385,6 +1643,7 @@ fn replay_events<I: Iterator<Item = Result<Event, ReplayError>>>(
             | EventKind::PageFree { .. }
             | EventKind::PageAllocZoneLocked { .. }
             | EventKind::PagePcpuDrain { .. } => continue,
+            EventKind::MmapRecord { .. } | EventKind::Comm { .. } => None,
         };
         if let Some(n) = name {
             *rec.syscalls.entry(n).or_default() += 1;
@@ -1436,8 +1695,13 @@ pub fn replay_fuzz_input(bytes: &[u8]) -> AspaceRecorded {
                 (v >> 32) & 0x7f_ffff
             }
         };
-        let ret = |ok: i64| if c[4] & 7 == 0 { -12 } else { ok };
-        let kind = match c[0] % 15 {
+        // Failed, not recorded (an entry without its exit), or succeeded.
+        let ret = |ok: i64| match c[4] & 7 {
+            0 => Some(-12),
+            1 => None,
+            _ => Some(ok),
+        };
+        let kind = match c[0] % 16 {
             0 | 1 => EventKind::PageFaultUser {
                 address: addr(x),
                 ip: 0,
@@ -1496,6 +1760,14 @@ pub fn replay_fuzz_input(bytes: &[u8]) -> AspaceRecorded {
             },
             13 => EventKind::Exit {
                 pid: if c[5] & 1 != 0 { tid } else { pid },
+            },
+            14 => EventKind::MmapRecord {
+                addr: addr(x),
+                len: len(y),
+                pgoff: 0,
+                prot: (c[5] & 7) as u32,
+                flags: 0x02,
+                filename: if c[6] & 1 != 0 { "[heap]" } else { "//anon" }.to_string(),
             },
             _ => EventKind::PageFree { pfn: x, order: 0 },
         };

@@ -9,6 +9,11 @@
 //! emits the event at the exit. An exit without its entry (the recording
 //! started inside the call) or an entry without its exit (the task died, or
 //! the recording stopped) is counted in `nr_unpaired_syscalls`, not guessed.
+//!
+//! Where the formats show a call's entry tracepoint but not its exit (a
+//! perf.data recorded with `-e syscalls:sys_enter_munmap` alone), every
+//! entry is emitted at once, at the entry's time, with `ret: None`: the
+//! replay makes the call itself and takes the model's result.
 
 use std::collections::BTreeMap;
 
@@ -41,6 +46,7 @@ pub const RECORDED_EVENTS: &[&str] = &[
 ];
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+#[repr(u8)]
 enum Syscall {
     Mmap,
     Munmap,
@@ -51,6 +57,15 @@ enum Syscall {
 }
 
 impl Syscall {
+    const ALL: [Syscall; 6] = [
+        Syscall::Mmap,
+        Syscall::Munmap,
+        Syscall::Brk,
+        Syscall::Mremap,
+        Syscall::Mprotect,
+        Syscall::Madvise,
+    ];
+
     fn from_name(name: &str) -> Option<Syscall> {
         Some(match name {
             "mmap" => Syscall::Mmap,
@@ -61,6 +76,17 @@ impl Syscall {
             "madvise" => Syscall::Madvise,
             _ => return None,
         })
+    }
+
+    fn name(self) -> &'static str {
+        match self {
+            Syscall::Mmap => "mmap",
+            Syscall::Munmap => "munmap",
+            Syscall::Brk => "brk",
+            Syscall::Mremap => "mremap",
+            Syscall::Mprotect => "mprotect",
+            Syscall::Madvise => "madvise",
+        }
     }
 
     /// The argument names, in the order `EventKind` stores them.
@@ -75,7 +101,7 @@ impl Syscall {
         }
     }
 
-    fn event(self, a: &[u64; 6], ret: i64) -> EventKind {
+    fn event(self, a: &[u64; 6], ret: Option<i64>) -> EventKind {
         match self {
             Syscall::Mmap => EventKind::Mmap {
                 addr: a[0],
@@ -187,6 +213,9 @@ pub enum Decoded {
 pub struct Decoder {
     handlers: BTreeMap<u32, (String, Option<Handler>)>,
     pending: BTreeMap<i32, (Syscall, [u64; 6])>,
+    /// Per [`Syscall`]: its entry can be decoded but its exit cannot (not
+    /// in the formats): entries are emitted at once with `ret: None`.
+    entry_only: [bool; 6],
     /// System call entries replaced before their exit, plus exits without an
     /// entry.
     pub nr_unpaired_syscalls: u64,
@@ -260,15 +289,33 @@ impl Decoder {
     /// A decoder for records of the given formats; records of other ids are
     /// malformed.
     pub fn new(formats: &[EventFormat]) -> Decoder {
-        let handlers = formats
+        let handlers: BTreeMap<u32, (String, Option<Handler>)> = formats
             .iter()
             .map(|f| (f.id, (f.full_name(), handler_for(f))))
             .collect();
+        let has = |want: &dyn Fn(&Handler) -> bool| {
+            handlers.values().any(|(_, h)| h.as_ref().is_some_and(want))
+        };
+        let entry_only = Syscall::ALL.map(|c| {
+            has(&|h| matches!(h, Handler::SysEnter { call, .. } if *call == c))
+                && !has(&|h| matches!(h, Handler::SysExit { call, .. } if *call == c))
+        });
         Decoder {
             handlers,
             pending: BTreeMap::new(),
+            entry_only,
             nr_unpaired_syscalls: 0,
         }
+    }
+
+    /// The system calls whose entries are emitted without a result (their
+    /// exit tracepoint is not among the formats), by name (`munmap`).
+    pub fn entry_only_syscalls(&self) -> Vec<&'static str> {
+        Syscall::ALL
+            .iter()
+            .filter(|c| self.entry_only[**c as usize])
+            .map(|c| c.name())
+            .collect()
     }
 
     /// Whether a format of this name is one the decoder turns into events
@@ -393,17 +440,21 @@ impl Decoder {
                     };
                     *slot = v;
                 }
-                if self.pending.insert(tid, (*call, a)).is_some() {
-                    self.nr_unpaired_syscalls += 1;
+                if self.entry_only[*call as usize] {
+                    call.event(&a, None)
+                } else {
+                    if self.pending.insert(tid, (*call, a)).is_some() {
+                        self.nr_unpaired_syscalls += 1;
+                    }
+                    return Decoded::Pending;
                 }
-                return Decoded::Pending;
             }
             Handler::SysExit { call, ret } => {
                 let Some(ret) = ret.read_i64(data) else {
                     return short();
                 };
                 match self.pending.remove(&tid) {
-                    Some((entered, a)) if entered == *call => call.event(&a, ret),
+                    Some((entered, a)) if entered == *call => call.event(&a, Some(ret)),
                     other => {
                         // A different pending call cannot be this one's
                         // entry; it stays unpaired too.

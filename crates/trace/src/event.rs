@@ -38,102 +38,178 @@ pub struct Event {
     pub kind: EventKind,
 }
 
-/// What happened, with the tracepoint's fields under their kernel names.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum EventKind {
+/// The table of event kinds: one line per kind gives its stable code (what
+/// the trace format stores), its variant, the tracepoint (or perf record)
+/// it comes from, and its fields with the codec that stores each (see
+/// `format::FieldWriter`/`format::Cursor`: `pfn` and `addr` are deltas
+/// from the previous record of the chunk, `str` a bounded byte string,
+/// `ret` an optional return value). Everything that must agree per kind —
+/// the enum, [`EventKind::code`], [`EventKind::name_of_code`], the encoder
+/// and the decoder — is generated from it, so a kind is added in one place.
+macro_rules! event_kinds {
+    ($(
+        $(#[$doc:meta])*
+        $code:literal => $variant:ident $name:literal {
+            $( $(#[$fdoc:meta])* $field:ident : $ty:ty [$codec:ident] ),* $(,)?
+        }
+    ),* $(,)?) => {
+        /// What happened, with the tracepoint's fields under their kernel names.
+        #[derive(Clone, Debug, PartialEq, Eq)]
+        pub enum EventKind {
+            $( $(#[$doc])* $variant { $( $(#[$fdoc])* $field: $ty ),* }, )*
+        }
+
+        /// The number of distinct [`EventKind`] variants, for per-kind tables.
+        pub const NR_EVENT_KINDS: usize = [$($code),*].len();
+
+        // The codes are the variants' positions: 0, 1, 2, ... in order.
+        const _: () = {
+            let codes: [u8; NR_EVENT_KINDS] = [$($code),*];
+            let mut i = 0;
+            while i < codes.len() {
+                assert!(codes[i] as usize == i, "event codes must be 0, 1, 2, ... in table order");
+                i += 1;
+            }
+        };
+
+        impl EventKind {
+            /// A stable small number per variant; the trace format stores it.
+            pub fn code(&self) -> u8 {
+                match self {
+                    $( EventKind::$variant { .. } => $code, )*
+                }
+            }
+
+            /// The name of the tracepoint (or system call, or perf record)
+            /// the variant comes from, indexed by [`EventKind::code`].
+            pub fn name_of_code(code: u8) -> &'static str {
+                const NAMES: [&str; NR_EVENT_KINDS] = [$($name),*];
+                NAMES.get(code as usize).copied().unwrap_or("unknown")
+            }
+
+            /// Writes the variant's fields (not its code) in table order.
+            pub(crate) fn encode_fields(&self, w: &mut crate::format::FieldWriter<'_>) {
+                match self {
+                    $( EventKind::$variant { $($field),* } => { $( w.$codec($field); )* } )*
+                }
+            }
+
+            /// Reads the fields of the variant of `code`; `Ok(None)` for a
+            /// code no variant has.
+            pub(crate) fn decode_fields(
+                code: u8,
+                r: &mut crate::format::FieldReader<'_, '_>,
+            ) -> Result<Option<EventKind>, crate::format::TraceError> {
+                Ok(Some(match code {
+                    $( $code => EventKind::$variant { $( $field: r.$codec(stringify!($field))? ),* }, )*
+                    _ => return Ok(None),
+                }))
+            }
+        }
+    };
+}
+
+event_kinds! {
     /// `kmem:mm_page_alloc`: a block of `2^order` pages left the allocator.
-    PageAlloc {
-        pfn: u64,
-        order: u32,
-        migratetype: i32,
-        gfp_flags: u64,
+    0 => PageAlloc "kmem:mm_page_alloc" {
+        pfn: u64 [pfn], order: u32 [u32], migratetype: i32 [i32], gfp_flags: u64 [u64],
     },
     /// `kmem:mm_page_free`: a block went back to the allocator.
-    PageFree { pfn: u64, order: u32 },
+    1 => PageFree "kmem:mm_page_free" { pfn: u64 [pfn], order: u32 [u32] },
     /// `kmem:mm_page_alloc_zone_locked`: an allocation that took the zone
     /// lock, either for itself or to refill a per-CPU list (`percpu_refill`).
-    PageAllocZoneLocked {
-        pfn: u64,
-        order: u32,
-        migratetype: i32,
-        percpu_refill: bool,
+    2 => PageAllocZoneLocked "kmem:mm_page_alloc_zone_locked" {
+        pfn: u64 [pfn], order: u32 [u32], migratetype: i32 [i32], percpu_refill: bool [bool],
     },
     /// `kmem:mm_page_pcpu_drain`: a page moved from a per-CPU list back to
     /// the buddy lists.
-    PagePcpuDrain {
-        pfn: u64,
-        order: u32,
-        migratetype: i32,
+    3 => PagePcpuDrain "kmem:mm_page_pcpu_drain" {
+        pfn: u64 [pfn], order: u32 [u32], migratetype: i32 [i32],
     },
     /// `exceptions:page_fault_user`.
-    PageFaultUser {
-        address: u64,
-        ip: u64,
-        error_code: u64,
+    4 => PageFaultUser "exceptions:page_fault_user" {
+        address: u64 [addr], ip: u64 [u64], error_code: u64 [u64],
     },
     /// `mmap(addr, len, prot, flags, fd, off)`; `ret` is the mapped address
-    /// or a negative errno.
-    Mmap {
-        addr: u64,
-        len: u64,
-        prot: u64,
-        flags: u64,
-        fd: u64,
-        off: u64,
-        ret: i64,
+    /// or a negative errno (see [`EventKind::Munmap`] for `None`).
+    5 => Mmap "syscalls:mmap" {
+        addr: u64 [addr], len: u64 [u64], prot: u64 [u64], flags: u64 [u64], fd: u64 [u64],
+        off: u64 [u64], ret: Option<i64> [ret],
     },
-    /// `munmap(addr, len)`.
-    Munmap { addr: u64, len: u64, ret: i64 },
+    /// `munmap(addr, len)`. `ret` is `None` when the call's
+    /// `sys_exit_*` tracepoint was not recorded (a perf.data recorded with
+    /// the entry only): the event then carries the entry's time, and a
+    /// replay computes the result itself. The same holds for every system
+    /// call kind.
+    6 => Munmap "syscalls:munmap" { addr: u64 [addr], len: u64 [u64], ret: Option<i64> [ret] },
     /// `brk(brk)`; `ret` is the new break.
-    Brk { brk: u64, ret: i64 },
+    7 => Brk "syscalls:brk" { brk: u64 [addr], ret: Option<i64> [ret] },
     /// `mremap(addr, old_len, new_len, flags, new_addr)`.
-    Mremap {
-        addr: u64,
-        old_len: u64,
-        new_len: u64,
-        flags: u64,
-        new_addr: u64,
-        ret: i64,
+    8 => Mremap "syscalls:mremap" {
+        addr: u64 [addr], old_len: u64 [u64], new_len: u64 [u64], flags: u64 [u64],
+        new_addr: u64 [u64], ret: Option<i64> [ret],
     },
     /// `mprotect(start, len, prot)`.
-    Mprotect {
-        start: u64,
-        len: u64,
-        prot: u64,
-        ret: i64,
+    9 => Mprotect "syscalls:mprotect" {
+        start: u64 [addr], len: u64 [u64], prot: u64 [u64], ret: Option<i64> [ret],
     },
     /// `madvise(start, len_in, behavior)`.
-    Madvise {
-        start: u64,
-        len_in: u64,
-        behavior: i64,
-        ret: i64,
+    10 => Madvise "syscalls:madvise" {
+        start: u64 [addr], len_in: u64 [u64], behavior: i64 [i64], ret: Option<i64> [ret],
     },
     /// `sched:sched_process_fork`: `parent` created `child` (a process or a
-    /// thread: the tracepoint does not say which).
-    Fork { parent: i32, child: i32 },
-    /// `sched:sched_process_exec`.
-    Exec { pid: i32, filename: String },
-    /// `sched:sched_process_exit`: a task exited.
-    Exit { pid: i32 },
+    /// thread: the tracepoint does not say which). Also made from perf's
+    /// `PERF_RECORD_FORK` when the tracepoint was not recorded.
+    11 => Fork "sched:sched_process_fork" { parent: i32 [i32], child: i32 [i32] },
+    /// `sched:sched_process_exec`: fires when the new image is mapped (after
+    /// the ELF loader's mappings). Made from perf's `PERF_RECORD_COMM` with
+    /// `PERF_RECORD_MISC_COMM_EXEC` when the tracepoint was not recorded:
+    /// then `filename` is the task's new `comm` (at most 15 bytes) and the
+    /// event comes *before* the new image's mappings (see [`EventKind::Comm`]).
+    12 => Exec "sched:sched_process_exec" { pid: i32 [i32], filename: String [str] },
+    /// `sched:sched_process_exit`: a task exited. Also made from perf's
+    /// `PERF_RECORD_EXIT` when the tracepoint was not recorded.
+    13 => Exit "sched:sched_process_exit" { pid: i32 [i32] },
     /// `exceptions:page_fault_kernel`: a fault taken in kernel mode, on a
     /// user address when the kernel copies to or from user memory
     /// (`copy_to_user()` into a buffer never touched: `read()` into fresh
     /// memory). Counted in `pgfault` like a user fault; `error_code` has no
     /// `X86_PF_USER` bit.
-    PageFaultKernel {
-        address: u64,
-        ip: u64,
-        error_code: u64,
+    14 => PageFaultKernel "exceptions:page_fault_kernel" {
+        address: u64 [addr], ip: u64 [u64], error_code: u64 [u64],
     },
     /// The address space `execve()` set up for process `pid`: every mapping
     /// the kernel made or grew while it loaded the program, in the order it
     /// made them (see [`ExecVma`]). Follows the `sched_process_exec` event
     /// of the same exec. Not a tracepoint: `mmlab record` takes the
     /// kernel's `PERF_RECORD_MMAP2` records of the exec (perf's `mmap_data`
-    /// stream of the process tree), an importer the same records of a
-    /// `perf record -d` file.
-    ExecLayout { pid: i32, vmas: Vec<ExecVma> },
+    /// stream of the process tree); the perf.data importer takes the
+    /// `PERF_RECORD_MMAP2` records of a `perf record -d` file between the
+    /// exec's `PERF_RECORD_COMM` and its return to user space.
+    15 => ExecLayout "mmlab:exec_layout" { pid: i32 [i32], vmas: Vec<ExecVma> [exec_vmas] },
+    /// perf's `PERF_RECORD_MMAP2` (or `PERF_RECORD_MMAP`): the kernel's
+    /// account of a VMA after `mmap_region()`, `do_brk_flags()`,
+    /// `mprotect_fixup()`, a stack expansion or an install of a special
+    /// mapping (`perf_event_mmap()`), as `[addr, addr + len)` *after* any
+    /// merge with a neighbour; executable VMAs always, the others only with
+    /// `perf record -d`. `filename` is the file, or `//anon`, `[heap]`,
+    /// `[stack]`, `[vdso]`...; `prot`/`flags` are `PROT_*`/`MAP_*` bits
+    /// (for a `PERF_RECORD_MMAP` without them: `PROT_READ`, plus
+    /// `PROT_EXEC` for an executable one, and `MAP_PRIVATE`). Records perf
+    /// synthesized at the start from `/proc/PID/maps` (the address spaces
+    /// of processes that already existed) have time 0. The importer puts
+    /// an exec's records into its [`EventKind::ExecLayout`] instead.
+    16 => MmapRecord "perf:mmap" {
+        addr: u64 [addr], len: u64 [u64], pgoff: u64 [u64], prot: u32 [u32], flags: u32 [u32],
+        filename: String [str],
+    },
+    /// perf's `PERF_RECORD_COMM`: the task's name changed; `exec` when the
+    /// change is an `execve()` (`PERF_RECORD_MISC_COMM_EXEC`), which the
+    /// kernel reports from `begin_new_exec()`: after the old address space
+    /// is gone and before the ELF loader maps the new image (whose
+    /// `PERF_RECORD_MMAP2` records follow). Only exec records and those perf
+    /// synthesized at the start are kept.
+    17 => Comm "perf:comm" { comm: String [str], exec: bool [bool] },
 }
 
 /// One mapping made by `execve()`, with the fields of `PERF_RECORD_MMAP2`.
@@ -160,59 +236,15 @@ pub struct ExecVma {
     pub name: String,
 }
 
-/// The number of distinct [`EventKind`] variants, for per-kind tables.
-pub const NR_EVENT_KINDS: usize = 16;
-
 impl EventKind {
-    /// A stable small number per variant; the trace format stores it.
-    pub fn code(&self) -> u8 {
-        match self {
-            EventKind::PageAlloc { .. } => 0,
-            EventKind::PageFree { .. } => 1,
-            EventKind::PageAllocZoneLocked { .. } => 2,
-            EventKind::PagePcpuDrain { .. } => 3,
-            EventKind::PageFaultUser { .. } => 4,
-            EventKind::Mmap { .. } => 5,
-            EventKind::Munmap { .. } => 6,
-            EventKind::Brk { .. } => 7,
-            EventKind::Mremap { .. } => 8,
-            EventKind::Mprotect { .. } => 9,
-            EventKind::Madvise { .. } => 10,
-            EventKind::Fork { .. } => 11,
-            EventKind::Exec { .. } => 12,
-            EventKind::Exit { .. } => 13,
-            EventKind::PageFaultKernel { .. } => 14,
-            EventKind::ExecLayout { .. } => 15,
-        }
-    }
-
-    /// The name of the tracepoint (or system call) the variant comes from,
-    /// indexed by [`EventKind::code`].
-    pub fn name_of_code(code: u8) -> &'static str {
-        const NAMES: [&str; NR_EVENT_KINDS] = [
-            "kmem:mm_page_alloc",
-            "kmem:mm_page_free",
-            "kmem:mm_page_alloc_zone_locked",
-            "kmem:mm_page_pcpu_drain",
-            "exceptions:page_fault_user",
-            "syscalls:mmap",
-            "syscalls:munmap",
-            "syscalls:brk",
-            "syscalls:mremap",
-            "syscalls:mprotect",
-            "syscalls:madvise",
-            "sched:sched_process_fork",
-            "sched:sched_process_exec",
-            "sched:sched_process_exit",
-            "exceptions:page_fault_kernel",
-            "mmlab:exec_layout",
-        ];
-        NAMES.get(code as usize).copied().unwrap_or("unknown")
-    }
-
     /// The tracepoint name of this event.
     pub fn name(&self) -> &'static str {
         Self::name_of_code(self.code())
+    }
+
+    /// The kind's code for a name of [`EventKind::name_of_code`].
+    pub fn code_of_name(name: &str) -> Option<u8> {
+        (0..NR_EVENT_KINDS as u8).find(|&c| Self::name_of_code(c) == name)
     }
 }
 

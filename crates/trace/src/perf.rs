@@ -20,7 +20,7 @@
 //! Deviation: only little-endian files are read (perf writes the host's
 //! order; every host mmlab targets is little-endian).
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
 use std::fs::File;
 use std::io::{BufReader, Read, Seek};
@@ -30,8 +30,12 @@ use linux_perf_data::linux_perf_event_reader::{EventRecord, PerfEventType, Recor
 use linux_perf_data::{Feature, PerfFileReader, PerfFileRecord};
 
 use crate::decode::{Decoded, Decoder, RECORDED_EVENTS};
-use crate::event::{Header, Knobs, Machine, TraceSource, Trailer, NR_EVENT_KINDS};
+use crate::event::{
+    Counters, Event, EventKind, ExecVma, Header, Knobs, Machine, TraceSource, Trailer,
+    NR_EVENT_KINDS,
+};
 use crate::format::{TraceError, TraceWriter};
+use crate::sysinfo::ZoneinfoSnapshot;
 use crate::tracefs::{parse_format, EventFormat};
 
 /// The tracepoints without which a replay cannot model the page allocator.
@@ -68,6 +72,14 @@ pub enum PerfImportError {
     NoUsableEvents { path: PathBuf, found: Vec<String> },
     /// The mmlab trace could not be written.
     Output { path: PathBuf, source: TraceError },
+    /// A snapshot given with the import (`--zoneinfo`, ...) is damaged, or
+    /// from another machine or kernel than the perf.data: `line` (1-based,
+    /// 0 for the file as a whole) says where.
+    Snapshot {
+        path: PathBuf,
+        line: usize,
+        what: String,
+    },
 }
 
 impl fmt::Display for PerfImportError {
@@ -96,6 +108,10 @@ impl fmt::Display for PerfImportError {
                 REQUIRED_EVENTS.join(", ")
             ),
             PerfImportError::Output { path, source } => write!(f, "writing {}: {source}", path.display()),
+            PerfImportError::Snapshot { path, line: 0, what } => write!(f, "{}: {what}", path.display()),
+            PerfImportError::Snapshot { path, line, what } => {
+                write!(f, "{}: line {line}: {what}", path.display())
+            }
         }
     }
 }
@@ -116,6 +132,12 @@ pub struct ImportSummary {
     pub reduced_capability: Vec<String>,
     /// Kinds the file lacks, by tracepoint name (also in the trailer).
     pub missing_event_kinds: Vec<String>,
+    /// System calls recorded at their entry only (`munmap`, ...): replayed
+    /// with the model's result.
+    pub entry_only_syscalls: Vec<&'static str>,
+    /// Of the `mmap`s without their exit, those whose address a
+    /// `PERF_RECORD_MMAP2` gave.
+    pub nr_mmaps_placed_by_records: u64,
 }
 
 impl ImportSummary {
@@ -397,91 +419,100 @@ fn perf_cmdline(perf_file: &linux_perf_data::PerfFile) -> Option<String> {
     Some(words.join(" "))
 }
 
-/// What each missing kind costs a replay.
-fn capability_loss(name: &str) -> &'static str {
+/// What a replay loses when the tracepoint `name` was not recorded, given
+/// the tracepoints that were (`present`) and whether perf's own task
+/// records (fork, exit, comm) are in the file.
+fn capability_loss(name: &str, present: &[String], task_records: bool) -> String {
+    let has = |n: &str| present.iter().any(|p| p == n);
+    let call = |dir: &str| {
+        name.strip_prefix("syscalls:sys_")
+            .and_then(|r| r.strip_prefix(dir))
+    };
+    if let Some(c) = call("exit_") {
+        if has(&format!("syscalls:sys_enter_{c}")) {
+            return match c {
+                "mmap" => "mmap is replayed at its entry: its address comes from the PERF_RECORD_MMAP2 \
+                           right after it (perf record -d), else from the model's own placement (faults \
+                           there then pass through unchanged)"
+                    .into(),
+                "brk" => "brk is replayed at its entry with the model's result; the heap's start comes \
+                          from a [heap] PERF_RECORD_MMAP2 (perf record -d), else the heap is not modelled"
+                    .into(),
+                "mremap" => "mremap is replayed at its entry with the model's result: a moved range lands \
+                             where the model puts it, not where the kernel did"
+                    .into(),
+                _ => format!(
+                    "{c} is replayed at its entry with the model's result (nothing to check it against)"
+                ),
+            };
+        }
+        return format!("{c} results are not recorded (nor its entries: see sys_enter_{c})");
+    }
+    if let Some(c) = call("enter_") {
+        return match c {
+            "mmap" => "mmaps are not replayed: mappings made during the recording are not in the model \
+                       and their faults pass through unchanged under every kernel"
+                .into(),
+            "munmap" => "munmaps are not replayed: unmapped memory stays mapped in the model, so a later \
+                         mapping there keeps the old pages and absorbs its faults"
+                .into(),
+            "brk" => "brk is not replayed: the heap is not modelled and its faults pass through".into(),
+            "mremap" => "mremaps are not replayed: moved and resized mappings keep their old extent".into(),
+            "mprotect" => "mprotects are not replayed: PROT_NONE reservations opened later (malloc arenas, \
+                           thread stacks) make the model's faults there SIGSEGVs"
+                .into(),
+            _ => "madvise is not replayed: MADV_DONTNEED, MADV_HUGEPAGE and MADV_NOHUGEPAGE are not applied"
+                .into(),
+        };
+    }
     match name {
-        "kmem:mm_page_alloc" | "kmem:mm_page_free" => "page allocator traffic cannot be replayed",
-        "kmem:mm_page_alloc_zone_locked" => "zone-lock allocations cannot be validated",
-        "kmem:mm_page_pcpu_drain" => "PCP drains cannot be validated",
-        "exceptions:page_fault_user" => "page faults cannot be replayed (no touch stream)",
-        "exceptions:page_fault_kernel" => {
-            "the kernel's faults on user memory (read() into fresh buffers) are missing from pgfault"
+        "kmem:mm_page_alloc" | "kmem:mm_page_free" => {
+            "page allocator traffic cannot be replayed (mode a); no estimate of the kernel's faults on user memory"
+                .into()
         }
-        "sched:sched_process_fork" | "sched:sched_process_exec" | "sched:sched_process_exit" => {
-            "process lifecycle is inferred from pids only"
+        "kmem:mm_page_alloc_zone_locked" => "zone-lock allocations cannot be validated".into(),
+        "kmem:mm_page_pcpu_drain" => "PCP drains cannot be validated".into(),
+        "exceptions:page_fault_user" => "page faults cannot be replayed (no touch stream)".into(),
+        "exceptions:page_fault_kernel" => "the kernel's faults on user memory (read() into fresh buffers) \
+             are not replayed and cannot shrink with larger folios; replay and validate print an estimate \
+             from the allocator events, labelled as one"
+            .into(),
+        "sched:sched_process_exec" if task_records => {
+            "execs come from perf's PERF_RECORD_COMM (exec): named by the 15-byte comm, before the new \
+             image's mappings"
+                .into()
         }
-        _ => "address-space system calls cannot be replayed",
+        "sched:sched_process_fork" | "sched:sched_process_exit" if task_records => {
+            "forks and exits come from perf's PERF_RECORD_FORK/EXIT".into()
+        }
+        _ => "process lifecycle is inferred from pids only".into(),
     }
 }
 
-/// Imports the perf.data file `input` into the mmlab trace `output`.
-///
-/// The trace is written to a temporary file beside `output` and renamed over
-/// it only when the import succeeded ([`crate::format::TraceFile`]): an input
-/// that is rejected, at the magic check or half-way, leaves an existing
-/// `output` as it was.
-pub fn import(input: &Path, output: &Path) -> Result<ImportSummary, PerfImportError> {
-    let out = crate::format::TraceFile::create(output).map_err(|e| PerfImportError::Output {
-        path: output.to_path_buf(),
-        source: TraceError::Io {
-            offset: 0,
-            source: e.into(),
-        },
-    })?;
-    let f = File::open(input).map_err(|source| PerfImportError::Open {
-        path: input.to_path_buf(),
-        source,
-    })?;
-    let header_source = input.display().to_string();
-    import_from(BufReader::new(f), input, &header_source, out, output).map(|(s, _)| s)
+/// What an import of one file knows before reading its records.
+struct Prelude {
+    /// Per attribute: its tracepoint id (if a tracepoint) and its name.
+    attrs: Vec<(Option<u32>, String)>,
+    /// The tracepoints recorded, by full name.
+    present: Vec<String>,
+    /// `perf record -d`: data and anonymous mappings are reported.
+    mmap_data: bool,
 }
 
-/// Imports from any seekable reader into any writer; `input` and `output`
-/// only name them in errors. Returns the summary and the writer, completed
-/// ([`crate::format::TraceSink::complete`]).
-pub fn import_from<R: Read + Seek, W: crate::format::TraceSink>(
-    reader: R,
-    input: &Path,
-    source_name: &str,
-    out: W,
-    output: &Path,
-) -> Result<(ImportSummary, W), PerfImportError> {
-    let path = || input.to_path_buf();
-    let mut reader = reader;
-    validate_perf_file(&mut reader)
-        .map_err(|what| PerfImportError::NotPerfData { path: path(), what })?;
-    // The parser crate has been seen to panic on damaged input that passes
-    // the checks above (an arithmetic overflow); a panic there must not take
-    // the caller down with it. This does not help under panic=abort.
-    let parsed = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-        PerfFileReader::parse_file(reader)
-    }))
-    .map_err(|_| PerfImportError::NotPerfData {
-        path: path(),
-        what: "the perf.data parser failed on malformed headers".to_string(),
-    })?;
-    let PerfFileReader {
-        mut perf_file,
-        mut record_iter,
-    } = parsed.map_err(|e| PerfImportError::NotPerfData {
-        path: path(),
-        what: e.to_string(),
-    })?;
-    let tracing = perf_file
-        .feature_section_data(Feature::TRACING_DATA)
-        .ok_or_else(|| PerfImportError::NoTracingData { path: path() })?;
-    let formats =
-        parse_tracing_data(tracing).map_err(|(offset, what)| PerfImportError::TracingData {
-            path: path(),
-            offset,
-            what,
-        })?;
-    let by_id: BTreeMap<u32, &EventFormat> = formats.iter().map(|f| (f.id, f)).collect();
-
-    // Per attribute: its tracepoint id (if a tracepoint) and its name.
+/// The attributes of the file and what they say.
+fn prelude(
+    perf_file: &linux_perf_data::PerfFile,
+    by_id: &BTreeMap<u32, &EventFormat>,
+    opts: &ImportOptions,
+) -> Prelude {
     let mut attrs: Vec<(Option<u32>, String)> = Vec::new();
+    let mut mmap_data = false;
     for a in perf_file.event_attributes() {
-        let id = match a.attributes().type_ {
+        let attr = a.attributes();
+        mmap_data |= attr
+            .flags
+            .contains(linux_perf_data::linux_perf_event_reader::AttrFlags::MMAP_DATA);
+        let id = match attr.type_ {
             PerfEventType::Tracepoint(config) => u32::try_from(config).ok(),
             _ => None,
         };
@@ -492,43 +523,25 @@ pub fn import_from<R: Read + Seek, W: crate::format::TraceSink>(
             .unwrap_or_else(|| format!("event #{}", attrs.len()));
         attrs.push((id, name));
     }
-    let mut decoder = Decoder::new(&formats);
-    let present: Vec<String> = attrs
+    let present = attrs
         .iter()
         .filter_map(|(id, _)| id.and_then(|i| by_id.get(&i)).map(|f| f.full_name()))
         .collect();
-    if !present.iter().any(|n| decoder.handles(n)) {
-        return Err(PerfImportError::NoUsableEvents {
-            path: path(),
-            found: attrs.iter().map(|(_, n)| n.clone()).collect(),
-        });
+    Prelude {
+        attrs,
+        present,
+        mmap_data: mmap_data && !opts.ignores("perf:mmap-data") && !opts.ignores("perf:mmap"),
     }
-    // Kinds a replay wants that were not recorded. A system call needs both
-    // its entry and its exit.
-    let mut missing_event_kinds = Vec::new();
-    for ev in RECORDED_EVENTS {
-        if !present.iter().any(|p| p == ev) {
-            missing_event_kinds.push(ev.to_string());
-        }
-    }
-    let reduced_capability: Vec<String> = missing_event_kinds
-        .iter()
-        .map(|ev| {
-            let required = if REQUIRED_EVENTS.contains(&ev.as_str()) {
-                " (required)"
-            } else {
-                ""
-            };
-            format!("{ev} was not recorded{required}: {}", capability_loss(ev))
-        })
-        .collect();
+}
 
-    let cmdline = perf_cmdline(&perf_file);
+/// The trace header of an imported file.
+fn import_header(perf_file: &linux_perf_data::PerfFile, source_name: &str) -> Header {
+    let cmdline = perf_cmdline(perf_file);
     // `perf record -a` (or --all-cpus) records every process.
     let system_wide = cmdline
         .as_deref()
         .is_some_and(|c| c.split(' ').any(|w| w == "-a" || w == "--all-cpus"));
-    let header = Header {
+    Header {
         mmlab_version: env!("CARGO_PKG_VERSION").to_string(),
         source: TraceSource::PerfImport {
             file: source_name.to_string(),
@@ -549,108 +562,786 @@ pub fn import_from<R: Read + Seek, W: crate::format::TraceSink>(
         trace_clock: "perf".to_string(),
         counters_before: None,
         kmem_system_wide: system_wide,
+    }
+}
+
+/// `major.minor` of a kernel release (`6.18.44-fc` → (6, 18)).
+fn kernel_version(release: &str) -> Option<(u32, u32)> {
+    let mut it = release.split(|c: char| !c.is_ascii_digit());
+    Some((it.next()?.parse().ok()?, it.next()?.parse().ok()?))
+}
+
+/// Rejects a zoneinfo that cannot describe the machine and kernel the
+/// perf.data was recorded on: another number of CPUs, a pageset format of
+/// another kernel generation (`high_min`/`high_max` appeared in 6.7), or
+/// another amount of memory (perf's `MemTotal` must lie between 80 % and
+/// 101 % of the zones' present pages: the kernel's reservations and
+/// firmware holes take up to a few percent, a balloon more).
+fn check_zoneinfo(
+    perf_file: &linux_perf_data::PerfFile,
+    path: &Path,
+    snap: &ZoneinfoSnapshot,
+) -> Result<(), PerfImportError> {
+    let err = |line: usize, what: String| PerfImportError::Snapshot {
+        path: path.to_path_buf(),
+        line,
+        what,
     };
-    let out_err = |source| PerfImportError::Output {
+    let cpu_line = snap.first_cpu_line;
+    if let Some(n) = perf_file.nr_cpus().ok().flatten() {
+        if snap.nr_cpus() != 0 && snap.nr_cpus() != n.nr_cpus_available {
+            return Err(err(
+                cpu_line,
+                format!(
+                    "the pagesets are of {} CPUs, the perf.data's machine has {}: a zoneinfo of another machine",
+                    snap.nr_cpus(),
+                    n.nr_cpus_available
+                ),
+            ));
+        }
+    }
+    let release = perf_file.os_release().ok().flatten().unwrap_or("");
+    if let Some(v) = kernel_version(release) {
+        let autotune = v >= (6, 7);
+        if cpu_line != 0 && autotune != snap.has_high_min() {
+            return Err(err(
+                cpu_line,
+                format!(
+                    "the pagesets {} high_min/high_max, which Linux 6.7 and later print and earlier kernels                      do not; the perf.data's kernel is {release}: a zoneinfo of another kernel",
+                    if snap.has_high_min() { "have" } else { "lack" }
+                ),
+            ));
+        }
+    }
+    if let Some(total_kib) = perf_file.total_mem().ok().flatten() {
+        let present = snap.present_kib();
+        if present > 0 && (total_kib * 100 > present * 101 || total_kib * 100 < present * 80) {
+            return Err(err(
+                snap.zone_lines.first().copied().unwrap_or(0),
+                format!(
+                    "the zones hold {} MiB of memory, the perf.data's machine has {} MiB (MemTotal):                      a zoneinfo of another machine",
+                    present / 1024,
+                    total_kib / 1024
+                ),
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// Opens and checks a perf.data file: its reader, record iterator and
+/// tracepoint formats.
+fn open_perf<R: Read + Seek>(
+    mut reader: R,
+    input: &Path,
+) -> Result<(PerfFileReader<R>, Vec<EventFormat>), PerfImportError> {
+    let path = || input.to_path_buf();
+    validate_perf_file(&mut reader)
+        .map_err(|what| PerfImportError::NotPerfData { path: path(), what })?;
+    // The parser crate has been seen to panic on damaged input that passes
+    // the checks above (an arithmetic overflow); a panic there must not take
+    // the caller down with it. This does not help under panic=abort.
+    let parsed = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        PerfFileReader::parse_file(reader)
+    }))
+    .map_err(|_| PerfImportError::NotPerfData {
+        path: path(),
+        what: "the perf.data parser failed on malformed headers".to_string(),
+    })?
+    .map_err(|e| PerfImportError::NotPerfData {
+        path: path(),
+        what: e.to_string(),
+    })?;
+    let tracing = parsed
+        .perf_file
+        .feature_section_data(Feature::TRACING_DATA)
+        .ok_or_else(|| PerfImportError::NoTracingData { path: path() })?;
+    let formats =
+        parse_tracing_data(tracing).map_err(|(offset, what)| PerfImportError::TracingData {
+            path: path(),
+            offset,
+            what,
+        })?;
+    Ok((parsed, formats))
+}
+
+/// Event kinds an import can be told to leave out, besides the
+/// tracepoints of [`RECORDED_EVENTS`]: perf's own records.
+pub const IGNORABLE_RECORDS: [&str; 3] = ["perf:mmap", "perf:mmap-data", "perf:task"];
+
+/// How to import a perf.data file.
+#[derive(Clone, Debug, Default)]
+pub struct ImportOptions {
+    /// Import as if these had not been recorded: tracepoints by
+    /// `system:name`, `perf:mmap` (every `PERF_RECORD_MMAP2`),
+    /// `perf:mmap-data` (those of non-executable mappings: a recording
+    /// without `perf record -d`), `perf:task` (`PERF_RECORD_FORK`, `EXIT`
+    /// and `COMM`). To see what an event contributes, and to measure an
+    /// estimate against the recorded truth.
+    pub ignore_events: BTreeSet<String>,
+    /// The machine's zones, watermarks and per-CPU pagesets for the trace
+    /// header (a perf.data file has none): a `/proc/zoneinfo` taken just
+    /// before the recording, with its file name for errors. It is checked
+    /// against what the perf.data says of its machine and kernel.
+    pub zoneinfo: Option<(PathBuf, ZoneinfoSnapshot)>,
+    /// The knobs in force (`transparent_hugepage/**`,
+    /// `vm.percpu_pagelist_high_fraction`).
+    pub knobs: Option<Knobs>,
+    /// `/proc/vmstat` (and THP statistics) snapshots taken before and
+    /// after the recording: the header's and trailer's counters.
+    pub counters_before: Option<Counters>,
+    pub counters_after: Option<Counters>,
+}
+
+impl ImportOptions {
+    /// Checks the names of `ignore_events`.
+    pub fn check(&self) -> Result<(), String> {
+        for n in &self.ignore_events {
+            if !RECORDED_EVENTS.contains(&n.as_str()) && !IGNORABLE_RECORDS.contains(&n.as_str()) {
+                return Err(format!(
+                    "cannot ignore {n:?}: expected one of {}, {}",
+                    RECORDED_EVENTS.join(", "),
+                    IGNORABLE_RECORDS.join(", ")
+                ));
+            }
+        }
+        Ok(())
+    }
+
+    fn ignores(&self, name: &str) -> bool {
+        self.ignore_events.contains(name)
+    }
+}
+
+/// Imports the perf.data file `input` into the mmlab trace `output`.
+pub fn import(input: &Path, output: &Path) -> Result<ImportSummary, PerfImportError> {
+    import_with(input, output, &ImportOptions::default())
+}
+
+/// [`import`] with options.
+pub fn import_with(
+    input: &Path,
+    output: &Path,
+    opts: &ImportOptions,
+) -> Result<ImportSummary, PerfImportError> {
+    let f = File::open(input).map_err(|source| PerfImportError::Open {
+        path: input.to_path_buf(),
+        source,
+    })?;
+    let header_source = input.display().to_string();
+    // The trace appears whole or not at all: an existing file of the same
+    // name survives a failed import.
+    let out = crate::format::TraceFile::create(output).map_err(|e| PerfImportError::Output {
+        path: output.to_path_buf(),
+        source: TraceError::Io {
+            offset: 0,
+            source: e.into(),
+        },
+    })?;
+    import_from_with(BufReader::new(f), input, &header_source, out, output, opts).map(|(s, _)| s)
+}
+
+/// Imports from any seekable reader into any writer; `input` and `output`
+/// only name them in errors. Returns the summary and the writer, completed
+/// ([`crate::format::TraceSink::complete`]: a [`crate::format::TraceFile`]
+/// is renamed into place only when the whole import succeeded).
+pub fn import_from<R: Read + Seek, W: crate::format::TraceSink>(
+    reader: R,
+    input: &Path,
+    source_name: &str,
+    out: W,
+    output: &Path,
+) -> Result<(ImportSummary, W), PerfImportError> {
+    import_from_with(
+        reader,
+        input,
+        source_name,
+        out,
+        output,
+        &ImportOptions::default(),
+    )
+}
+
+/// [`import_from`] with options.
+pub fn import_from_with<R: Read + Seek, W: crate::format::TraceSink>(
+    reader: R,
+    input: &Path,
+    source_name: &str,
+    out: W,
+    output: &Path,
+    opts: &ImportOptions,
+) -> Result<(ImportSummary, W), PerfImportError> {
+    let (
+        PerfFileReader {
+            mut perf_file,
+            mut record_iter,
+        },
+        mut formats,
+    ) = open_perf(reader, input)?;
+    // An ignored tracepoint is as if its format were not in the file: its
+    // samples are dropped and the decoder treats its kind as missing.
+    let dropped: BTreeSet<u32> = formats
+        .iter()
+        .filter(|f| opts.ignores(&f.full_name()))
+        .map(|f| f.id)
+        .collect();
+    formats.retain(|f| !dropped.contains(&f.id));
+    let by_id: BTreeMap<u32, &EventFormat> = formats.iter().map(|f| (f.id, f)).collect();
+    let pre = prelude(&perf_file, &by_id, opts);
+    let decoder = Decoder::new(&formats);
+    if !pre.present.iter().any(|n| decoder.handles(n)) {
+        return Err(PerfImportError::NoUsableEvents {
+            path: input.to_path_buf(),
+            found: pre.attrs.iter().map(|(_, n)| n.clone()).collect(),
+        });
+    }
+    let mut header = import_header(&perf_file, source_name);
+    if let Some((path, snap)) = &opts.zoneinfo {
+        check_zoneinfo(&perf_file, path, snap)?;
+        header.machine.zones = snap.zones.clone();
+        if header.machine.nr_cpus == 0 {
+            header.machine.nr_cpus = snap.nr_cpus();
+        }
+    }
+    if let Some(k) = &opts.knobs {
+        header.knobs = k.clone();
+    }
+    header.counters_before = opts.counters_before.clone();
+    let writer = TraceWriter::new(out, &header).map_err(|source| PerfImportError::Output {
         path: output.to_path_buf(),
         source,
-    };
-    let mut writer = TraceWriter::new(out, &header).map_err(out_err)?;
-    let mut by_kind = [0u64; NR_EVENT_KINDS];
-    let mut ignored: BTreeMap<String, u64> = BTreeMap::new();
-    let mut nr_lost = 0u64;
+    })?;
+    let mut imp = Importer::new(decoder, writer, &pre, dropped, opts);
     let mut nr_records = 0u64;
     loop {
         let rec =
             record_iter
                 .next_record(&mut perf_file)
                 .map_err(|e| PerfImportError::Records {
-                    path: path(),
+                    path: input.to_path_buf(),
                     record: nr_records,
                     what: e.to_string(),
                 })?;
-        let Some(rec) = rec else { break };
-        nr_records += 1;
-        let PerfFileRecord::EventRecord { attr_index, record } = rec else {
+        let Some(PerfFileRecord::EventRecord { attr_index, record }) = rec else {
+            if rec.is_none() {
+                break;
+            }
+            nr_records += 1;
             continue;
         };
-        // Only samples and lost-event records matter here. The others are
-        // not parsed: linux-perf-event-reader 0.10 asserts on a damaged
-        // MMAP2 build-id length (found by fuzzing), which would abort.
-        if record.record_type != RecordType::SAMPLE && record.record_type != RecordType::LOST {
-            continue;
+        nr_records += 1;
+        imp.record(attr_index, &record)
+            .map_err(|e| imp.error(e, input, output, nr_records - 1))?;
+    }
+    imp.finish(&pre, output)
+}
+
+/// Why one record stopped an import.
+enum RecordError {
+    Parse(String),
+    Output(TraceError),
+}
+
+/// The state of one import: the decoder, the writer, the counts, and the
+/// `mmap`/`brk` entries (their exits not recorded) held until the
+/// `PERF_RECORD_MMAP2` that says where they went, or the task's next event.
+struct Importer<W: crate::format::TraceSink> {
+    decoder: Decoder,
+    writer: TraceWriter<W>,
+    attrs: Vec<(Option<u32>, String)>,
+    by_kind: [u64; NR_EVENT_KINDS],
+    ignored: BTreeMap<String, u64>,
+    nr_lost: u64,
+    /// Make these kinds from perf's task records (their tracepoints were
+    /// not recorded).
+    forks_from_records: bool,
+    exits_from_records: bool,
+    execs_from_records: bool,
+    /// Whether any of perf's FORK/EXIT/COMM records was seen.
+    task_records: bool,
+    /// Entry-only `mmap`/`brk` events by thread id.
+    held: BTreeMap<i32, Event>,
+    /// The time of the last event written: held events are released at it,
+    /// so that the trace stays in time order.
+    last_ts: u64,
+    /// Entry-only `mmap`s whose address a `PERF_RECORD_MMAP2` gave exactly.
+    nr_mmaps_placed: u64,
+    /// Tracepoint ids whose samples are dropped ([`ImportOptions`]).
+    dropped: BTreeSet<u32>,
+    /// perf records to drop: every MMAP, the non-executable ones, the task
+    /// records.
+    drop_mmap: bool,
+    drop_mmap_data: bool,
+    drop_task: bool,
+    /// For the trailer.
+    counters_after: Option<Counters>,
+    /// Processes inside an exec (from its `PERF_RECORD_COMM` to its end):
+    /// the `Exec` event to write (made from the comm record when the
+    /// tracepoint was not recorded) and the mappings gathered so far.
+    execs: BTreeMap<i32, (Option<Event>, Vec<ExecVma>)>,
+    /// `perf record -d`: the exec's data, `.bss` and stack are reported.
+    mmap_data: bool,
+}
+
+impl<W: crate::format::TraceSink> Importer<W> {
+    fn new(
+        decoder: Decoder,
+        writer: TraceWriter<W>,
+        pre: &Prelude,
+        dropped: BTreeSet<u32>,
+        opts: &ImportOptions,
+    ) -> Self {
+        let missing = |n: &str| !pre.present.iter().any(|p| p == n);
+        Importer {
+            decoder,
+            writer,
+            attrs: pre.attrs.clone(),
+            by_kind: [0; NR_EVENT_KINDS],
+            ignored: BTreeMap::new(),
+            nr_lost: 0,
+            forks_from_records: missing("sched:sched_process_fork"),
+            exits_from_records: missing("sched:sched_process_exit"),
+            execs_from_records: missing("sched:sched_process_exec"),
+            task_records: false,
+            held: BTreeMap::new(),
+            last_ts: 0,
+            nr_mmaps_placed: 0,
+            dropped,
+            drop_mmap: opts.ignores("perf:mmap"),
+            drop_mmap_data: opts.ignores("perf:mmap-data"),
+            drop_task: opts.ignores("perf:task"),
+            counters_after: opts.counters_after.clone(),
+            execs: BTreeMap::new(),
+            mmap_data: pre.mmap_data,
         }
-        let parsed = record.parse().map_err(|e| PerfImportError::Records {
-            path: path(),
-            record: nr_records - 1,
-            what: e.to_string(),
-        })?;
-        let (attr_id, attr_name) = attrs
+    }
+
+    fn error(&self, e: RecordError, input: &Path, output: &Path, record: u64) -> PerfImportError {
+        match e {
+            RecordError::Parse(what) => PerfImportError::Records {
+                path: input.to_path_buf(),
+                record,
+                what,
+            },
+            RecordError::Output(source) => PerfImportError::Output {
+                path: output.to_path_buf(),
+                source,
+            },
+        }
+    }
+
+    /// One record of the data section.
+    fn record(
+        &mut self,
+        attr_index: usize,
+        record: &linux_perf_data::linux_perf_event_reader::RawEventRecord<'_>,
+    ) -> Result<(), RecordError> {
+        let t = record.record_type;
+        if t == RecordType::SAMPLE {
+            return self.sample(attr_index, record);
+        }
+        if t == RecordType::LOST {
+            if let Ok(EventRecord::Lost(l)) = record.parse() {
+                self.nr_lost += l.count;
+            }
+            return Ok(());
+        }
+        let common = record.common_data().unwrap_or_default();
+        let ts = common.timestamp.unwrap_or(0);
+        let cpu = common.cpu.unwrap_or(0);
+        let body = record.data.as_slice();
+        let ev = match t {
+            RecordType::MMAP | RecordType::MMAP2 if !self.drop_mmap => {
+                parse_mmap_record(&body, t == RecordType::MMAP2, record.misc)
+                    .filter(|(_, _, k)| !(self.drop_mmap_data && is_data_mapping(k)))
+            }
+            RecordType::COMM if !self.drop_task => self.comm_record(&body, record.misc),
+            RecordType::FORK | RecordType::EXIT if !self.drop_task => {
+                self.task_record(&body, t == RecordType::FORK)
+            }
+            _ => return Ok(()),
+        };
+        match ev {
+            Some((pid, tid, kind)) => self.emit(Event {
+                ts_ns: ts,
+                cpu,
+                pid,
+                tid,
+                kind,
+            }),
+            None => Ok(()),
+        }
+    }
+
+    fn sample(
+        &mut self,
+        attr_index: usize,
+        record: &linux_perf_data::linux_perf_event_reader::RawEventRecord<'_>,
+    ) -> Result<(), RecordError> {
+        let Ok(EventRecord::Sample(s)) = record.parse() else {
+            return Err(RecordError::Parse("a sample record does not parse".into()));
+        };
+        let (attr_id, attr_name) = self
+            .attrs
             .get(attr_index)
             .cloned()
             .unwrap_or((None, format!("event #{attr_index}")));
-        match parsed {
-            EventRecord::Sample(s) => {
-                let (Some(id), Some(raw)) = (attr_id, s.raw) else {
-                    *ignored.entry(attr_name).or_default() += 1;
-                    continue;
-                };
-                let data = raw.as_slice();
-                let tid = s.tid.unwrap_or(-1);
-                let pid = s.pid.unwrap_or(tid);
-                match decoder.decode(
-                    s.timestamp.unwrap_or(0),
-                    s.cpu.unwrap_or(0),
-                    pid,
-                    tid,
-                    id,
-                    &data,
-                ) {
-                    Decoded::Event(ev) => {
-                        by_kind[ev.kind.code() as usize] += 1;
-                        writer.write(&ev).map_err(out_err)?;
-                    }
-                    Decoded::Ignored(name) => *ignored.entry(name).or_default() += 1,
-                    Decoded::Malformed(name) => {
-                        *ignored.entry(format!("malformed {name}")).or_default() += 1
-                    }
-                    Decoded::Pending | Decoded::Unpaired => {}
-                }
+        let (Some(id), Some(raw)) = (attr_id, s.raw) else {
+            *self.ignored.entry(attr_name).or_default() += 1;
+            return Ok(());
+        };
+        if self.dropped.contains(&id) {
+            return Ok(());
+        }
+        let data = raw.as_slice();
+        let tid = s.tid.unwrap_or(-1);
+        let pid = s.pid.unwrap_or(tid);
+        let ts = s.timestamp.unwrap_or(0);
+        match self
+            .decoder
+            .decode(ts, s.cpu.unwrap_or(0), pid, tid, id, &data)
+        {
+            Decoded::Event(ev) => self.emit(ev),
+            Decoded::Ignored(name) => {
+                *self.ignored.entry(name).or_default() += 1;
+                Ok(())
             }
-            EventRecord::Lost(l) => nr_lost += l.count,
+            Decoded::Malformed(name) => {
+                *self.ignored.entry(format!("malformed {name}")).or_default() += 1;
+                Ok(())
+            }
+            Decoded::Pending | Decoded::Unpaired => Ok(()),
+        }
+    }
+
+    /// `PERF_RECORD_COMM`: an exec (`PERF_RECORD_MISC_COMM_EXEC`) or one
+    /// perf synthesized at the start (time 0); renames of running threads
+    /// are of no use to a replay and dropped.
+    fn comm_record(&mut self, body: &[u8], misc: u16) -> Option<(i32, i32, EventKind)> {
+        self.task_records = true;
+        let (pid, tid) = (le_i32(body, 0)?, le_i32(body, 4)?);
+        let rest = body.get(8..)?;
+        let end = rest.iter().position(|&b| b == 0).unwrap_or(rest.len());
+        let comm = String::from_utf8_lossy(&rest[..end]).into_owned();
+        let exec = misc & PERF_RECORD_MISC_COMM_EXEC != 0;
+        Some((pid, tid, EventKind::Comm { comm, exec }))
+    }
+
+    /// `PERF_RECORD_FORK`/`EXIT` (`pid, ppid, tid, ptid, time`), as the
+    /// sched tracepoints' events where those were not recorded. The
+    /// records perf synthesized at the start (time 0: threads that already
+    /// existed) are no forks.
+    fn task_record(&mut self, body: &[u8], fork: bool) -> Option<(i32, i32, EventKind)> {
+        self.task_records = true;
+        let (pid, ppid, tid, ptid) = (
+            le_i32(body, 0)?,
+            le_i32(body, 4)?,
+            le_i32(body, 8)?,
+            le_i32(body, 12)?,
+        );
+        let time = le_u64(body, 16)?;
+        if fork {
+            (self.forks_from_records && time != 0).then_some((
+                ppid,
+                ptid,
+                EventKind::Fork {
+                    parent: ptid,
+                    child: tid,
+                },
+            ))
+        } else {
+            self.exits_from_records
+                .then_some((pid, tid, EventKind::Exit { pid: tid }))
+        }
+    }
+
+    /// Writes `ev`, after releasing what its task held; holds an entry-only
+    /// `mmap` or `brk`; pairs a `PERF_RECORD_MMAP2` with the held call it
+    /// places; gathers an exec's mappings into its `ExecLayout`.
+    fn emit(&mut self, ev: Event) -> Result<(), RecordError> {
+        if let EventKind::Comm { exec: true, comm } = &ev.kind {
+            self.begin_exec(&ev, comm.clone());
+            return self.write(&ev);
+        }
+        if self.in_exec(&ev)? {
+            return Ok(());
+        }
+        if let EventKind::MmapRecord { addr, len, .. } = &ev.kind {
+            if let Some(mut held) = self.held.remove(&ev.tid) {
+                if let EventKind::Mmap { len: l, ret, .. } = &mut held.kind {
+                    if (*l).div_ceil(4096) * 4096 == *len && ret.is_none() {
+                        *ret = Some(*addr as i64);
+                        self.nr_mmaps_placed += 1;
+                    }
+                }
+                held.ts_ns = ev.ts_ns;
+                self.write(&ev)?;
+                return self.write(&held);
+            }
+            return self.write(&ev);
+        }
+        self.release(ev.tid)?;
+        if matches!(
+            ev.kind,
+            EventKind::Mmap { ret: None, .. } | EventKind::Brk { ret: None, .. }
+        ) {
+            self.held.insert(ev.tid, ev);
+            return Ok(());
+        }
+        self.write(&ev)
+    }
+
+    /// A `PERF_RECORD_COMM` of an exec: the kernel is in `begin_new_exec()`
+    /// for process `ev.pid`; the new image's `PERF_RECORD_MMAP2` records
+    /// follow until the exec returns to user space. Its `Exec` event is
+    /// made from this record when `sched_process_exec` was not recorded.
+    fn begin_exec(&mut self, ev: &Event, comm: String) {
+        let exec = self.execs_from_records.then(|| Event {
+            kind: EventKind::Exec {
+                pid: ev.tid,
+                filename: comm,
+            },
+            ..ev.clone()
+        });
+        self.execs.insert(ev.pid, (exec, Vec::new()));
+    }
+
+    /// An event of a process that is inside an exec: its mappings are
+    /// gathered (true: nothing to write now); its `sched_process_exec`, or
+    /// with that not recorded its first event back in user space, ends the
+    /// exec: the `Exec` event, then the `ExecLayout` of the gathered
+    /// mappings (with `perf record -d` only: without it the stack, data and
+    /// `.bss` are not reported, and a partial layout would mislead).
+    fn in_exec(&mut self, ev: &Event) -> Result<bool, RecordError> {
+        let Some((exec, vmas)) = self.execs.get_mut(&ev.pid) else {
+            return Ok(false);
+        };
+        match &ev.kind {
+            EventKind::MmapRecord {
+                addr,
+                len,
+                pgoff,
+                prot,
+                flags,
+                filename,
+            } => {
+                vmas.push(ExecVma {
+                    start: *addr,
+                    len: *len,
+                    pgoff: *pgoff,
+                    prot: *prot,
+                    flags: *flags,
+                    name: filename.clone(),
+                });
+                return Ok(true);
+            }
+            // The kernel's faults of the exec itself (the .bss cleared, the
+            // stack written) come before its end, as with the tracepoint.
+            EventKind::PageFaultKernel { .. } => return Ok(false),
+            EventKind::Exit { .. } => {
+                self.execs.remove(&ev.pid);
+                return Ok(false);
+            }
+            EventKind::Exec { .. } => {}
+            _ if exec.is_none() => return Ok(false),
             _ => {}
         }
+        let Some((exec, vmas)) = self.execs.remove(&ev.pid) else {
+            return Ok(false);
+        };
+        let ts_ns = ev.ts_ns.max(self.last_ts);
+        match exec {
+            Some(mut e) => {
+                e.ts_ns = ts_ns;
+                self.write(&e)?;
+            }
+            None => self.write(ev)?,
+        }
+        if self.mmap_data && !vmas.is_empty() {
+            self.write(&Event {
+                ts_ns,
+                cpu: ev.cpu,
+                pid: ev.pid,
+                tid: ev.tid,
+                kind: EventKind::ExecLayout { pid: ev.pid, vmas },
+            })?;
+        }
+        // The tracepoint's own Exec was written above; any other event
+        // still has to be.
+        Ok(matches!(ev.kind, EventKind::Exec { .. }))
     }
-    decoder.finish();
-    let trailer = Trailer {
-        nr_events: 0,
-        nr_lost_events: nr_lost,
-        nr_unpaired_syscalls: decoder.nr_unpaired_syscalls,
-        ignored_events: ignored.clone(),
-        missing_event_kinds: missing_event_kinds.clone(),
-        counters_after: None,
-        exit_status: None,
-        interrupted: false,
-        workload_minflt: None,
-        workload_majflt: None,
-    };
-    let nr_events = writer.nr_events();
-    let (out, _) = writer.finish(&trailer).map_err(out_err)?;
-    let mut nr_events_by_kind = BTreeMap::new();
-    for (code, n) in by_kind.iter().enumerate() {
-        if *n > 0 {
-            nr_events_by_kind.insert(crate::event::EventKind::name_of_code(code as u8), *n);
+
+    /// Writes the event `tid` holds, unplaced, at the latest time written.
+    fn release(&mut self, tid: i32) -> Result<(), RecordError> {
+        match self.held.remove(&tid) {
+            Some(mut h) => {
+                h.ts_ns = h.ts_ns.max(self.last_ts);
+                self.write(&h)
+            }
+            None => Ok(()),
         }
     }
-    Ok((
-        ImportSummary {
-            nr_events,
-            nr_events_by_kind,
-            ignored_events: ignored,
-            nr_lost_events: nr_lost,
-            nr_unpaired_syscalls: decoder.nr_unpaired_syscalls,
-            reduced_capability,
-            missing_event_kinds,
+
+    fn write(&mut self, ev: &Event) -> Result<(), RecordError> {
+        self.by_kind[ev.kind.code() as usize] += 1;
+        self.last_ts = self.last_ts.max(ev.ts_ns);
+        self.writer.write(ev).map_err(RecordError::Output)
+    }
+
+    /// Writes what is still held and the trailer; the summary.
+    fn finish(
+        mut self,
+        pre: &Prelude,
+        output: &Path,
+    ) -> Result<(ImportSummary, W), PerfImportError> {
+        let out_err = |source| PerfImportError::Output {
+            path: output.to_path_buf(),
+            source,
+        };
+        let held: Vec<i32> = self.held.keys().copied().collect();
+        for tid in held {
+            self.release(tid).map_err(|e| match e {
+                RecordError::Output(source) => out_err(source),
+                RecordError::Parse(what) => PerfImportError::NotPerfData {
+                    path: output.to_path_buf(),
+                    what,
+                },
+            })?;
+        }
+        self.decoder.finish();
+        let mut missing_event_kinds = Vec::new();
+        for ev in RECORDED_EVENTS {
+            if !pre.present.iter().any(|p| p == ev) {
+                missing_event_kinds.push(ev.to_string());
+            }
+        }
+        let mut reduced_capability: Vec<String> = missing_event_kinds
+            .iter()
+            .map(|ev| {
+                let required = if REQUIRED_EVENTS.contains(&ev.as_str()) {
+                    " (required)"
+                } else {
+                    ""
+                };
+                format!(
+                    "{ev} was not recorded{required}: {}",
+                    capability_loss(ev, &pre.present, self.task_records)
+                )
+            })
+            .collect();
+        if !pre.mmap_data {
+            reduced_capability.push(
+                "perf record -d was not used: no PERF_RECORD_MMAP2 for data and anonymous mappings \
+                 (where an mmap or brk went when its exit was not recorded, the program's data and heap)"
+                    .to_string(),
+            );
+        }
+        let trailer = Trailer {
+            nr_events: 0,
+            nr_lost_events: self.nr_lost,
+            nr_unpaired_syscalls: self.decoder.nr_unpaired_syscalls,
+            ignored_events: self.ignored.clone(),
+            missing_event_kinds: missing_event_kinds.clone(),
+            counters_after: self.counters_after.take(),
+            exit_status: None,
+            interrupted: false,
+            workload_minflt: None,
+            workload_majflt: None,
+        };
+        let nr_events = self.writer.nr_events();
+        let (out, _) = self.writer.finish(&trailer).map_err(out_err)?;
+        let mut nr_events_by_kind = BTreeMap::new();
+        for (code, n) in self.by_kind.iter().enumerate() {
+            if *n > 0 {
+                nr_events_by_kind.insert(crate::event::EventKind::name_of_code(code as u8), *n);
+            }
+        }
+        Ok((
+            ImportSummary {
+                nr_events,
+                nr_events_by_kind,
+                ignored_events: self.ignored,
+                nr_lost_events: self.nr_lost,
+                nr_unpaired_syscalls: self.decoder.nr_unpaired_syscalls,
+                reduced_capability,
+                missing_event_kinds,
+                entry_only_syscalls: self.decoder.entry_only_syscalls(),
+                nr_mmaps_placed_by_records: self.nr_mmaps_placed,
+            },
+            out,
+        ))
+    }
+}
+
+/// `PERF_RECORD_MISC_COMM_EXEC`: the comm record of an `execve()`.
+const PERF_RECORD_MISC_COMM_EXEC: u16 = 1 << 13;
+/// `PERF_RECORD_MISC_MMAP_DATA`: a `PERF_RECORD_MMAP` of a non-executable
+/// mapping.
+const PERF_RECORD_MISC_MMAP_DATA: u16 = 1 << 13;
+/// `PERF_RECORD_MISC_MMAP_BUILD_ID`: the MMAP2 record carries a build id
+/// instead of the device and inode numbers.
+const PERF_RECORD_MISC_MMAP_BUILD_ID: u16 = 1 << 14;
+
+fn le_i32(b: &[u8], at: usize) -> Option<i32> {
+    Some(i32::from_le_bytes(b.get(at..at + 4)?.try_into().ok()?))
+}
+
+fn le_u32(b: &[u8], at: usize) -> Option<u32> {
+    Some(u32::from_le_bytes(b.get(at..at + 4)?.try_into().ok()?))
+}
+
+fn le_u64(b: &[u8], at: usize) -> Option<u64> {
+    Some(u64::from_le_bytes(b.get(at..at + 8)?.try_into().ok()?))
+}
+
+/// A mapping `perf record` reports only with `-d` (`mmap_data`): one
+/// without `PROT_EXEC`.
+fn is_data_mapping(k: &EventKind) -> bool {
+    matches!(k, EventKind::MmapRecord { prot, .. } if prot & 4 == 0)
+}
+
+/// Parses a `PERF_RECORD_MMAP2` (`pid, tid, addr, len, pgoff`, then the
+/// device/inode numbers or a build id, `prot, flags`, the file name) or
+/// `PERF_RECORD_MMAP` (no ids, no `prot`/`flags`) body, bounded by its
+/// length. The kernel's image (`pid` -1) is not a user mapping and dropped.
+fn parse_mmap_record(body: &[u8], v2: bool, misc: u16) -> Option<(i32, i32, EventKind)> {
+    const PROT_READ: u32 = 1;
+    const PROT_EXEC: u32 = 4;
+    const MAP_PRIVATE: u32 = 2;
+    let (pid, tid) = (le_i32(body, 0)?, le_i32(body, 4)?);
+    if pid == -1 {
+        return None;
+    }
+    let (addr, len, pgoff) = (le_u64(body, 8)?, le_u64(body, 16)?, le_u64(body, 24)?);
+    let (prot, flags, name_at) = if v2 {
+        // 24 bytes of ids either way: u32 maj, u32 min, u64 ino, u64
+        // ino_generation, or u8 size, 3 bytes of padding, 20 bytes of
+        // build id.
+        if misc & PERF_RECORD_MISC_MMAP_BUILD_ID != 0 && *body.get(32)? > 20 {
+            return None;
+        }
+        (le_u32(body, 56)?, le_u32(body, 60)?, 64)
+    } else {
+        let exec = misc & PERF_RECORD_MISC_MMAP_DATA == 0;
+        (
+            PROT_READ | if exec { PROT_EXEC } else { 0 },
+            MAP_PRIVATE,
+            32,
+        )
+    };
+    let rest = body.get(name_at..)?;
+    let end = rest.iter().position(|&b| b == 0)?;
+    let filename = String::from_utf8_lossy(&rest[..end]).into_owned();
+    Some((
+        pid,
+        tid,
+        EventKind::MmapRecord {
+            addr,
+            len,
+            pgoff,
+            prot,
+            flags,
+            filename,
         },
-        out,
     ))
 }

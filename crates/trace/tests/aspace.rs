@@ -59,7 +59,7 @@ impl Trace {
                 flags,
                 fd: u64::MAX,
                 off: 0,
-                ret: at as i64,
+                ret: Some(at as i64),
             },
         );
     }
@@ -86,7 +86,7 @@ impl Trace {
             pid,
             EventKind::Brk {
                 brk,
-                ret: ret as i64,
+                ret: Some(ret as i64),
             },
         );
     }
@@ -99,7 +99,7 @@ impl Trace {
                 start,
                 len,
                 prot,
-                ret: 0,
+                ret: Some(0),
             },
         );
     }
@@ -124,7 +124,7 @@ impl Trace {
                 new_len,
                 flags,
                 new_addr,
-                ret: ret as i64,
+                ret: Some(ret as i64),
             },
         );
     }
@@ -245,7 +245,7 @@ fn brk_growth_is_the_heap_vma_and_a_shrink_unmaps() {
         10,
         EventKind::Brk {
             brk: 0,
-            ret: heap as i64,
+            ret: Some(heap as i64),
         },
     );
     // HHHH      brk grows by 4 pages; they are written
@@ -254,7 +254,7 @@ fn brk_growth_is_the_heap_vma_and_a_shrink_unmaps() {
         10,
         EventKind::Brk {
             brk: heap + 4 * P,
-            ret: (heap + 4 * P) as i64,
+            ret: Some((heap + 4 * P) as i64),
         },
     );
     t.touch(10, 10, heap, 4 * P, WRITE);
@@ -264,7 +264,7 @@ fn brk_growth_is_the_heap_vma_and_a_shrink_unmaps() {
         10,
         EventKind::Brk {
             brk: heap + 2 * P,
-            ret: (heap + 2 * P) as i64,
+            ret: Some((heap + 2 * P) as i64),
         },
     );
     t.put(
@@ -272,7 +272,7 @@ fn brk_growth_is_the_heap_vma_and_a_shrink_unmaps() {
         10,
         EventKind::Brk {
             brk: heap + 4 * P,
-            ret: (heap + 4 * P) as i64,
+            ret: Some((heap + 4 * P) as i64),
         },
     );
     t.touch(10, 10, heap, 4 * P, WRITE);

@@ -1,0 +1,206 @@
+//! `mmlab import`: a perf.data file into an mmlab trace, with the machine's
+//! description that perf.data lacks (`--zoneinfo`, `--vmstat`, `--thp-dir`
+//! or a `--snapshot` directory of all of them).
+
+use anyhow::{anyhow, bail, Context, Result};
+use std::path::{Path, PathBuf};
+use trace::event::{Counters, Knobs};
+use trace::perf::ImportOptions;
+use trace::sysinfo;
+
+/// The text after `mmlab import --help`'s options.
+pub const AFTER_HELP: &str = concat!(
+    "Record everything mmlab can use (every tracepoint it replays, -d for the PERF_RECORD_MMAP2 of \
+     data and anonymous mappings, -a for every process's allocator events), with a snapshot of the \
+     machine just before:\n\n",
+    "  mkdir snap && cat /proc/zoneinfo >snap/zoneinfo && cat /proc/vmstat >snap/vmstat && \\\n",
+    "    cp -r /sys/kernel/mm/transparent_hugepage snap/thp && \\\n",
+    "    cat /proc/sys/vm/percpu_pagelist_high_fraction >snap/percpu_pagelist_high_fraction\n",
+    "  perf record -a -d -e kmem:mm_page_alloc -e kmem:mm_page_free -e kmem:mm_page_alloc_zone_locked \\\n",
+    "    -e kmem:mm_page_pcpu_drain -e exceptions:page_fault_user -e exceptions:page_fault_kernel \\\n",
+    "    -e syscalls:sys_enter_mmap -e syscalls:sys_exit_mmap -e syscalls:sys_enter_munmap \\\n",
+    "    -e syscalls:sys_exit_munmap -e syscalls:sys_enter_brk -e syscalls:sys_exit_brk \\\n",
+    "    -e syscalls:sys_enter_mremap -e syscalls:sys_exit_mremap -e syscalls:sys_enter_mprotect \\\n",
+    "    -e syscalls:sys_exit_mprotect -e syscalls:sys_enter_madvise -e syscalls:sys_exit_madvise \\\n",
+    "    -e sched:sched_process_fork -e sched:sched_process_exec -e sched:sched_process_exit \\\n",
+    "    -o perf.data -- CMD\n",
+    "  cat /proc/vmstat >snap/vmstat-after && cp -r /sys/kernel/mm/transparent_hugepage snap/thp-after\n",
+    "  mmlab import perf.data -o cmd.mmtrace --snapshot snap\n",
+    "  mmlab validate cmd.mmtrace\n\n",
+    "Fewer events work too: import says, per missing event, what the replay loses. --zoneinfo is what \
+     `mmlab validate` needs (the zones, watermarks and each CPU's PCP count/high/batch); without it, \
+     give `mmlab replay` the machine with --experiment."
+);
+
+/// `mmlab import`'s arguments.
+#[derive(clap::Args, Debug)]
+pub struct ImportArgs {
+    /// The perf.data file.
+    pub input: PathBuf,
+    /// The mmlab trace to write (mode 0600; written whole or not at all).
+    #[arg(short, long)]
+    pub output: PathBuf,
+    /// A snapshot directory: `zoneinfo` (required), and where present `vmstat`,
+    /// `vmstat-after`, `thp/`, `thp-after/`, `percpu_pagelist_high_fraction` (see below).
+    #[arg(long, value_name = "DIR")]
+    pub snapshot: Option<PathBuf>,
+    /// A copy of /proc/zoneinfo taken just before the recording: the machine's zones,
+    /// watermarks and per-CPU pagesets (what validate needs).
+    #[arg(long, value_name = "FILE")]
+    pub zoneinfo: Option<PathBuf>,
+    /// A copy of /proc/vmstat taken just before the recording.
+    #[arg(long, value_name = "FILE")]
+    pub vmstat: Option<PathBuf>,
+    /// A copy of /proc/vmstat taken just after the recording (validate prints the deltas).
+    #[arg(long, value_name = "FILE")]
+    pub vmstat_after: Option<PathBuf>,
+    /// A copy of /sys/kernel/mm/transparent_hugepage (`cp -r`): the THP and mTHP knobs
+    /// in force, and the per-size statistics before the recording.
+    #[arg(long, value_name = "DIR")]
+    pub thp_dir: Option<PathBuf>,
+    /// vm.percpu_pagelist_high_fraction during the recording.
+    #[arg(long, value_name = "N")]
+    pub percpu_pagelist_high_fraction: Option<u64>,
+    /// Import as if this event had not been recorded (repeatable): a tracepoint
+    /// (`exceptions:page_fault_kernel`), `perf:mmap`, `perf:mmap-data` (as without -d) or
+    /// `perf:task`. To see what an event contributes.
+    #[arg(long = "ignore-event", value_name = "EVENT")]
+    pub ignore_events: Vec<String>,
+}
+
+fn read(path: &Path) -> Result<String> {
+    std::fs::read_to_string(path).with_context(|| format!("cannot read {}", path.display()))
+}
+
+fn vmstat_file(path: &Path) -> Result<std::collections::BTreeMap<String, u64>> {
+    sysinfo::parse_vmstat_strict(&read(path)?).map_err(|e| anyhow!("{}: {e}", path.display()))
+}
+
+/// The snapshot files named by the arguments: explicit flags win over the
+/// `--snapshot` directory's files; a directory's optional files are used
+/// only where they exist.
+struct Sources {
+    zoneinfo: Option<PathBuf>,
+    vmstat: Option<PathBuf>,
+    vmstat_after: Option<PathBuf>,
+    thp: Option<PathBuf>,
+    thp_after: Option<PathBuf>,
+    fraction: Option<PathBuf>,
+}
+
+fn sources(a: &ImportArgs) -> Result<Sources> {
+    let dir = a.snapshot.as_deref();
+    if let Some(d) = dir {
+        if !d.is_dir() {
+            bail!("--snapshot {}: not a directory", d.display());
+        }
+        if a.zoneinfo.is_none() && !d.join("zoneinfo").is_file() {
+            bail!(
+                "--snapshot {}: no zoneinfo file in it (cat /proc/zoneinfo >{}/zoneinfo)",
+                d.display(),
+                d.display()
+            );
+        }
+    }
+    let opt = |name: &str| dir.map(|d| d.join(name)).filter(|p| p.exists());
+    Ok(Sources {
+        zoneinfo: a.zoneinfo.clone().or_else(|| opt("zoneinfo")),
+        vmstat: a.vmstat.clone().or_else(|| opt("vmstat")),
+        vmstat_after: a.vmstat_after.clone().or_else(|| opt("vmstat-after")),
+        thp: a.thp_dir.clone().or_else(|| opt("thp")),
+        thp_after: opt("thp-after"),
+        fraction: opt("percpu_pagelist_high_fraction"),
+    })
+}
+
+/// The import options of the arguments: every snapshot read and checked.
+pub fn options(a: &ImportArgs) -> Result<ImportOptions> {
+    let src = sources(a)?;
+    let mut opts = ImportOptions {
+        ignore_events: a.ignore_events.iter().cloned().collect(),
+        ..ImportOptions::default()
+    };
+    opts.check().map_err(|e| anyhow!("--ignore-event: {e}"))?;
+    if let Some(p) = &src.zoneinfo {
+        let snap = sysinfo::parse_zoneinfo_strict(&read(p)?)
+            .map_err(|e| anyhow!("{}: {e} (expected a copy of /proc/zoneinfo)", p.display()))?;
+        opts.zoneinfo = Some((p.clone(), snap));
+    }
+    let mut knobs = Knobs::default();
+    let mut before = Counters::default();
+    let mut after = Counters::default();
+    if let Some(d) = &src.thp {
+        let (k, stats) = sysinfo::read_thp_dir(d).map_err(|e| anyhow!("{e}"))?;
+        knobs = k;
+        before.thp_stats = stats;
+    }
+    if let Some(d) = &src.thp_after {
+        after.thp_stats = sysinfo::read_thp_dir(d).map_err(|e| anyhow!("{e}"))?.1;
+    }
+    knobs.percpu_pagelist_high_fraction = match (a.percpu_pagelist_high_fraction, &src.fraction) {
+        (Some(v), _) => Some(v),
+        (None, Some(p)) => Some(read(p)?.trim().parse().map_err(|_| {
+            anyhow!(
+                "{}: line 1: expected a number (vm.percpu_pagelist_high_fraction)",
+                p.display()
+            )
+        })?),
+        (None, None) => None,
+    };
+    if knobs != Knobs::default() {
+        opts.knobs = Some(knobs);
+    }
+    if let Some(p) = &src.vmstat {
+        before.vmstat = vmstat_file(p)?;
+    }
+    if let Some(p) = &src.vmstat_after {
+        after.vmstat = vmstat_file(p)?;
+    }
+    opts.counters_before = (before != Counters::default()).then_some(before);
+    opts.counters_after = (after != Counters::default()).then_some(after);
+    Ok(opts)
+}
+
+/// `mmlab import`.
+pub fn import_cmd(a: &ImportArgs) -> Result<()> {
+    let opts = options(a)?;
+    let sum = trace::perf::import_with(&a.input, &a.output, &opts)?;
+    eprintln!(
+        "mmlab import: {} events written to {}",
+        sum.nr_events,
+        a.output.display()
+    );
+    if !sum.entry_only_syscalls.is_empty() {
+        eprintln!(
+            "  recorded at their entry only (replayed with the model's result): {}; mmaps placed by their PERF_RECORD_MMAP2: {}",
+            sum.entry_only_syscalls.join(", "),
+            sum.nr_mmaps_placed_by_records
+        );
+    }
+    for line in sum.report() {
+        eprintln!("  {line}");
+    }
+    if opts.zoneinfo.is_none() {
+        eprintln!(
+            "  no --zoneinfo: the trace has no zones, so `mmlab validate` cannot run on it and \
+             `mmlab replay` needs --experiment (import again with --zoneinfo or --snapshot)"
+        );
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_perf_record_line_records_every_event_mmlab_replays() {
+        for ev in trace::decode::RECORDED_EVENTS {
+            assert!(
+                AFTER_HELP.contains(&format!("-e {ev} ")),
+                "{ev} missing from the perf record line"
+            );
+        }
+        assert!(AFTER_HELP.contains("perf record -a -d "));
+    }
+}
