@@ -818,19 +818,30 @@ pub fn record(change: Change) -> Result<Entry, JournalError> {
     global().as_mut().expect("initialised").add(change, false)
 }
 
-/// Journals a temporary file: remembered in memory even if the journal file
-/// cannot be written (a user without a runtime directory).
-pub(crate) fn record_temp(path: &Path) -> Option<Entry> {
-    global()
-        .as_mut()
-        .expect("initialised")
-        .add(
-            Change::TempFile {
-                path: path.to_path_buf(),
-            },
-            true,
-        )
-        .ok()
+/// Journals the temporary file `path` and creates it with `make`, both
+/// under the journal's lock. The entry is remembered in memory even if the
+/// journal file cannot be written (a user without a runtime directory). If
+/// `make` fails, the name is forgotten and nothing is removed: the file, if
+/// one exists under that name, is not ours.
+pub(crate) fn temp_file<T>(
+    path: &Path,
+    make: impl FnOnce() -> io::Result<T>,
+) -> io::Result<(T, Option<Entry>)> {
+    let mut g = global();
+    let j = g.as_mut().expect("initialised");
+    let change = Change::TempFile {
+        path: path.to_path_buf(),
+    };
+    let entry = j.add(change, true).ok();
+    match make() {
+        Ok(t) => Ok((t, entry)),
+        Err(e) => {
+            if let Some(entry) = entry {
+                j.remove(entry);
+            }
+            Err(e)
+        }
+    }
 }
 
 /// Runs `make` (a journalled change) while holding the journal, so that the

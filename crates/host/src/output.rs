@@ -187,13 +187,8 @@ impl AtomicFile {
                 ))
             }
         }
-        let (file, tmp) = create_temp_beside(dir, name.as_bytes(), mode)
+        let (file, tmp, entry) = create_temp_beside(dir, name.as_bytes(), mode, journal)
             .map_err(|e| OutputError::new(target, "create a temporary file in its directory", e))?;
-        let entry = if journal {
-            crate::journal::record_temp(&absolute(&tmp))
-        } else {
-            None
-        };
         Ok(AtomicFile {
             target: target.to_path_buf(),
             file: Some(file),
@@ -340,7 +335,7 @@ pub fn unnamed_file_in(dir: &Path) -> io::Result<File> {
                 Some(libc::EOPNOTSUPP) | Some(libc::EISDIR) | Some(libc::EINVAL)
             ) =>
         {
-            let (f, path) = create_temp_beside(dir, b"mmlab-scratch", Mode::Private)?;
+            let (f, path, _) = create_temp_beside(dir, b"mmlab-scratch", Mode::Private, false)?;
             std::fs::remove_file(&path)?;
             Ok(f)
         }
@@ -349,8 +344,17 @@ pub fn unnamed_file_in(dir: &Path) -> io::Result<File> {
 }
 
 /// `.NAME.<random>.tmp` in `dir`, created exclusively without following
-/// symlinks.
-fn create_temp_beside(dir: &Path, name: &[u8], mode: Mode) -> io::Result<(File, PathBuf)> {
+/// symlinks. With `journal`, the name is journalled and the file created
+/// under the journal's lock, so that neither a signal (whose handler undoes
+/// the journal and then holds it until the process ends) nor a SIGKILL (the
+/// next run undoes the stale journal) can leave the file behind. Journalling
+/// after the create left both windows open; `tests/kill.rs` found them.
+fn create_temp_beside(
+    dir: &Path,
+    name: &[u8],
+    mode: Mode,
+    journal: bool,
+) -> io::Result<(File, PathBuf, Option<Entry>)> {
     let base = &name[..name.len().min(MAX_BASE_BYTES)];
     let mut last_err = None;
     for _ in 0..CREATE_ATTEMPTS {
@@ -358,26 +362,37 @@ fn create_temp_beside(dir: &Path, name: &[u8], mode: Mode) -> io::Result<(File, 
         tmp_name.push(std::ffi::OsStr::from_bytes(base));
         tmp_name.push(format!(".{:016x}.tmp", random_u64()));
         let path = dir.join(tmp_name);
-        match OpenOptions::new()
-            .write(true)
-            .read(true)
-            .create_new(true)
-            .mode(mode.bits())
-            .custom_flags(libc::O_NOFOLLOW)
-            .open(&path)
-        {
-            Ok(f) => {
-                if mode == Mode::Private {
-                    // The umask can only narrow 0600; this makes it exact.
-                    f.set_permissions(std::fs::Permissions::from_mode(0o600))?;
-                }
-                return Ok((f, path));
-            }
+        let made = if journal {
+            crate::journal::temp_file(&absolute(&path), || create_new_file(&path, mode))
+        } else {
+            create_new_file(&path, mode).map(|f| (f, None))
+        };
+        match made {
+            Ok((f, entry)) => return Ok((f, path, entry)),
             Err(e) if e.kind() == io::ErrorKind::AlreadyExists => last_err = Some(e),
             Err(e) => return Err(e),
         }
     }
     Err(last_err.unwrap_or_else(|| io::Error::from_raw_os_error(libc::EEXIST)))
+}
+
+/// Creates `path` exclusively (never through a symlink) with `mode`.
+fn create_new_file(path: &Path, mode: Mode) -> io::Result<File> {
+    let f = OpenOptions::new()
+        .write(true)
+        .read(true)
+        .create_new(true)
+        .mode(mode.bits())
+        .custom_flags(libc::O_NOFOLLOW)
+        .open(path)?;
+    if mode == Mode::Private {
+        // The umask can only narrow 0600; this makes it exact.
+        if let Err(e) = f.set_permissions(std::fs::Permissions::from_mode(0o600)) {
+            let _ = std::fs::remove_file(path);
+            return Err(e);
+        }
+    }
+    Ok(f)
 }
 
 /// The directory a target lives in (`.` for a bare file name).
