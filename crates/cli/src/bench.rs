@@ -1,6 +1,9 @@
 //! `mmlab bench`: the model's own speed, in wall time. Benchmarks, not
 //! tests: they print rates and assert nothing.
 
+pub mod replay;
+pub mod scale;
+
 use mm::VcpuId;
 use native::sys::thread_cpu_ns;
 use sim::cache::{AccessKind, CacheConfig, CacheModel, CacheStats};

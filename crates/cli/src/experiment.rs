@@ -192,7 +192,7 @@ pub fn parse_size(s: &str) -> std::result::Result<u64, String> {
     let split = t.find(|c: char| !c.is_ascii_digit()).unwrap_or(t.len());
     let (num, unit) = t.split_at(split);
     let n: u64 = num.parse().map_err(|_| {
-        format!("invalid size \"{s}\": expected a number followed by B, KiB, MiB, GiB or TiB")
+        format!("invalid size \"{s}\": expected a number followed by B, KiB, MiB, GiB, TiB or PiB")
     })?;
     let mult: u64 = match unit.trim() {
         "" | "B" => 1,
@@ -200,9 +200,10 @@ pub fn parse_size(s: &str) -> std::result::Result<u64, String> {
         "M" | "MB" | "MiB" => 1 << 20,
         "G" | "GB" | "GiB" => 1 << 30,
         "T" | "TB" | "TiB" => 1 << 40,
+        "P" | "PB" | "PiB" => 1 << 50,
         u => {
             return Err(format!(
-                "invalid size \"{s}\": unknown unit \"{u}\"; expected B, KiB, MiB, GiB or TiB"
+                "invalid size \"{s}\": unknown unit \"{u}\"; expected B, KiB, MiB, GiB, TiB or PiB"
             ))
         }
     };

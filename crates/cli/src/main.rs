@@ -228,7 +228,15 @@ mmlab calibrate --quick                 a smoke run (well under a minute), no fi
         #[arg(long, short)]
         quiet: bool,
     },
-    /// Measure the model's speed (PCP fast path) and memory per simulated page.
+    /// Measure the model's speed: PCP fast path, cache model, faults beside the
+    /// live kernel's; `scale` (machine size) and `replay` (mode b) on request.
+    ///
+    /// Examples:
+    ///   mmlab bench pcp
+    ///   mmlab bench faults --fault-runs 5
+    ///   mmlab bench scale --scale-memory 64GiB,16TiB --scale-cpus 8,1024
+    ///   mmlab bench replay --trace my.mmtrace
+    #[command(verbatim_doc_comment)]
     Bench {
         /// Only this benchmark (default: all of them).
         #[arg(value_enum)]
@@ -248,6 +256,38 @@ mmlab calibrate --quick                 a smoke run (well under a minute), no fi
         /// Runs of each fault pattern on each side (the best is reported).
         #[arg(long, default_value_t = 3, value_parser = clap::value_parser!(u32).range(1..))]
         fault_runs: u32,
+        /// Machine sizes of the scale benchmark's boot table.
+        #[arg(long, value_delimiter = ',', value_parser = parse_size_arg,
+              default_value = "64GiB,1TiB,16TiB,64TiB,1PiB,4PiB")]
+        scale_memory: Vec<u64>,
+        /// CPU counts of the scale benchmark's tables.
+        #[arg(long, value_delimiter = ',', default_value = "8,64,256,1024")]
+        scale_cpus: Vec<u32>,
+        /// Machine size of the scale benchmark's PCP-churn table.
+        #[arg(long, value_parser = parse_size_arg, default_value = "1TiB")]
+        churn_memory: u64,
+        /// Bursts per task of the scale benchmark's PCP-churn table.
+        #[arg(long, default_value_t = 20)]
+        churn_iterations: u32,
+        /// Recordings for the replay benchmark (default: the corpus recordings
+        /// in scripts/corpus/recordings/). Repeat for several.
+        #[arg(long = "trace", value_name = "T.mmtrace")]
+        traces: Vec<PathBuf>,
+        /// Runs of each recording in the replay benchmark (the best is reported).
+        #[arg(long, default_value_t = 3, value_parser = clap::value_parser!(u32).range(1..))]
+        replay_runs: u32,
+    },
+    /// One point of `bench scale`, run in a child process of its own.
+    #[command(hide = true)]
+    BenchPoint {
+        #[arg(long)]
+        memory_bytes: u64,
+        #[arg(long)]
+        cpus: u32,
+        #[arg(long)]
+        tasks: u32,
+        #[arg(long)]
+        iterations: u32,
     },
 }
 
@@ -260,6 +300,11 @@ enum BenchWhat {
     Cache,
     /// The model's anonymous faults per host second beside the live kernel's.
     Faults,
+    /// Boot time and resident memory of machines of 64 GiB to 4 PiB and 8 to
+    /// 1,024 CPUs, and PCP churn against the CPU count (not run by default).
+    Scale,
+    /// Replay mode (b) events per second on recordings (not run by default).
+    Replay,
 }
 
 #[derive(clap::Args)]
@@ -424,6 +469,12 @@ fn real_main() -> Result<i32> {
             fault_mib,
             no_live,
             fault_runs,
+            scale_memory,
+            scale_cpus,
+            churn_memory,
+            churn_iterations,
+            traces,
+            replay_runs,
         } => {
             if what.is_none_or(|w| w == BenchWhat::Pcp) {
                 bench::pcp(ops);
@@ -434,6 +485,32 @@ fn real_main() -> Result<i32> {
             if what.is_none_or(|w| w == BenchWhat::Faults) {
                 bench::faults(fault_mib, !no_live, fault_runs)?;
             }
+            if what == Some(BenchWhat::Scale) {
+                let o = bench::scale::ScaleOptions {
+                    memory: scale_memory,
+                    cpus: scale_cpus,
+                    churn_memory,
+                    churn_iterations,
+                };
+                bench::scale::scale(&o, false)?;
+            }
+            if what == Some(BenchWhat::Replay) {
+                bench::replay::replay(&traces, replay_runs)?;
+            }
+        }
+        Cmd::BenchPoint {
+            memory_bytes,
+            cpus,
+            tasks,
+            iterations,
+        } => {
+            let p = bench::scale::Point {
+                memory_bytes,
+                cpus,
+                tasks,
+                iterations,
+            };
+            println!("{}", bench::scale::run_point(&p)?.to_line());
         }
         Cmd::Native { what } => native_cmd(what)?,
         Cmd::Calibrate {
@@ -570,6 +647,11 @@ fn replay_cmd(file: &Path, a: &ReplayArgs) -> Result<()> {
         a.warm_pcp,
         a.mode,
     )
+}
+
+/// A size argument (`64GiB`, `4PiB`).
+fn parse_size_arg(s: &str) -> std::result::Result<u64, String> {
+    experiment::parse_size(s)
 }
 
 fn native_cmd(what: NativeCmd) -> Result<()> {
