@@ -403,7 +403,7 @@ mod tests {
             "{t}"
         );
         assert!(t.contains("memory_per_node = \"2097152MiB\""), "{t}");
-        let bad = Point { cpus: 1000, ..p };
+        let bad = Point { cpus: 1001, ..p };
         assert!(bad.check().is_err());
     }
 }
