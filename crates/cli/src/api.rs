@@ -110,19 +110,33 @@ pub enum Source<'a> {
 
 /// The built-in experiments a name stands for: itself and the ones named
 /// `NAME-*`.
-fn builtin_group(name: &str) -> Result<Vec<(&'static str, &'static str)>> {
-    let group: Vec<_> = BUILTIN_EXPERIMENTS
-        .iter()
-        .filter(|(k, _)| *k == name || k.strip_prefix(name).is_some_and(|r| r.starts_with('-')))
-        .copied()
-        .collect();
-    if group.is_empty() {
+///
+/// Only a whole name counts: a prefix that is not itself a name (`page`) is
+/// an error that lists the experiments it starts, rather than running them
+/// all.
+pub fn builtin_group(name: &str) -> Result<Vec<(&'static str, &'static str)>> {
+    if !builtin_names().contains(&name) {
+        let starting: Vec<&str> = builtin_names()
+            .into_iter()
+            .filter(|k| k.starts_with(name))
+            .collect();
+        if !starting.is_empty() {
+            bail!(
+                "no built-in experiment is named \"{name}\"; the ones whose names start with it: {} \
+                 (give the whole name)",
+                starting.join(", ")
+            );
+        }
         bail!(
             "no built-in experiment \"{name}\"; built-in experiments: {}",
             builtin_names().join(", ")
         );
     }
-    Ok(group)
+    Ok(BUILTIN_EXPERIMENTS
+        .iter()
+        .filter(|(k, _)| *k == name || k.strip_prefix(name).is_some_and(|r| r.starts_with('-')))
+        .copied()
+        .collect())
 }
 
 fn parse_builtin(list: &[(&str, &str)]) -> Result<Vec<Experiment>> {

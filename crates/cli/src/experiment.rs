@@ -11,7 +11,7 @@ use std::collections::BTreeMap;
 use std::path::Path;
 
 /// An experiment as written in its file.
-#[derive(Debug, Deserialize)]
+#[derive(Clone, Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct ExperimentFile {
     pub name: String,
@@ -42,7 +42,7 @@ fn default_seed() -> u64 {
     1
 }
 
-#[derive(Debug, Deserialize)]
+#[derive(Clone, Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct MachineFile {
     pub name: String,
@@ -61,7 +61,7 @@ pub struct MachineFile {
     pub cache_model: bool,
 }
 
-#[derive(Debug, Deserialize)]
+#[derive(Clone, Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct KernelFile {
     pub name: String,
@@ -70,7 +70,7 @@ pub struct KernelFile {
     pub knobs: BTreeMap<String, toml::Value>,
 }
 
-#[derive(Debug, Deserialize)]
+#[derive(Clone, Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct WorkloadFile {
     pub name: String,
@@ -99,7 +99,7 @@ pub enum Mode {
     Change,
 }
 
-#[derive(Debug, Deserialize)]
+#[derive(Clone, Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct ReportFile {
     #[serde(default = "default_metrics")]
@@ -127,7 +127,7 @@ fn default_metrics() -> Vec<String> {
         .collect()
 }
 
-#[derive(Debug, Deserialize)]
+#[derive(Clone, Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct PublishedFile {
     pub source: String,
@@ -477,6 +477,9 @@ fn knob_value(v: &toml::Value) -> Option<KnobValue> {
     }
 }
 
+/// The longest idle tail accepted: an hour.
+pub const MAX_IDLE_TAIL_S: u64 = 3600;
+
 /// Host memory in bytes (from /proc/meminfo; 16 GiB if unreadable).
 pub fn host_memory_bytes() -> u64 {
     std::fs::read_to_string("/proc/meminfo")
@@ -489,6 +492,62 @@ pub fn host_memory_bytes() -> u64 {
         })
         .map(|kb| kb * 1024)
         .unwrap_or(16 << 30)
+}
+
+/// Refuses a kernel configuration the model cannot run on `machine`, with
+/// the limits of its knobs on that machine: a low watermark above an eighth
+/// of a zone under PCP auto-tuning (`mm::pcp::check_pageset_bounds`).
+pub fn check_fits_machine(machine: &Machine, config: &mm::knobs::KernelConfig) -> Result<()> {
+    let layout = machine.memory_layout();
+    let fits = |sysctl: &mm::page_alloc::VmSysctl| {
+        mm::pcp::check_pageset_bounds(&layout, sysctl, config.pcp).is_ok()
+    };
+    let Err(e) = mm::pcp::check_pageset_bounds(&layout, &config.sysctl, config.pcp) else {
+        return Ok(());
+    };
+    // The largest value of each knob that fits, the other knobs as given
+    // (fits() is monotone: a larger value only raises the watermarks).
+    let largest = |lo: u64, hi: u64, with: &dyn Fn(u64) -> mm::page_alloc::VmSysctl| {
+        if !fits(&with(lo)) {
+            return None;
+        }
+        let (mut lo, mut hi) = (lo, hi);
+        while lo < hi {
+            let mid = lo + (hi - lo).div_ceil(2);
+            if fits(&with(mid)) {
+                lo = mid;
+            } else {
+                hi = mid - 1;
+            }
+        }
+        Some(lo)
+    };
+    let base = config.sysctl;
+    let mfk_now = base
+        .min_free_kbytes
+        .unwrap_or_else(|| mm::page_alloc::calculate_min_free_kbytes(layout.total_pages()));
+    let wsf = largest(1, 3000, &|v| mm::page_alloc::VmSysctl {
+        watermark_scale_factor: v,
+        ..base
+    });
+    let mfk = largest(0, mfk_now, &|v| mm::page_alloc::VmSysctl {
+        min_free_kbytes: Some(v),
+        ..base
+    });
+    let mut fixes: Vec<String> = [
+        ("vm.watermark_scale_factor", wsf),
+        ("vm.min_free_kbytes", mfk),
+    ]
+    .iter()
+    .filter_map(|(k, v)| v.map(|v| format!("{k} at most {v}")))
+    .collect();
+    fixes.push("a vm.percpu_pagelist_high_fraction (which turns auto-tuning off)".to_string());
+    bail!(
+        "{e}. Linux 6.7+ accepts this and its PCP high then alternates between the two bounds; \
+         the model keeps high_min <= high <= high_max and refuses it. On this machine, with the \
+         kernel's other knobs as given, use {}",
+        fixes.join(", or ")
+    )
 }
 
 impl Experiment {
@@ -603,6 +662,13 @@ impl Experiment {
             if kernels.iter().any(|x: &Kernel| x.name == k.name) {
                 bail!("{origin}: two kernels are named \"{}\"", k.name);
             }
+            check_fits_machine(&machine, &config).map_err(|e| {
+                anyhow!(
+                    "{origin}: kernel \"{}\" on machine \"{}\": {e}",
+                    k.name,
+                    m.name
+                )
+            })?;
             kernels.push(Kernel {
                 name: k.name.clone(),
                 config,
@@ -677,6 +743,13 @@ impl Experiment {
                     crate::metrics::metric_names().join(", ")
                 );
             }
+        }
+        if f.idle_tail_s > MAX_IDLE_TAIL_S {
+            bail!(
+                "{origin}: idle_tail_s = {}: expected at most {MAX_IDLE_TAIL_S} (the vmstat timer \
+                 samples every CPU each second of it; PCP high has decayed within a minute)",
+                f.idle_tail_s
+            );
         }
         Ok(Experiment {
             name: f.name,

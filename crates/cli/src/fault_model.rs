@@ -34,6 +34,7 @@ use mm::page_alloc::{MemoryLayout, NodeLayout, PageAlloc};
 use mm::pgtable::PMD_SIZE;
 use mm::vma::{Advice, MmStruct};
 use mm::vmstat::VmStat;
+use mm::Vaddr;
 use mm::{SimTime, VcpuId};
 use native::faults::{Access, FaultPattern, Step};
 use native::knobs::{ThpEnabled, ThpKnobs};
@@ -153,12 +154,12 @@ struct World {
 
 impl World {
     fn touch_page(&mut self, mm: &mut MmStruct, a: u64, write: bool) -> Result<(), String> {
-        if !access_ok(mm, a, write) {
+        if !access_ok(mm, Vaddr(a), write) {
             // Each fault is one kernel entry, as the engine runs it: the
             // segments of the previous one are dropped rather than piled up
             // (nothing here plays them on virtual time).
             self.cx.begin(VcpuId(0), SimTime(0));
-            handle_mm_fault(&mut self.pa, &mut self.cx, &mut self.g, mm, a, write)
+            handle_mm_fault(&mut self.pa, &mut self.cx, &mut self.g, mm, Vaddr(a), write)
                 .map_err(|e| format!("fault at {a:#x}: {e:?}"))?;
             self.fault_ns += self.cx.compute_ns();
         }
@@ -180,10 +181,16 @@ impl World {
     }
 
     fn map_fixed(&mut self, mm: &mut MmStruct, a: u64, len: u64, advice: Option<Advice>) {
-        let got = mm.mmap(&mut self.pa, &mut self.cx, a, len, mm::vma::MapFlags::FIXED);
-        assert_eq!(got, Ok(a), "MAP_FIXED inside the reservation");
+        let got = mm.mmap(
+            &mut self.pa,
+            &mut self.cx,
+            Vaddr(a),
+            len,
+            mm::vma::MapFlags::FIXED,
+        );
+        assert_eq!(got, Ok(Vaddr(a)), "MAP_FIXED inside the reservation");
         if let Some(adv) = advice {
-            mm.madvise(&mut self.pa, &mut self.cx, a, len, adv)
+            mm.madvise(&mut self.pa, &mut self.cx, Vaddr(a), len, adv)
                 .expect("madvise on the new mapping");
         }
     }
@@ -226,11 +233,17 @@ pub fn run_model_opts(
     // The PROT_NONE reservation and the region inside it.
     let reserve = len + 2 * PMD_SIZE;
     let raw = mm
-        .mmap(&mut w.pa, &mut w.cx, 0, reserve, mm::vma::MapFlags::NONE)
+        .mmap(
+            &mut w.pa,
+            &mut w.cx,
+            Vaddr(0),
+            reserve,
+            mm::vma::MapFlags::NONE,
+        )
         .map_err(|e| format!("reservation: {e}"))?;
     mm.mprotect(&mut w.pa, &mut w.cx, raw, reserve, Prot::NONE)
         .map_err(|e| format!("reservation: {e}"))?;
-    let start = raw.next_multiple_of(PMD_SIZE) + pattern.offset_bytes as u64;
+    let start = raw.0.next_multiple_of(PMD_SIZE) + pattern.offset_bytes as u64;
     let advice = match pattern.advice {
         native::faults::Advice::None => None,
         native::faults::Advice::Hugepage => Some(Advice::HugePage),
@@ -254,7 +267,7 @@ pub fn run_model_opts(
                 len_bytes,
             } => {
                 let a = start + offset_bytes as u64;
-                mm.munmap(&mut w.pa, &mut w.cx, a, len_bytes as u64)
+                mm.munmap(&mut w.pa, &mut w.cx, Vaddr(a), len_bytes as u64)
                     .map_err(|e| format!("munmap: {e}"))?;
                 w.map_fixed(&mut mm, a, len_bytes as u64, advice);
                 let ns0 = w.fault_ns;

@@ -9,6 +9,8 @@
 //! - [`experiment`], [`runner`], [`report`]: experiment files, running them,
 //!   the text and markdown tables.
 //! - [`csv_out`]: tidy and wide CSV.
+//! - [`sweep`]: one experiment at many points (knob and parameter values,
+//!   seeds), the points side by side on the host's cores.
 //! - [`replay`], [`aspace`]: `mmlab replay` and `mmlab validate`.
 //! - [`import`]: `mmlab import` of a perf.data with the machine's snapshot.
 //! - [`fault_model`]: live-kernel fault patterns translated into the model,
@@ -31,3 +33,4 @@ pub mod replay;
 pub mod report;
 pub mod results;
 pub mod runner;
+pub mod sweep;

@@ -143,6 +143,13 @@ pub fn replay_experiment(
         .find(|(n, _)| *n == DEFAULT_PROFILE)
         .ok_or_else(|| anyhow!("no built-in profile {DEFAULT_PROFILE}"))?;
     let profile = experiment::parse_profile(text, DEFAULT_PROFILE)?;
+    let kernel = recorded_kernel(header)?;
+    experiment::check_fits_machine(&machine, &kernel.config).map_err(|e| {
+        anyhow!(
+            "{}: the recorded knobs on the recorded machine: {e}",
+            trace.display()
+        )
+    })?;
     Ok(Experiment {
         name: format!("replay of {}", trace.display()),
         description: "replay of a recorded trace: (a) the page-allocator stream, (b) the address-space stream".to_string(),
@@ -153,12 +160,28 @@ pub fn replay_experiment(
             header.kernel_release.as_deref().unwrap_or("unknown")
         ),
         profile,
-        kernels: vec![recorded_kernel(header)?],
+        kernels: vec![kernel],
         workloads: vec![workload],
         report,
         published: None,
         idle_tail_s: 0,
         cache: None,
+    })
+}
+
+/// When the replay's machine has fewer CPUs than the recording: recorded
+/// CPU `c` replays on vCPU `c % n`, so the per-CPU lists and the lock
+/// contention of several recorded CPUs are folded into one.
+pub fn cpu_fold_warning(h: &Header, min_cpus: u32, exp: &Experiment) -> Option<String> {
+    let recorded = h.machine.nr_cpus.max(min_cpus);
+    let n = exp.machine.nr_cpus();
+    (n < recorded).then(|| {
+        format!(
+            "the trace was recorded on {recorded} CPUs and machine \"{}\" has {n}: recorded CPU c \
+             replays on vCPU c % {n}, folding the per-CPU lists and lock contention of several \
+             CPUs into one; give the replay a machine with at least {recorded} CPUs",
+            exp.machine.name
+        )
     })
 }
 
@@ -278,6 +301,11 @@ pub fn replay_cmd(
         .and_then(|p| p.recorded.cpus.last().map(|c| c + 1))
         .unwrap_or(1);
     let exp = replay_experiment(trace, &header, min_cpus, exp_file)?;
+    let fold = cpu_fold_warning(&header, min_cpus, &exp);
+    if let Some(w) = &fold {
+        // Said before the run too: a long replay should not hide it.
+        eprintln!("warning: {w}");
+    }
     let seed = seed.unwrap_or(exp.seed);
     let t1 = std::time::Instant::now();
     let mut results = Vec::new();
@@ -303,7 +331,8 @@ pub fn replay_cmd(
             trace.display()
         );
     }
-    let warnings = crate::aspace::warnings(&header, &exp, aspace.as_ref());
+    let mut warnings = crate::aspace::warnings(&header, &exp, aspace.as_ref());
+    warnings.extend(fold);
     for w in &warnings {
         eprintln!("warning: {w}");
     }

@@ -69,7 +69,7 @@ pub fn run_experiment(exp: &Experiment, opts: RunOpts) -> Result<Vec<RunResult>>
         .flat_map(|(k, w)| opts.seeds.iter().map(move |&s| (k, w, s)))
         .collect();
     let n = pairs.len();
-    let jobs = opts.jobs.max(1).min(n);
+    let jobs = fit_jobs(exp, opts.jobs.max(1).min(n), opts.quiet);
     let start = Instant::now();
     let mut slots: Vec<Option<Result<RunResult>>> = (0..n).map(|_| None).collect();
     let next = std::sync::atomic::AtomicUsize::new(0);
@@ -112,6 +112,35 @@ pub fn run_experiment(exp: &Experiment, opts: RunOpts) -> Result<Vec<RunResult>>
         .into_iter()
         .map(|r| r.expect("every run reports"))
         .collect()
+}
+
+/// The memory one run needs before its workload allocates anything: the
+/// simulated machine's `struct page` array, plus the PCP samples of the
+/// idle tail (the samples of the run itself grow with its operations).
+pub fn run_memory_bytes(exp: &Experiment) -> u64 {
+    let nr_zones = mm::page_alloc::zone_sizes(&exp.machine.memory_layout()).len() as u64;
+    let tail_samples = exp.idle_tail_s * exp.machine.nr_cpus() as u64 * nr_zones;
+    exp.machine.metadata_bytes()
+        + tail_samples * std::mem::size_of::<sim::engine::PcpSample>() as u64
+}
+
+/// `jobs`, or fewer if that many runs side by side would need more than half
+/// the host's memory (`Machine::validate` checks one run against the same
+/// half). Results do not depend on how many run at once.
+fn fit_jobs(exp: &Experiment, jobs: usize, quiet: bool) -> usize {
+    let host = crate::experiment::host_memory_bytes();
+    let per_run = run_memory_bytes(exp).max(1);
+    let fit = ((host / 2) / per_run).max(1) as usize;
+    if jobs > fit && !quiet {
+        eprintln!(
+            "mmlab: {}: running {fit} simulation(s) at a time instead of {jobs}: each needs about {} \
+             and the host has {}",
+            exp.name,
+            sim::machine::human_bytes(per_run),
+            sim::machine::human_bytes(host)
+        );
+    }
+    jobs.min(fit)
 }
 
 /// A progress bar on stderr, shown only once a run has taken over a second.

@@ -50,11 +50,15 @@ fn snapshot(name: &str, actual: &str) {
 
 /// Writes an experiment variant to a temporary file and runs it.
 fn run_text(name: &str, text: &str) -> Output {
-    let dir = std::env::temp_dir().join(format!("mmlab-cli-test-{}", std::process::id()));
+    static NR: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+    let nr = NR.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let dir = std::env::temp_dir().join(format!("mmlab-cli-test-{}-{nr}", std::process::id()));
     std::fs::create_dir_all(&dir).expect("temp dir");
     let path = dir.join(name);
     std::fs::write(&path, text).expect("write experiment");
-    mmlab(&["run", path.to_str().expect("utf-8 path"), "--quiet"])
+    let o = mmlab(&["run", path.to_str().expect("utf-8 path"), "--quiet"]);
+    let _ = std::fs::remove_dir_all(&dir);
+    o
 }
 
 fn small() -> String {
@@ -110,6 +114,7 @@ fn json_is_byte_identical_across_runs_and_has_the_documented_shape() {
         "same experiment and seed must give byte-identical JSON"
     );
     let file = std::fs::read_to_string(&out).unwrap();
+    let _ = std::fs::remove_dir_all(&dir);
     assert_eq!(file, stdout(&a), "--out writes the same document");
     let v: serde_json::Value = serde_json::from_str(&file).unwrap();
     for key in [

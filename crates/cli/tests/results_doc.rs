@@ -20,10 +20,26 @@ fn mmlab(args: &[&str]) -> Output {
         .expect("run mmlab")
 }
 
-fn scratch(name: &str) -> PathBuf {
-    let d = std::env::temp_dir().join(format!("mmlab-results-doc-{}", std::process::id()));
-    std::fs::create_dir_all(&d).expect("scratch dir");
-    d.join(name)
+/// A file in a directory of its own, removed with the directory when the
+/// guard drops (also when the test fails).
+struct Scratch {
+    dir: PathBuf,
+    path: PathBuf,
+}
+
+impl Drop for Scratch {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+fn scratch(name: &str) -> Scratch {
+    static NR: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+    let nr = NR.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let dir = std::env::temp_dir().join(format!("mmlab-results-doc-{}-{nr}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("scratch dir");
+    let path = dir.join(name);
+    Scratch { dir, path }
 }
 
 /// `mmlab reproduce` of every built-in experiment: (JSON Lines printed,
@@ -38,10 +54,10 @@ fn reproduce_all() -> &'static (String, String) {
             "--format",
             "jsonl",
             "--out",
-            out.to_str().expect("utf-8"),
+            out.path.to_str().expect("utf-8"),
         ]);
         assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
-        let file = std::fs::read_to_string(&out).expect("--out file");
+        let file = std::fs::read_to_string(&out.path).expect("--out file");
         (String::from_utf8(o.stdout).expect("utf-8"), file)
     })
 }
@@ -213,9 +229,9 @@ rows = { "base" = [1.5, nan], 'frac,64 "big"' = [-2.0, 3.0] }
 
 #[test]
 fn csv_quotes_names_with_commas_and_quotes_and_keeps_numbers_numbers() {
-    let path = scratch("nasty.toml");
-    std::fs::write(&path, NASTY).expect("write");
-    let p = path.to_str().expect("utf-8");
+    let nasty = scratch("nasty.toml");
+    std::fs::write(&nasty.path, NASTY).expect("write");
+    let p = nasty.path.to_str().expect("utf-8");
     let o = mmlab(&["run", p, "--quiet", "--format", "csv"]);
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
     let text = String::from_utf8(o.stdout).expect("utf-8");

@@ -46,6 +46,7 @@
 use crate::cost::Cx;
 use crate::memory::{handle_mm_fault, MmGlobal, VmFault};
 use crate::page_alloc::PageAlloc;
+use crate::types::Vaddr;
 use crate::types::PAGE_SIZE;
 use crate::vma::{MmStruct, VmFlags, Vma, MMAP_MIN_ADDR, TASK_SIZE};
 
@@ -94,7 +95,7 @@ pub fn setup_arg_pages(
     {
         return Err(ExecError::BadStack);
     }
-    let _ = mm.munmap(pa, cx, stack_start, stack_end - stack_start);
+    let _ = mm.munmap(pa, cx, Vaddr(stack_start), stack_end - stack_start);
     let temporary = VmFlags::READ
         .or(VmFlags::WRITE)
         .or(VmFlags::ANON_PRIVATE)
@@ -106,7 +107,7 @@ pub fn setup_arg_pages(
     let mut addr = stack_end;
     while addr > arg_start {
         addr -= PAGE_SIZE;
-        handle_mm_fault(pa, cx, g, mm, addr, true).map_err(ExecError::Fault)?;
+        handle_mm_fault(pa, cx, g, mm, Vaddr(addr), true).map_err(ExecError::Fault)?;
     }
     // vm_flags_clear(VM_STACK_INCOMPLETE_SETUP), then expand_stack_locked()
     // to the stack base.
@@ -184,14 +185,21 @@ mod tests {
                 do_user_addr_fault(pa, cx, g, mm, &mut task, a, true)
             };
         // The page below the arguments: its 64 KiB block holds A.
-        touch(&mut pa, &mut cx, &mut g, &mut mm, end - 2 * PAGE_SIZE).expect("fault");
+        touch(
+            &mut pa,
+            &mut cx,
+            &mut g,
+            &mut mm,
+            Vaddr(end - 2 * PAGE_SIZE),
+        )
+        .expect("fault");
         assert_eq!(allocs(&pa, 64), 0);
         // The whole block below.
-        touch(&mut pa, &mut cx, &mut g, &mut mm, end - 0x10000 - 8).expect("fault");
+        touch(&mut pa, &mut cx, &mut g, &mut mm, Vaddr(end - 0x10000 - 8)).expect("fault");
         assert_eq!(allocs(&pa, 64), 1);
         // Below the VMA: it grows to the page, which gets 4 KiB.
         let below = start - 3 * PAGE_SIZE + 100;
-        touch(&mut pa, &mut cx, &mut g, &mut mm, below).expect("fault");
+        touch(&mut pa, &mut cx, &mut g, &mut mm, Vaddr(below)).expect("fault");
         assert_eq!(
             mm.vma_at(end - 1).expect("stack").start,
             start - 3 * PAGE_SIZE
@@ -210,7 +218,7 @@ mod tests {
         mm.mmap(
             &mut pa,
             &mut cx,
-            below,
+            Vaddr(below),
             0x10000,
             crate::vma::MapFlags::FIXED,
         )

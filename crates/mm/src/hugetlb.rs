@@ -602,10 +602,11 @@ pub fn hugetlb_mmap(
     pa: &mut PageAlloc,
     cx: &mut Cx,
     mm: &mut MmStruct,
-    hint: u64,
+    hint: Vaddr,
     len: u64,
     map_flags: MapFlags,
-) -> Result<u64, Errno> {
+) -> Result<Vaddr, Errno> {
+    let hint = hint.0;
     let fixed = map_flags.contains(MapFlags::FIXED);
     if len == 0 {
         return Err(Errno::Inval);
@@ -634,7 +635,7 @@ pub fn hugetlb_mmap(
     }
     let flags = hugetlb_reserve_pages(pa, cx, len / HPAGE_SIZE, flags)?;
     if fixed {
-        if let Err(e) = mm.munmap(pa, cx, addr, len) {
+        if let Err(e) = mm.munmap(pa, cx, Vaddr(addr), len) {
             // The old mapping stays; give the new reservation back.
             if flags.contains(VmFlags::HUGETLB_RESV_OWNER) {
                 hugetlb_acct_memory(pa, cx, -((len / HPAGE_SIZE) as i64))
@@ -644,7 +645,7 @@ pub fn hugetlb_mmap(
         }
     }
     mm.insert_vma(Vma::anon(addr, addr + len, flags));
-    Ok(addr)
+    Ok(Vaddr(addr))
 }
 
 /// Models `hugetlb_get_unmapped_area()`: the hint rounded up to the huge

@@ -275,8 +275,8 @@ pub fn thp_vma_allowable(cfg: &MmConfig, vma: &Vma, addr: u64) -> bool {
 
 /// True if a user access to `addr` needs no fault: the page is mapped, and
 /// writable if `write`. Sets the accessed and dirty bits as the hardware does.
-pub fn access_ok(mm: &mut MmStruct, addr: u64, write: bool) -> bool {
-    access_entry(mm, addr, write).is_some()
+pub fn access_ok(mm: &mut MmStruct, addr: Vaddr, write: bool) -> bool {
+    access_entry(mm, addr.0, write).is_some()
 }
 
 /// [`access_ok`] for the engine's user accesses: returns the physical
@@ -284,8 +284,8 @@ pub fn access_ok(mm: &mut MmStruct, addr: u64, write: bool) -> bool {
 /// accessed in its `struct page` ([`PG_UTOUCHED`], model-only) so that the
 /// pages of a large folio that the program never used can be counted when
 /// the folio is freed (`mmlab_anon_pages_untouched`).
-pub fn user_access(pa: &mut PageAlloc, mm: &mut MmStruct, addr: u64, write: bool) -> Option<u64> {
-    let (e, phys) = access_entry(mm, addr, write)?;
+pub fn user_access(pa: &mut PageAlloc, mm: &mut MmStruct, addr: Vaddr, write: bool) -> Option<u64> {
+    let (e, phys) = access_entry(mm, addr.0, write)?;
     if e & PAGE_SPECIAL == 0 {
         let p = pa.mem.idx(Pfn(phys >> crate::types::PAGE_SHIFT));
         let f = pa.mem.flags(p);
@@ -329,18 +329,18 @@ pub fn handle_mm_fault(
     cx: &mut Cx,
     g: &mut MmGlobal,
     mm: &mut MmStruct,
-    addr: u64,
+    addr: Vaddr,
     write: bool,
 ) -> Result<(), VmFault> {
     cx.charge(Cost::FaultEntry);
-    let vma = mm.vma_lookup(cx, addr).ok_or(VmFault::Sigsegv)?;
+    let vma = mm.vma_lookup(cx, addr.0).ok_or(VmFault::Sigsegv)?;
     handle_mm_fault_vma(&mut Vmf {
         pa,
         cx,
         g,
         mm,
         vma,
-        address: Vaddr(addr),
+        address: addr,
         write,
     })
 }
@@ -356,9 +356,10 @@ pub fn do_user_addr_fault(
     g: &mut MmGlobal,
     mm: &mut MmStruct,
     task: &mut crate::vmacache::TaskStruct,
-    addr: u64,
+    address: Vaddr,
     write: bool,
 ) -> Result<(), VmFault> {
+    let addr = address.0;
     let ns_before = cx.compute_ns();
     let cache_ns_before = pa.vmstat.get(VmEvent::VMACACHE_FIND_NS);
     cx.charge(Cost::FaultEntry);
@@ -377,7 +378,7 @@ pub fn do_user_addr_fault(
             g,
             mm,
             vma,
-            address: Vaddr(addr),
+            address,
             write,
         })
     });

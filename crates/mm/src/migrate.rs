@@ -1205,7 +1205,12 @@ impl<'a> MigrateCtx<'a> {
         }
     }
 
-    /// Models `do_pages_move()`.
+    /// Models `do_pages_move()`: `move_pages(2)` with a target node per
+    /// page. Consecutive pages bound for the same node are isolated onto
+    /// one list and migrated together, so that one call moving many pages
+    /// costs one migration pass (`migrate_pages()`) per run of equal
+    /// targets rather than one per page; each page's status is its node or
+    /// a negative errno.
     fn do_pages_move(
         &mut self,
         mm: usize,

@@ -42,7 +42,7 @@ use crate::page_alloc::PageAlloc;
 use crate::pgtable::{
     present, Level, PAGE_ANON_EXCLUSIVE, PAGE_PROTNONE, PAGE_PSE, PAGE_RW, PAGE_SPECIAL, PMD_SIZE,
 };
-use crate::types::PAGE_SIZE;
+use crate::types::{Vaddr, PAGE_SIZE};
 use crate::vma::{Errno, MmStruct, VmFlags};
 use std::fmt;
 
@@ -101,10 +101,11 @@ impl MmStruct {
         &mut self,
         pa: &mut PageAlloc,
         cx: &mut Cx,
-        start: u64,
+        start: Vaddr,
         len: u64,
         prot: Prot,
     ) -> Result<(), Errno> {
+        let start = start.0;
         let grows = prot.0 & (Prot::GROWSDOWN.0 | Prot::GROWSUP.0);
         let prot = Prot(prot.0 & !grows);
         if grows == Prot::GROWSDOWN.0 | Prot::GROWSUP.0 {

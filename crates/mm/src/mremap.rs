@@ -53,7 +53,7 @@ use crate::cost::{Cost, Cx};
 use crate::memory::{pte_lockptr, split_huge_pmd};
 use crate::page_alloc::PageAlloc;
 use crate::pgtable::{present, Level, Slot, PAGE_PSE, PMD_SIZE, PUD_SHIFT};
-use crate::types::PAGE_SIZE;
+use crate::types::{Vaddr, PAGE_SIZE};
 use crate::vma::{Errno, MmStruct, Vma, TASK_SIZE};
 
 /// Bytes mapped by one PUD entry.
@@ -94,12 +94,13 @@ impl MmStruct {
         &mut self,
         pa: &mut PageAlloc,
         cx: &mut Cx,
-        addr: u64,
+        addr: Vaddr,
         old_len: u64,
         new_len: u64,
         flags: MremapFlags,
-        new_addr: u64,
-    ) -> Result<u64, Errno> {
+        new_addr: Vaddr,
+    ) -> Result<Vaddr, Errno> {
+        let (addr, new_addr) = (addr.0, new_addr.0);
         // check_mremap_params()
         let known = MremapFlags::MAYMOVE
             .or(MremapFlags::FIXED)
@@ -123,11 +124,12 @@ impl MmStruct {
         let new_len = page_align_wrapping(new_len);
         cx.charge_n(Cost::VmaLookupLevel, self.maple_depth());
         self.vma_at(addr).ok_or(Errno::Fault)?;
-        if implies_new {
+        let moved = if implies_new {
             self.mremap_to(pa, cx, addr, old_len, new_len, flags, new_addr)
         } else {
             self.mremap_at(pa, cx, addr, old_len, new_len, flags)
-        }
+        };
+        moved.map(Vaddr)
     }
 
     /// Models `mremap_at()`: resize in place, or move anywhere.
@@ -145,7 +147,7 @@ impl MmStruct {
         }
         if new_len < old_len {
             // shrink_vma(): whatever lies in the tail is unmapped.
-            self.munmap(pa, cx, addr + new_len, old_len - new_len)?;
+            self.munmap(pa, cx, Vaddr(addr + new_len), old_len - new_len)?;
             return Ok(addr);
         }
         let vma = self.vma_at(addr).ok_or(Errno::Fault)?;
@@ -186,11 +188,11 @@ impl MmStruct {
         }
         let fixed = flags.contains(MremapFlags::FIXED);
         if fixed {
-            self.munmap(pa, cx, new_addr, new_len)?;
+            self.munmap(pa, cx, Vaddr(new_addr), new_len)?;
             self.vma_at(addr).ok_or(Errno::Fault)?;
         }
         if new_len < old_len {
-            self.munmap(pa, cx, addr + new_len, old_len - new_len)?;
+            self.munmap(pa, cx, Vaddr(addr + new_len), old_len - new_len)?;
             self.vma_at(addr).ok_or(Errno::Fault)?;
             old_len = new_len;
         }
@@ -250,12 +252,12 @@ impl MmStruct {
             // Put back what moved, then undo the new mapping instead.
             let back = move_page_tables(pa, cx, self, new_addr, addr, moved);
             assert_eq!(back, moved, "reverting a move must find its tables");
-            self.munmap(pa, cx, new_addr, new_len)
+            self.munmap(pa, cx, Vaddr(new_addr), new_len)
                 .expect("unmapping the new range");
             return Err(Errno::NoMem);
         }
         if !dontunmap {
-            self.munmap(pa, cx, addr, old_len)
+            self.munmap(pa, cx, Vaddr(addr), old_len)
                 .expect("unmapping the old range");
         }
         Ok(new_addr)

@@ -457,12 +457,13 @@ impl Zone {
         (moved, movable)
     }
 
-    /// Models `steal_suitable_fallback()` of 6.6: claims the block at `p`
-    /// of another migratetype for `start_mt`. Why it may take the whole
-    /// pageblock: an allocation that falls back once will likely do so
-    /// again, and mixing mobilities within a pageblock is what makes memory
-    /// impossible to defragment later, so a fallback that can take most of a
-    /// pageblock converts all of it.
+    /// Models `steal_suitable_fallback()` of 6.6: how much of a foreign
+    /// pageblock a fallback allocation takes over. Why: mixing mobility
+    /// types in one pageblock fragments memory for good, so a block large
+    /// enough is converted whole; a smaller one moves its free pages to
+    /// `start_mt`'s lists and changes the pageblock's type only if at least
+    /// half of it is then free or already of a compatible kind, so that
+    /// pages freed later land on the lists that keep like with like.
     fn steal_suitable_fallback(
         &mut self,
         mem: &mut MemMap,
@@ -798,6 +799,42 @@ impl Default for VmSysctl {
     }
 }
 
+/// The zones [`PageAlloc::new`] makes on `layout`, in order: `(type, node,
+/// pages)`. Node 0's memory below the DMA32 limit is ZONE_DMA32; the rest of
+/// every node is ZONE_NORMAL. Empty zones are not created. Every page is
+/// managed (the model reserves none at boot).
+pub fn zone_sizes(layout: &MemoryLayout) -> Vec<(ZoneType, NodeId, u64)> {
+    layout
+        .zone_ranges()
+        .into_iter()
+        .map(|(node, zone_type, _, pages)| (zone_type, node, pages))
+        .collect()
+}
+
+/// Models `__setup_per_zone_wmarks()` of 6.6 on zones of `managed` pages:
+/// `min_free_kbytes` in force and each zone's `[min, low, high]`. The min
+/// watermarks share `min_free_kbytes` by zone size; low and high lie one and
+/// two "kswapd distances" above: a quarter of min, or
+/// `watermark_scale_factor` ten-thousandths of the zone, whichever is larger.
+pub fn zone_watermarks(managed: &[u64], sysctl: &VmSysctl) -> (u64, Vec<[u64; 3]>) {
+    let lowmem_pages: u64 = managed.iter().sum();
+    let min_free_kbytes = sysctl
+        .min_free_kbytes
+        .unwrap_or_else(|| calculate_min_free_kbytes(lowmem_pages));
+    let pages_min = min_free_kbytes >> 2;
+    let wmarks = managed
+        .iter()
+        .map(|&m| {
+            // u128: min_free_kbytes times a zone's pages overflows u64 on a
+            // large machine with a large (accepted) min_free_kbytes.
+            let min = (pages_min as u128 * m as u128 / lowmem_pages.max(1) as u128) as u64;
+            let dist = (min >> 2).max(m * sysctl.watermark_scale_factor / 10_000);
+            [min, min + dist, min + 2 * dist]
+        })
+        .collect();
+    (min_free_kbytes, wmarks)
+}
+
 /// Integer square root (`int_sqrt()`).
 fn int_sqrt(x: u64) -> u64 {
     if x < 2 {
@@ -1068,21 +1105,17 @@ impl PageAlloc {
         }
     }
 
-    /// Models `__setup_per_zone_wmarks()` of 6.6.
+    /// Models `__setup_per_zone_wmarks()` of 6.6: shares `min_free_kbytes`
+    /// among the zones by size (the min watermark) and sets low and high a
+    /// kswapd distance above it. Why: the min reserve is what atomic and
+    /// reclaim-time allocations may dip into; low and high bound kswapd's
+    /// background reclaim so that ordinary allocations rarely reach min.
     pub fn setup_per_zone_wmarks(&mut self) {
-        let lowmem_pages: u64 = self.zones.iter().map(|z| z.managed_pages).sum();
-        self.min_free_kbytes = self
-            .sysctl
-            .min_free_kbytes
-            .unwrap_or_else(|| calculate_min_free_kbytes(lowmem_pages));
-        let pages_min = self.min_free_kbytes >> 2;
-        for z in &mut self.zones {
-            let min = pages_min * z.managed_pages / lowmem_pages;
-            // The kswapd distance: a quarter of min, or the scale factor's
-            // share of the zone, whichever is larger.
-            let dist =
-                (min >> 2).max(z.managed_pages * self.sysctl.watermark_scale_factor / 10_000);
-            z.watermark = [min, min + dist, min + 2 * dist];
+        let managed: Vec<u64> = self.zones.iter().map(|z| z.managed_pages).collect();
+        let (min_free_kbytes, wmarks) = zone_watermarks(&managed, &self.sysctl);
+        self.min_free_kbytes = min_free_kbytes;
+        for (z, w) in self.zones.iter_mut().zip(wmarks) {
+            z.watermark = w;
         }
     }
 

@@ -314,6 +314,109 @@ pub fn zone_highsize(
     ((total / cpus).min(i32::MAX as u64) as i32).max(batch << 2)
 }
 
+/// `(batch, high_min, high_max)` of a zone's pagesets
+/// (`zone_set_pageset_high_and_batch()`): without tuning, or with a
+/// `vm.percpu_pagelist_high_fraction`, both bounds are the one size; with
+/// tuning (patch 7 onwards), `high_min` comes from the low watermark and
+/// `high_max` from an eighth of the zone.
+pub fn pageset_high_bounds(
+    low_wmark: u64,
+    managed_pages: u64,
+    fraction: u32,
+    tuning: bool,
+    node_cpus: u32,
+) -> (i32, i32, i32) {
+    // A tiny zone computes a batch of 0; the pageset uses at least 1.
+    let batch = zone_batchsize(managed_pages).max(1);
+    let high_min = zone_highsize(low_wmark, managed_pages, fraction, batch, node_cpus);
+    let high_max = if tuning && fraction == 0 {
+        zone_highsize(
+            low_wmark,
+            managed_pages,
+            MIN_PERCPU_PAGELIST_HIGH_FRACTION,
+            batch,
+            node_cpus,
+        )
+    } else {
+        high_min
+    };
+    (batch, high_min, high_max)
+}
+
+/// A configuration whose PCP bounds would be out of order on a machine
+/// ([`check_pageset_bounds`]).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct HighBoundsError {
+    /// The zone, e.g. `node 0 Normal`.
+    pub zone: String,
+    /// Its low watermark and managed pages.
+    pub low_wmark: u64,
+    /// Its managed pages.
+    pub managed_pages: u64,
+    /// The bounds a CPU's pageset would get.
+    pub high_min: i32,
+    /// See `high_min`.
+    pub high_max: i32,
+}
+
+impl std::fmt::Display for HighBoundsError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "zone {}: the low watermark ({} pages) is above an eighth of the zone ({} of {} pages), \
+             so a CPU's PCP high_min ({}) would exceed its high_max ({})",
+            self.zone,
+            self.low_wmark,
+            self.managed_pages / MIN_PERCPU_PAGELIST_HIGH_FRACTION as u64,
+            self.managed_pages,
+            self.high_min,
+            self.high_max
+        )
+    }
+}
+
+/// Checks that every zone of `layout` gets `high_min <= high_max` under
+/// `sysctl` and `policy`, as [`PageAlloc::pageset_update_all`] will size
+/// them, without building the allocator.
+///
+/// Why: Linux 6.7+ accepts a low watermark above an eighth of the zone
+/// (`vm.watermark_scale_factor` up to 3000, `vm.min_free_kbytes` without an
+/// upper limit), and its `clamp()` (`__clamp()` of `include/linux/minmax.h`,
+/// `val >= hi ? hi : val <= lo ? lo : val`, which does not check `lo <= hi`
+/// at run time) then moves `pcp->high` between the two bounds in turn. The
+/// model keeps `high_min <= high <= high_max` as an invariant and refuses
+/// such a configuration instead, with this error.
+pub fn check_pageset_bounds(
+    layout: &crate::page_alloc::MemoryLayout,
+    sysctl: &crate::page_alloc::VmSysctl,
+    policy: PcpPolicy,
+) -> Result<(), HighBoundsError> {
+    let zones = crate::page_alloc::zone_sizes(layout);
+    let managed: Vec<u64> = zones.iter().map(|z| z.2).collect();
+    let (_, wmarks) = crate::page_alloc::zone_watermarks(&managed, sysctl);
+    for ((zone_type, node, pages), w) in zones.iter().zip(wmarks) {
+        let low = w[Wmark::Low as usize];
+        let node_cpus = layout.nodes[node.0 as usize].nr_cpus;
+        let (_, high_min, high_max) = pageset_high_bounds(
+            low,
+            *pages,
+            sysctl.percpu_pagelist_high_fraction,
+            policy.has(PcpPatch::TuneHigh),
+            node_cpus,
+        );
+        if high_min > high_max {
+            return Err(HighBoundsError {
+                zone: format!("node {} {zone_type:?}", node.0),
+                low_wmark: low,
+                managed_pages: *pages,
+                high_min,
+                high_max,
+            });
+        }
+    }
+    Ok(())
+}
+
 impl PageAlloc {
     /// Sizes every CPU's pageset for every zone (`setup_per_cpu_pageset()`,
     /// `zone_set_pageset_high_and_batch()`).
@@ -334,22 +437,10 @@ impl PageAlloc {
         let tuning = self.pcp_policy.has(PcpPatch::TuneHigh);
         for zi in 0..nz {
             let z = &self.zones[zi];
-            // A tiny zone computes a batch of 0; the pageset uses at least 1.
-            let batch = zone_batchsize(z.managed_pages).max(1);
             let node_cpus = self.node_nr_cpus(z.node);
             let low = z.wmark_pages(Wmark::Low);
-            let high_min = zone_highsize(low, z.managed_pages, fraction, batch, node_cpus);
-            let high_max = if tuning && fraction == 0 {
-                zone_highsize(
-                    low,
-                    z.managed_pages,
-                    MIN_PERCPU_PAGELIST_HIGH_FRACTION,
-                    batch,
-                    node_cpus,
-                )
-            } else {
-                high_min
-            };
+            let (batch, high_min, high_max) =
+                pageset_high_bounds(low, z.managed_pages, fraction, tuning, node_cpus);
             for cpu in 0..self.nr_cpus() as usize {
                 let p = &mut self.pcp[cpu * nz + zi];
                 p.batch = batch;

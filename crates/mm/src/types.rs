@@ -34,8 +34,82 @@ impl fmt::Display for Pfn {
 }
 
 /// A user virtual address.
+///
+/// It is the type of a user address wherever one enters or leaves the
+/// model: the system calls on an address space (`MmStruct::mmap`,
+/// `munmap`, `mprotect`, `mremap`, `madvise`, `brk`, `hugetlb_mmap`), the
+/// fault entry points (`handle_mm_fault`, `do_user_addr_fault`,
+/// `user_access`, `access_ok`) and the fault context (`Vmf::address`), so
+/// that an address and a length (both `u64` before) cannot swap places.
+/// Inside those functions, where addresses are masked, shifted into table
+/// indices and compared with VMA bounds, they are plain `u64` (as the
+/// kernel's `unsigned long`); a VMA's bounds are too.
 #[derive(Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Debug, Default)]
 pub struct Vaddr(pub u64);
+
+impl Vaddr {
+    /// True if the address is a multiple of `align` bytes.
+    #[inline]
+    pub fn is_multiple_of(self, align: u64) -> bool {
+        self.0.is_multiple_of(align)
+    }
+
+    /// The first address at or above this one that is a multiple of
+    /// `align` bytes.
+    #[inline]
+    pub fn next_multiple_of(self, align: u64) -> Vaddr {
+        Vaddr(self.0.next_multiple_of(align))
+    }
+}
+
+/// The offset of the address within an `n`-byte aligned block.
+impl std::ops::Rem<u64> for Vaddr {
+    type Output = u64;
+    #[inline]
+    fn rem(self, n: u64) -> u64 {
+        self.0 % n
+    }
+}
+
+/// The address `n` bytes further on.
+impl std::ops::Add<u64> for Vaddr {
+    type Output = Vaddr;
+    #[inline]
+    fn add(self, n: u64) -> Vaddr {
+        Vaddr(self.0 + n)
+    }
+}
+
+impl std::ops::AddAssign<u64> for Vaddr {
+    #[inline]
+    fn add_assign(&mut self, n: u64) {
+        self.0 += n;
+    }
+}
+
+/// The address `n` bytes before.
+impl std::ops::Sub<u64> for Vaddr {
+    type Output = Vaddr;
+    #[inline]
+    fn sub(self, n: u64) -> Vaddr {
+        Vaddr(self.0 - n)
+    }
+}
+
+/// The distance in bytes between two addresses.
+impl std::ops::Sub<Vaddr> for Vaddr {
+    type Output = u64;
+    #[inline]
+    fn sub(self, other: Vaddr) -> u64 {
+        self.0 - other.0
+    }
+}
+
+impl fmt::LowerHex for Vaddr {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::LowerHex::fmt(&self.0, f)
+    }
+}
 
 impl fmt::Display for Vaddr {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -58,17 +132,6 @@ impl Order {
 impl fmt::Display for Order {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(f, "order-{}", self.0)
-    }
-}
-
-/// A count of base pages.
-#[derive(Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Debug, Default)]
-pub struct NrPages(pub u64);
-
-impl NrPages {
-    /// Bytes covered by this many base pages.
-    pub fn bytes(self) -> u64 {
-        self.0 << PAGE_SHIFT
     }
 }
 

@@ -59,7 +59,7 @@
 use crate::cost::{Cost, Cx};
 use crate::page_alloc::{AllocError, PageAlloc};
 use crate::pgtable::{PageTables, PMD_SIZE};
-use crate::types::PAGE_SIZE;
+use crate::types::{Vaddr, PAGE_SIZE};
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
 
@@ -603,10 +603,11 @@ impl MmStruct {
         &mut self,
         pa: &mut PageAlloc,
         cx: &mut Cx,
-        hint: u64,
+        hint: Vaddr,
         len: u64,
         flags: MapFlags,
-    ) -> Result<u64, Errno> {
+    ) -> Result<Vaddr, Errno> {
+        let hint = hint.0;
         if len == 0 {
             return Err(Errno::Inval);
         }
@@ -619,7 +620,7 @@ impl MmStruct {
                 return Err(Errno::NoMem);
             }
             // MAP_FIXED replaces whatever was there.
-            self.munmap(pa, cx, hint, len)?;
+            self.munmap(pa, cx, Vaddr(hint), len)?;
             hint
         } else {
             self.get_unmapped_area(cx, len, hint)?
@@ -627,7 +628,7 @@ impl MmStruct {
         let flags = VmFlags::READ.or(VmFlags::WRITE).or(VmFlags::ANON_PRIVATE);
         self.vmas.insert(addr, Vma::anon(addr, addr + len, flags));
         self.merge_range(addr, addr + len, Some(addr));
-        Ok(addr)
+        Ok(Vaddr(addr))
     }
 
     /// Models `do_vmi_munmap()`: unmaps `[addr, addr + len)`, splitting
@@ -637,9 +638,10 @@ impl MmStruct {
         &mut self,
         pa: &mut PageAlloc,
         cx: &mut Cx,
-        addr: u64,
+        addr: Vaddr,
         len: u64,
     ) -> Result<(), Errno> {
+        let addr = addr.0;
         if !addr.is_multiple_of(PAGE_SIZE) || addr > TASK_SIZE || len > TASK_SIZE - addr {
             return Err(Errno::Inval);
         }
@@ -701,7 +703,12 @@ impl MmStruct {
     ///
     /// Deviation: `mm->brk` is set before the unmap of a shrink and not
     /// restored if that unmap fails (the kernel restores it).
-    pub fn brk(&mut self, pa: &mut PageAlloc, cx: &mut Cx, brk: u64) -> u64 {
+    pub fn brk(&mut self, pa: &mut PageAlloc, cx: &mut Cx, brk: Vaddr) -> Vaddr {
+        Vaddr(self.do_brk(pa, cx, brk.0))
+    }
+
+    /// The body of [`MmStruct::brk`], in plain byte addresses.
+    fn do_brk(&mut self, pa: &mut PageAlloc, cx: &mut Cx, brk: u64) -> u64 {
         let origbrk = self.brk;
         if brk < self.start_brk {
             return origbrk;
@@ -726,7 +733,7 @@ impl MmStruct {
                 return origbrk;
             }
             self.brk = brk;
-            if self.munmap(pa, cx, newbrk, oldbrk - newbrk).is_err() {
+            if self.munmap(pa, cx, Vaddr(newbrk), oldbrk - newbrk).is_err() {
                 return origbrk;
             }
             return brk;
@@ -788,10 +795,11 @@ impl MmStruct {
         &mut self,
         pa: &mut PageAlloc,
         cx: &mut Cx,
-        addr: u64,
+        addr: Vaddr,
         len: u64,
         advice: Advice,
     ) -> Result<(), Errno> {
+        let addr = addr.0;
         if !addr.is_multiple_of(PAGE_SIZE) {
             return Err(Errno::Inval);
         }
@@ -922,11 +930,11 @@ mod tests {
         let (mut pa, mut cx, mut mm) = setup();
         let b = 0x1000_0000;
         // AAAAAAAAAA      one mapping of 10 pages
-        mm.mmap(&mut pa, &mut cx, b, 10 * P, MapFlags::FIXED)
+        mm.mmap(&mut pa, &mut cx, Vaddr(b), 10 * P, MapFlags::FIXED)
             .unwrap();
         assert_eq!(spans(&mm), vec![(b, b + 10 * P)]);
         // AAA BBBB AAA    MADV_HUGEPAGE in the middle splits it in three
-        mm.madvise(&mut pa, &mut cx, b + 3 * P, 4 * P, Advice::HugePage)
+        mm.madvise(&mut pa, &mut cx, Vaddr(b + 3 * P), 4 * P, Advice::HugePage)
             .unwrap();
         assert_eq!(
             spans(&mm),
@@ -937,21 +945,22 @@ mod tests {
             ]
         );
         // AAAAAAAAAA      MADV_NOHUGEPAGE over all of it: equal flags merge back
-        mm.madvise(&mut pa, &mut cx, b, 10 * P, Advice::NoHugePage)
+        mm.madvise(&mut pa, &mut cx, Vaddr(b), 10 * P, Advice::NoHugePage)
             .unwrap();
         assert_eq!(spans(&mm), vec![(b, b + 10 * P)]);
         // AA  AAAAAA      munmap of two pages leaves a hole
-        mm.munmap(&mut pa, &mut cx, b + 2 * P, 2 * P).unwrap();
+        mm.munmap(&mut pa, &mut cx, Vaddr(b + 2 * P), 2 * P)
+            .unwrap();
         assert_eq!(spans(&mm), vec![(b, b + 2 * P), (b + 4 * P, b + 10 * P)]);
         // AA  AAAAAA      madvise across the hole applies to both sides, ENOMEM
         assert_eq!(
-            mm.madvise(&mut pa, &mut cx, b, 10 * P, Advice::HugePage),
+            mm.madvise(&mut pa, &mut cx, Vaddr(b), 10 * P, Advice::HugePage),
             Err(Errno::NoMem)
         );
         // AACCAAAAAA      a fixed mapping filling the hole merges all three
-        mm.mmap(&mut pa, &mut cx, b + 2 * P, 2 * P, MapFlags::FIXED)
+        mm.mmap(&mut pa, &mut cx, Vaddr(b + 2 * P), 2 * P, MapFlags::FIXED)
             .unwrap();
-        mm.madvise(&mut pa, &mut cx, b + 2 * P, 2 * P, Advice::HugePage)
+        mm.madvise(&mut pa, &mut cx, Vaddr(b + 2 * P), 2 * P, Advice::HugePage)
             .unwrap();
         assert_eq!(spans(&mm), vec![(b, b + 10 * P)]);
     }
@@ -960,28 +969,36 @@ mod tests {
     fn errors_are_the_kernels() {
         let (mut pa, mut cx, mut mm) = setup();
         assert_eq!(
-            mm.mmap(&mut pa, &mut cx, 0, 0, MapFlags::NONE),
+            mm.mmap(&mut pa, &mut cx, Vaddr(0), 0, MapFlags::NONE),
             Err(Errno::Inval)
         );
         assert_eq!(
-            mm.mmap(&mut pa, &mut cx, 0x1001, P, MapFlags::FIXED),
+            mm.mmap(&mut pa, &mut cx, Vaddr(0x1001), P, MapFlags::FIXED),
             Err(Errno::Inval)
         );
         assert_eq!(
-            mm.mmap(&mut pa, &mut cx, 0, TASK_SIZE, MapFlags::NONE),
+            mm.mmap(&mut pa, &mut cx, Vaddr(0), TASK_SIZE, MapFlags::NONE),
             Err(Errno::NoMem)
         );
-        assert_eq!(mm.munmap(&mut pa, &mut cx, 0x1001, P), Err(Errno::Inval));
-        assert_eq!(mm.munmap(&mut pa, &mut cx, 0x10000, 0), Err(Errno::Inval));
+        assert_eq!(
+            mm.munmap(&mut pa, &mut cx, Vaddr(0x1001), P),
+            Err(Errno::Inval)
+        );
+        assert_eq!(
+            mm.munmap(&mut pa, &mut cx, Vaddr(0x10000), 0),
+            Err(Errno::Inval)
+        );
     }
 
     #[test]
     fn top_down_placement_aligns_pmd_multiples() {
         let (mut pa, mut cx, mut mm) = setup();
-        let a = mm.mmap(&mut pa, &mut cx, 0, 3 * P, MapFlags::NONE).unwrap();
-        assert_eq!(a + 3 * P, MMAP_BASE);
+        let a = mm
+            .mmap(&mut pa, &mut cx, Vaddr(0), 3 * P, MapFlags::NONE)
+            .unwrap();
+        assert_eq!(a + 3 * P, Vaddr(MMAP_BASE));
         let b = mm
-            .mmap(&mut pa, &mut cx, 0, 2 * PMD_SIZE, MapFlags::NONE)
+            .mmap(&mut pa, &mut cx, Vaddr(0), 2 * PMD_SIZE, MapFlags::NONE)
             .unwrap();
         assert!(b.is_multiple_of(PMD_SIZE) && b + 2 * PMD_SIZE <= a);
         assert_eq!(mm.maple_depth(), 1);
@@ -992,39 +1009,42 @@ mod tests {
         let (mut pa, mut cx, mut mm) = setup();
         let s = DEFAULT_START_BRK;
         // brk(0): below start_brk, refused; the answer is the current break.
-        assert_eq!(mm.brk(&mut pa, &mut cx, 0), s);
+        assert_eq!(mm.brk(&mut pa, &mut cx, Vaddr(0)), Vaddr(s));
         assert!(spans(&mm).is_empty());
         // HH              grow by 5000 bytes: the heap VMA ends page-aligned
-        assert_eq!(mm.brk(&mut pa, &mut cx, s + 5000), s + 5000);
+        assert_eq!(mm.brk(&mut pa, &mut cx, Vaddr(s + 5000)), Vaddr(s + 5000));
         assert_eq!(spans(&mm), vec![(s, s + 2 * P)]);
         assert_eq!(mm.brk, s + 5000);
         // HHHH            grow again: the same VMA expands in place
-        assert_eq!(mm.brk(&mut pa, &mut cx, s + 4 * P), s + 4 * P);
+        assert_eq!(mm.brk(&mut pa, &mut cx, Vaddr(s + 4 * P)), Vaddr(s + 4 * P));
         assert_eq!(spans(&mm), vec![(s, s + 4 * P)]);
         // HHHH MM         a fixed mapping one guard page above the break
-        mm.mmap(&mut pa, &mut cx, s + 5 * P, 2 * P, MapFlags::FIXED)
+        mm.mmap(&mut pa, &mut cx, Vaddr(s + 5 * P), 2 * P, MapFlags::FIXED)
             .unwrap();
         // growing into the guard page is refused: the old break comes back
-        assert_eq!(mm.brk(&mut pa, &mut cx, s + 4 * P + 1), s + 4 * P);
+        assert_eq!(
+            mm.brk(&mut pa, &mut cx, Vaddr(s + 4 * P + 1)),
+            Vaddr(s + 4 * P)
+        );
         assert_eq!(mm.brk, s + 4 * P);
         // HH   MM         shrinking unmaps above the new page-aligned break
-        assert_eq!(mm.brk(&mut pa, &mut cx, s + P + 1), s + P + 1);
+        assert_eq!(mm.brk(&mut pa, &mut cx, Vaddr(s + P + 1)), Vaddr(s + P + 1));
         assert_eq!(spans(&mm), vec![(s, s + 2 * P), (s + 5 * P, s + 7 * P)]);
         // a break inside the same page only moves mm->brk
-        assert_eq!(mm.brk(&mut pa, &mut cx, s + 2 * P), s + 2 * P);
+        assert_eq!(mm.brk(&mut pa, &mut cx, Vaddr(s + 2 * P)), Vaddr(s + 2 * P));
         assert_eq!(spans(&mm), vec![(s, s + 2 * P), (s + 5 * P, s + 7 * P)]);
         //      MM         back to start_brk: the heap VMA is gone
-        assert_eq!(mm.brk(&mut pa, &mut cx, s), s);
+        assert_eq!(mm.brk(&mut pa, &mut cx, Vaddr(s)), Vaddr(s));
         assert_eq!(spans(&mm), vec![(s + 5 * P, s + 7 * P)]);
         // H    MM         and comes back as a new VMA
-        assert_eq!(mm.brk(&mut pa, &mut cx, s + P), s + P);
+        assert_eq!(mm.brk(&mut pa, &mut cx, Vaddr(s + P)), Vaddr(s + P));
         assert_eq!(spans(&mm), vec![(s, s + P), (s + 5 * P, s + 7 * P)]);
         //      MM         the program unmapped its heap itself: a shrink
         //                 finds no VMA and is refused
-        mm.munmap(&mut pa, &mut cx, s, P).unwrap();
-        assert_eq!(mm.brk(&mut pa, &mut cx, s), s + P);
+        mm.munmap(&mut pa, &mut cx, Vaddr(s), P).unwrap();
+        assert_eq!(mm.brk(&mut pa, &mut cx, Vaddr(s)), Vaddr(s + P));
         // below start_brk: refused
-        assert_eq!(mm.brk(&mut pa, &mut cx, s - P), s + P);
+        assert_eq!(mm.brk(&mut pa, &mut cx, Vaddr(s - P)), Vaddr(s + P));
     }
 
     #[test]
@@ -1034,18 +1054,20 @@ mod tests {
         let mut g = MmGlobal::new(MmConfig::default());
         let s = DEFAULT_START_BRK;
         let free0 = pa.zones.iter().map(|z| z.nr_free_pages).sum::<u64>() + pa.nr_pcp_pages();
-        mm.brk(&mut pa, &mut cx, s + 64 * P);
+        mm.brk(&mut pa, &mut cx, Vaddr(s + 64 * P));
         for i in 0..64 {
-            handle_mm_fault(&mut pa, &mut cx, &mut g, &mut mm, s + i * P, true).unwrap();
+            handle_mm_fault(&mut pa, &mut cx, &mut g, &mut mm, Vaddr(s + i * P), true).unwrap();
         }
         let used = |pa: &PageAlloc| {
             free0 - pa.zones.iter().map(|z| z.nr_free_pages).sum::<u64>() - pa.nr_pcp_pages()
         };
         // 64 pages and the page tables (PUD, PMD, PTE table).
         assert_eq!(used(&pa), 64 + 3);
-        mm.brk(&mut pa, &mut cx, s + 16 * P);
+        mm.brk(&mut pa, &mut cx, Vaddr(s + 16 * P));
         assert_eq!(used(&pa), 16 + 3);
         // An access above the new break is outside every VMA.
-        assert!(handle_mm_fault(&mut pa, &mut cx, &mut g, &mut mm, s + 20 * P, true).is_err());
+        assert!(
+            handle_mm_fault(&mut pa, &mut cx, &mut g, &mut mm, Vaddr(s + 20 * P), true).is_err()
+        );
     }
 }

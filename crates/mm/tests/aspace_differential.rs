@@ -22,6 +22,7 @@ use mm::pgtable::{
 };
 use mm::rng::SplitMix64;
 use mm::vma::{Advice, Errno, MmStruct, MmapLayout, VmFlags, MMAP_BASE};
+use mm::Vaddr;
 use std::collections::BTreeMap;
 
 const P: u64 = 4096;
@@ -200,10 +201,20 @@ fn vma_differential(seed: u64) {
         let what = rng.below(100);
         let (label, got, want): (String, Result<u64, Errno>, Result<u64, Errno>) = match what {
             0..=19 => {
-                let got = mm.mmap(&mut w.pa, &mut w.cx, addr, len, mm::vma::MapFlags::FIXED);
+                let got = mm.mmap(
+                    &mut w.pa,
+                    &mut w.cx,
+                    Vaddr(addr),
+                    len,
+                    mm::vma::MapFlags::FIXED,
+                );
                 r.clear(addr, len);
                 r.map(addr, len, rw, addr / P);
-                (format!("mmap fixed {addr:#x}+{len:#x}"), got, Ok(addr))
+                (
+                    format!("mmap fixed {addr:#x}+{len:#x}"),
+                    got.map(|a| a.0),
+                    Ok(addr),
+                )
             }
             20..=27 => {
                 // Only placements the window can hold are followed.
@@ -214,11 +225,11 @@ fn vma_differential(seed: u64) {
                 if let Ok(a) = want {
                     r.map(a, len, rw, a / P);
                 }
-                let got = mm.mmap(&mut w.pa, &mut w.cx, 0, len, mm::vma::MapFlags::NONE);
-                (format!("mmap {len:#x}"), got, want)
+                let got = mm.mmap(&mut w.pa, &mut w.cx, Vaddr(0), len, mm::vma::MapFlags::NONE);
+                (format!("mmap {len:#x}"), got.map(|a| a.0), want)
             }
             28..=42 => {
-                let got = mm.munmap(&mut w.pa, &mut w.cx, addr, len).map(|_| 0);
+                let got = mm.munmap(&mut w.pa, &mut w.cx, Vaddr(addr), len).map(|_| 0);
                 r.clear(addr, len);
                 (format!("munmap {addr:#x}+{len:#x}"), got, Ok(0))
             }
@@ -226,7 +237,7 @@ fn vma_differential(seed: u64) {
                 let prot = [Prot::NONE, Prot::READ, Prot::RW, Prot::READ.or(Prot::EXEC)]
                     [rng.below(4) as usize];
                 let got = mm
-                    .mprotect(&mut w.pa, &mut w.cx, addr, len, prot)
+                    .mprotect(&mut w.pa, &mut w.cx, Vaddr(addr), len, prot)
                     .map(|_| 0);
                 // The mapped run from addr changes; a hole ends it with ENOMEM.
                 let mut want = Ok(0);
@@ -252,7 +263,7 @@ fn vma_differential(seed: u64) {
                     Advice::NoHugePage
                 };
                 let got = mm
-                    .madvise(&mut w.pa, &mut w.cx, addr, len, advice)
+                    .madvise(&mut w.pa, &mut w.cx, Vaddr(addr), len, advice)
                     .map(|_| 0);
                 let (set, clear) = if advice == Advice::HugePage {
                     (VmFlags::HUGEPAGE, VmFlags::NOHUGEPAGE)
@@ -290,11 +301,19 @@ fn vma_differential(seed: u64) {
                 } else {
                     0
                 };
-                let got = mm.mremap(&mut w.pa, &mut w.cx, a, old_len, new_len, flags, new_addr);
+                let got = mm.mremap(
+                    &mut w.pa,
+                    &mut w.cx,
+                    Vaddr(a),
+                    old_len,
+                    new_len,
+                    flags,
+                    Vaddr(new_addr),
+                );
                 let want = ref_mremap(&mut r, a, old_len, new_len, flags, new_addr);
                 (
                     format!("mremap {a:#x} {old_len:#x}->{new_len:#x} {flags:?} {new_addr:#x}"),
-                    got,
+                    got.map(|a| a.0),
                     want,
                 )
             }
@@ -428,7 +447,13 @@ fn pte_differential(seed: u64) {
             0..=9 => {
                 label = format!("mm {i}: mmap fixed {addr:#x}+{len:#x}");
                 mms[i]
-                    .mmap(&mut w.pa, &mut w.cx, addr, len, mm::vma::MapFlags::FIXED)
+                    .mmap(
+                        &mut w.pa,
+                        &mut w.cx,
+                        Vaddr(addr),
+                        len,
+                        mm::vma::MapFlags::FIXED,
+                    )
                     .unwrap();
                 remove_range(&mut maps[i], addr, len);
             }
@@ -438,10 +463,10 @@ fn pte_differential(seed: u64) {
                 for k in 0..len / P {
                     let a = addr + k * P;
                     let mm = &mut mms[i];
-                    if access_ok(mm, a, write) {
+                    if access_ok(mm, Vaddr(a), write) {
                         continue;
                     }
-                    match handle_mm_fault(&mut w.pa, &mut w.cx, &mut w.g, mm, a, write) {
+                    match handle_mm_fault(&mut w.pa, &mut w.cx, &mut w.g, mm, Vaddr(a), write) {
                         Ok(()) => {
                             let new = model_ptes(mm).get(&a).copied();
                             let old = maps[i].get(&a).copied();
@@ -466,18 +491,20 @@ fn pte_differential(seed: u64) {
             }
             50..=57 => {
                 label = format!("mm {i}: munmap {addr:#x}+{len:#x}");
-                mms[i].munmap(&mut w.pa, &mut w.cx, addr, len).unwrap();
+                mms[i]
+                    .munmap(&mut w.pa, &mut w.cx, Vaddr(addr), len)
+                    .unwrap();
                 remove_range(&mut maps[i], addr, len);
             }
             58..=63 => {
                 label = format!("mm {i}: MADV_DONTNEED {addr:#x}+{len:#x}");
-                let _ = mms[i].madvise(&mut w.pa, &mut w.cx, addr, len, Advice::DontNeed);
+                let _ = mms[i].madvise(&mut w.pa, &mut w.cx, Vaddr(addr), len, Advice::DontNeed);
                 remove_range(&mut maps[i], addr, len);
             }
             64..=79 => {
                 let prot = [Prot::NONE, Prot::READ, Prot::RW][rng.below(3) as usize];
                 label = format!("mm {i}: mprotect {addr:#x}+{len:#x} {prot}");
-                let _ = mms[i].mprotect(&mut w.pa, &mut w.cx, addr, len, prot);
+                let _ = mms[i].mprotect(&mut w.pa, &mut w.cx, Vaddr(addr), len, prot);
                 // Entries in the contiguously mapped part from addr change.
                 let mut end = addr;
                 while end < addr + len && mms[i].vma_at(end).is_some() {
@@ -504,15 +531,23 @@ fn pte_differential(seed: u64) {
                 };
                 label = format!("mm {i}: mremap {addr:#x} {old_len:#x}->{new_len:#x} {flags:?}");
                 let to = mms[i]
-                    .mremap(&mut w.pa, &mut w.cx, addr, old_len, new_len, flags, na)
+                    .mremap(
+                        &mut w.pa,
+                        &mut w.cx,
+                        Vaddr(addr),
+                        old_len,
+                        new_len,
+                        flags,
+                        Vaddr(na),
+                    )
                     .unwrap_or_else(|e| panic!("seed {seed} step {step}: {label}: {e}"));
                 if fixed {
-                    remove_range(&mut maps[i], to, new_len);
+                    remove_range(&mut maps[i], to.0, new_len);
                 }
                 if new_len < old_len {
                     remove_range(&mut maps[i], addr + new_len, old_len - new_len);
                 }
-                if to != addr {
+                if to != Vaddr(addr) {
                     *done.entry("mremap move".into()).or_default() += 1;
                     let moved = old_len.min(new_len);
                     let ents: Vec<(u64, RefPte)> = maps[i]
@@ -521,7 +556,7 @@ fn pte_differential(seed: u64) {
                         .collect();
                     remove_range(&mut maps[i], addr, moved);
                     for (k, e) in ents {
-                        maps[i].insert(k - addr + to, e);
+                        maps[i].insert(k - addr + to.0, e);
                     }
                 }
             }

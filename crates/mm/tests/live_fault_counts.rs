@@ -10,6 +10,7 @@ use mm::knobs::{KnobValue, Preset};
 use mm::memory::{fork, handle_mm_fault};
 use mm::pgtable::PMD_SIZE;
 use mm::vmstat::VmEvent;
+use mm::Vaddr;
 
 fn world(preset: Preset, thp: &str) -> World {
     let mut cfg = preset.config();
@@ -23,9 +24,9 @@ fn thp_off_4k_faults() {
     let mut w = world(Preset::Linux6_18, "never");
     let mut mm = w.mm();
     let a = mm
-        .mmap(&mut w.pa, &mut w.cx, 0, GIB, mm::vma::MapFlags::NONE)
+        .mmap(&mut w.pa, &mut w.cx, Vaddr(0), GIB, mm::vma::MapFlags::NONE)
         .unwrap();
-    assert_eq!(w.touch(&mut mm, a, GIB), 262_144);
+    assert_eq!(w.touch(&mut mm, a.0, GIB), 262_144);
     assert_eq!(w.pa.vmstat.get(VmEvent::PGFAULT), 262_144);
     w.exit(mm);
     w.check_all_free();
@@ -36,14 +37,14 @@ fn thp_always_aligned_512_faults() {
     let mut w = world(Preset::Linux6_18, "always");
     let mut mm = w.mm();
     let a = mm
-        .mmap(&mut w.pa, &mut w.cx, 0, GIB, mm::vma::MapFlags::NONE)
+        .mmap(&mut w.pa, &mut w.cx, Vaddr(0), GIB, mm::vma::MapFlags::NONE)
         .unwrap();
     assert_eq!(
         a % PMD_SIZE,
         0,
         "6.18 aligns a 1 GiB anonymous mapping to 2 MiB"
     );
-    assert_eq!(w.touch(&mut mm, a, GIB), 512);
+    assert_eq!(w.touch(&mut mm, a.0, GIB), 512);
     assert_eq!(w.pa.vmstat.get(VmEvent::THP_FAULT_ALLOC), 512);
     w.exit(mm);
     w.check_all_free();
@@ -58,7 +59,7 @@ fn thp_always_ragged_1529_faults() {
         .mmap(
             &mut w.pa,
             &mut w.cx,
-            0,
+            Vaddr(0),
             GIB + 2 * PMD_SIZE,
             mm::vma::MapFlags::NONE,
         )
@@ -72,7 +73,7 @@ fn thp_always_ragged_1529_faults() {
             .unwrap(),
         start
     );
-    assert_eq!(w.touch(&mut mm, start, len), 1529);
+    assert_eq!(w.touch(&mut mm, start.0, len), 1529);
     assert_eq!(w.pa.vmstat.get(VmEvent::THP_FAULT_ALLOC), 510);
     w.exit(mm);
     w.check_all_free();
@@ -84,7 +85,7 @@ fn cow(preset: Preset) -> World {
     let mut parent = w.mm();
     let len = GIB / 2;
     let a = parent
-        .mmap(&mut w.pa, &mut w.cx, 0, len, mm::vma::MapFlags::NONE)
+        .mmap(&mut w.pa, &mut w.cx, Vaddr(0), len, mm::vma::MapFlags::NONE)
         .unwrap();
     let a = if a.is_multiple_of(PMD_SIZE) {
         a
@@ -96,9 +97,9 @@ fn cow(preset: Preset) -> World {
             .mmap(&mut w.pa, &mut w.cx, s, len, mm::vma::MapFlags::FIXED)
             .unwrap()
     };
-    assert_eq!(w.touch(&mut parent, a, len), 256);
+    assert_eq!(w.touch(&mut parent, a.0, len), 256);
     let mut child = fork(&mut w.pa, &mut w.cx, &mut parent).unwrap();
-    let faults = w.touch(&mut child, a, len);
+    let faults = w.touch(&mut child, a.0, len);
     match preset {
         Preset::Linux4_18 => assert_eq!(faults, 256, "one 2 MiB copy per THP"),
         _ => assert_eq!(faults, 131_072, "split, then one 4 KiB copy per page"),
@@ -135,7 +136,7 @@ fn read_fault_maps_huge_zero_page_once() {
         .mmap(
             &mut w.pa,
             &mut w.cx,
-            0,
+            Vaddr(0),
             4 * PMD_SIZE,
             mm::vma::MapFlags::NONE,
         )
@@ -154,7 +155,7 @@ fn read_fault_maps_huge_zero_page_once() {
     assert_eq!(w.pa.vmstat.get(VmEvent::THP_ZERO_PAGE_ALLOC), 1);
     assert_eq!(w.pa.vmstat.get(VmEvent::THP_FAULT_ALLOC), 0);
     // A write replaces the huge zero page by a THP.
-    assert_eq!(w.touch(&mut mm, a, PMD_SIZE), 1);
+    assert_eq!(w.touch(&mut mm, a.0, PMD_SIZE), 1);
     assert_eq!(w.pa.vmstat.get(VmEvent::THP_FAULT_ALLOC), 1);
     w.exit(mm);
     w.check_all_free();

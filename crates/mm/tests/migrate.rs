@@ -23,6 +23,7 @@ use mm::page_alloc::{Gfp, MemoryLayout, NodeLayout, PageAlloc};
 use mm::pgtable::{entry_pfn, Level, PAGE_PSE, PMD_SIZE};
 use mm::vma::{Advice, MmStruct};
 use mm::vmstat::VmEvent;
+use mm::Vaddr;
 use mm::{NodeId, Pfn, VcpuId};
 
 const MIB: u64 = 1 << 20;
@@ -78,10 +79,22 @@ impl World {
     /// Maps `len` bytes (MADV_HUGEPAGE) and writes every 4 KiB of it.
     fn populate(&mut self, mm: &mut MmStruct, len: u64) -> u64 {
         let a = mm
-            .mmap(&mut self.pa, &mut self.cx, 0, len, mm::vma::MapFlags::NONE)
+            .mmap(
+                &mut self.pa,
+                &mut self.cx,
+                Vaddr(0),
+                len,
+                mm::vma::MapFlags::NONE,
+            )
             .unwrap();
-        mm.madvise(&mut self.pa, &mut self.cx, a, len, Advice::HugePage)
-            .unwrap();
+        mm.madvise(
+            &mut self.pa,
+            &mut self.cx,
+            Vaddr(a.0),
+            len,
+            Advice::HugePage,
+        )
+        .unwrap();
         let mut p = a;
         while p < a + len {
             if !mm::memory::access_ok(mm, p, true) {
@@ -89,7 +102,7 @@ impl World {
             }
             p += 4096;
         }
-        a
+        a.0
     }
 
     /// `move_pages(0, pages, nodes, status, flags)` in `mms[0]`, with every
@@ -241,7 +254,7 @@ fn shared_pages_need_move_all_and_then_move_in_every_mm() {
     assert_eq!(w.pa.pfn_to_nid(n), NodeId(1));
     assert_eq!(w.pa.mem.refcount(n), 2);
     // Both stay write-protected (copy-on-write after fork).
-    assert!(!mm::memory::access_ok(&mut parent, a, true));
+    assert!(!mm::memory::access_ok(&mut parent, Vaddr(a), true));
     w.teardown(vec![parent, child]);
 }
 
@@ -275,7 +288,10 @@ fn no_destination_memory_leaves_the_page_mapped_where_it_was() {
     assert_eq!(status, vec![i32::MIN, i32::MIN]);
     assert_eq!(head_of(&mm, a), h);
     assert_eq!(w.pa.mem.refcount(h), 1);
-    assert!(mm::memory::access_ok(&mut mm, a, true), "still writable");
+    assert!(
+        mm::memory::access_ok(&mut mm, Vaddr(a), true),
+        "still writable"
+    );
     assert!(no_migration_entries(&mm));
     assert_eq!(w.pa.nr_free_pages() + w.pa.nr_pcp_pages(), free_before);
     assert!(w.ev(VmEvent::PGMIGRATE_FAIL) > 0);
@@ -384,9 +400,15 @@ fn status_reports_errors_per_page_and_bad_arguments_fail() {
     let a = w.populate(&mut mm, 16 * 1024);
     // A mapped but untouched page, and an address outside any VMA.
     let b = mm
-        .mmap(&mut w.pa, &mut w.cx, 0, 8192, mm::vma::MapFlags::NONE)
+        .mmap(
+            &mut w.pa,
+            &mut w.cx,
+            Vaddr(0),
+            8192,
+            mm::vma::MapFlags::NONE,
+        )
         .unwrap();
-    let (r, status) = w.move_pages(vec![&mut mm], &[a, b, 0x1000, a], 1, MPOL_MF_MOVE);
+    let (r, status) = w.move_pages(vec![&mut mm], &[a, b.0, 0x1000, a], 1, MPOL_MF_MOVE);
     assert_eq!(r, 0);
     assert_eq!(
         status,

@@ -14,6 +14,7 @@ use mm::mremap::MremapFlags;
 use mm::pgtable::{Level, PMD_SIZE};
 use mm::vma::{Errno, MmStruct, VmFlags};
 use mm::vmstat::VmEvent;
+use mm::Vaddr;
 
 const P: u64 = 4096;
 
@@ -73,18 +74,18 @@ fn pfn_at(mm: &MmStruct, a: u64) -> Option<u64> {
 
 /// Reads one byte at `a` the way a user access does.
 fn read(w: &mut World, mm: &mut MmStruct, a: u64) -> Result<(), VmFault> {
-    if access_ok(mm, a, false) {
+    if access_ok(mm, Vaddr(a), false) {
         return Ok(());
     }
-    handle_mm_fault(&mut w.pa, &mut w.cx, &mut w.g, mm, a, false)
+    handle_mm_fault(&mut w.pa, &mut w.cx, &mut w.g, mm, Vaddr(a), false)
 }
 
 /// Writes one byte at `a` the way a user access does.
 fn write(w: &mut World, mm: &mut MmStruct, a: u64) -> Result<(), VmFault> {
-    if access_ok(mm, a, true) {
+    if access_ok(mm, Vaddr(a), true) {
         return Ok(());
     }
-    handle_mm_fault(&mut w.pa, &mut w.cx, &mut w.g, mm, a, true)
+    handle_mm_fault(&mut w.pa, &mut w.cx, &mut w.g, mm, Vaddr(a), true)
 }
 
 #[test]
@@ -92,26 +93,33 @@ fn mprotect_splits_and_merges() {
     let mut w = world("never");
     let mut mm = w.mm();
     let b = 0x1000_0000;
-    mm.mmap(&mut w.pa, &mut w.cx, b, 10 * P, mm::vma::MapFlags::FIXED)
-        .unwrap();
+    mm.mmap(
+        &mut w.pa,
+        &mut w.cx,
+        Vaddr(b),
+        10 * P,
+        mm::vma::MapFlags::FIXED,
+    )
+    .unwrap();
     assert_eq!(draw(&mm, b, 10), "wwwwwwwwww");
-    mm.mprotect(&mut w.pa, &mut w.cx, b + 3 * P, 4 * P, Prot::READ)
+    mm.mprotect(&mut w.pa, &mut w.cx, Vaddr(b + 3 * P), 4 * P, Prot::READ)
         .unwrap();
     assert_eq!(draw(&mm, b, 10), "www|rrrr|www");
     // The same protection again changes nothing.
-    mm.mprotect(&mut w.pa, &mut w.cx, b + 4 * P, P, Prot::READ)
+    mm.mprotect(&mut w.pa, &mut w.cx, Vaddr(b + 4 * P), P, Prot::READ)
         .unwrap();
     assert_eq!(draw(&mm, b, 10), "www|rrrr|www");
     // Extending the read-only part to the right merges it with the pages
     // that become read-only there.
-    mm.mprotect(&mut w.pa, &mut w.cx, b + 7 * P, 2 * P, Prot::READ)
+    mm.mprotect(&mut w.pa, &mut w.cx, Vaddr(b + 7 * P), 2 * P, Prot::READ)
         .unwrap();
     assert_eq!(draw(&mm, b, 10), "www|rrrrrr|w");
-    mm.mprotect(&mut w.pa, &mut w.cx, b, P, Prot::NONE).unwrap();
+    mm.mprotect(&mut w.pa, &mut w.cx, Vaddr(b), P, Prot::NONE)
+        .unwrap();
     assert_eq!(draw(&mm, b, 10), "n|ww|rrrrrr|w");
     check(&w, &[&mm]);
     // Back to read-write everywhere: one VMA again.
-    mm.mprotect(&mut w.pa, &mut w.cx, b, 10 * P, Prot::RW)
+    mm.mprotect(&mut w.pa, &mut w.cx, Vaddr(b), 10 * P, Prot::RW)
         .unwrap();
     assert_eq!(draw(&mm, b, 10), "wwwwwwwwww");
     assert_eq!(mm.vmas.len(), 1);
@@ -125,26 +133,32 @@ fn mprotect_across_a_hole_changes_what_precedes_it_then_fails() {
     let mut w = world("never");
     let mut mm = w.mm();
     let b = 0x1000_0000;
-    mm.mmap(&mut w.pa, &mut w.cx, b, 3 * P, mm::vma::MapFlags::FIXED)
-        .unwrap();
     mm.mmap(
         &mut w.pa,
         &mut w.cx,
-        b + 5 * P,
+        Vaddr(b),
+        3 * P,
+        mm::vma::MapFlags::FIXED,
+    )
+    .unwrap();
+    mm.mmap(
+        &mut w.pa,
+        &mut w.cx,
+        Vaddr(b + 5 * P),
         3 * P,
         mm::vma::MapFlags::FIXED,
     )
     .unwrap();
     assert_eq!(draw(&mm, b, 8), "www..www");
     assert_eq!(
-        mm.mprotect(&mut w.pa, &mut w.cx, b + P, 6 * P, Prot::READ),
+        mm.mprotect(&mut w.pa, &mut w.cx, Vaddr(b + P), 6 * P, Prot::READ),
         Err(Errno::NoMem)
     );
     // As in the kernel, the VMA before the hole was changed.
     assert_eq!(draw(&mm, b, 8), "w|rr..www");
     // A range that starts in a hole fails at once.
     assert_eq!(
-        mm.mprotect(&mut w.pa, &mut w.cx, b + 3 * P, 4 * P, Prot::READ),
+        mm.mprotect(&mut w.pa, &mut w.cx, Vaddr(b + 3 * P), 4 * P, Prot::READ),
         Err(Errno::NoMem)
     );
     assert_eq!(draw(&mm, b, 8), "w|rr..www");
@@ -158,10 +172,17 @@ fn mprotect_errors_are_the_kernels() {
     let mut w = world("never");
     let mut mm = w.mm();
     let b = 0x1000_0000;
-    mm.mmap(&mut w.pa, &mut w.cx, b, 4 * P, mm::vma::MapFlags::FIXED)
-        .unwrap();
-    let mut mp =
-        |mm: &mut MmStruct, a: u64, l: u64, p: Prot| mm.mprotect(&mut w.pa, &mut w.cx, a, l, p);
+    mm.mmap(
+        &mut w.pa,
+        &mut w.cx,
+        Vaddr(b),
+        4 * P,
+        mm::vma::MapFlags::FIXED,
+    )
+    .unwrap();
+    let mut mp = |mm: &mut MmStruct, a: u64, l: u64, p: Prot| {
+        mm.mprotect(&mut w.pa, &mut w.cx, Vaddr(a), l, p)
+    };
     assert_eq!(mp(&mut mm, b + 1, P, Prot::READ), Err(Errno::Inval));
     assert_eq!(mp(&mut mm, b, 0, Prot::READ), Ok(()));
     assert_eq!(mp(&mut mm, b, u64::MAX, Prot::READ), Err(Errno::NoMem));
@@ -187,33 +208,48 @@ fn read_only_pages_fault_with_sigsegv_and_exclusive_pages_become_writable_again(
     let mut w = world("never");
     let mut mm = w.mm();
     let b = 0x1000_0000;
-    mm.mmap(&mut w.pa, &mut w.cx, b, 8 * P, mm::vma::MapFlags::FIXED)
-        .unwrap();
+    mm.mmap(
+        &mut w.pa,
+        &mut w.cx,
+        Vaddr(b),
+        8 * P,
+        mm::vma::MapFlags::FIXED,
+    )
+    .unwrap();
     // wwwwzzzz: four pages written, four only read (the zero page).
     for i in 0..4 {
         write(&mut w, &mut mm, b + i * P).unwrap();
         read(&mut w, &mut mm, b + (4 + i) * P).unwrap();
     }
     assert_eq!(mm.nr_faults, 8);
-    mm.mprotect(&mut w.pa, &mut w.cx, b, 8 * P, Prot::READ)
+    mm.mprotect(&mut w.pa, &mut w.cx, Vaddr(b), 8 * P, Prot::READ)
         .unwrap();
     check(&w, &[&mm]);
     for i in 0..8 {
-        assert!(access_ok(&mut mm, b + i * P, false), "page {i} readable");
-        assert!(!access_ok(&mut mm, b + i * P, true), "page {i} read-only");
+        assert!(
+            access_ok(&mut mm, Vaddr(b + i * P), false),
+            "page {i} readable"
+        );
+        assert!(
+            !access_ok(&mut mm, Vaddr(b + i * P), true),
+            "page {i} read-only"
+        );
     }
     let pgfault = w.pa.vmstat.get(VmEvent::PGFAULT);
     assert_eq!(write(&mut w, &mut mm, b), Err(VmFault::Sigsegv));
     // A refused access reaches neither pgfault nor ru_minflt.
     assert_eq!(w.pa.vmstat.get(VmEvent::PGFAULT), pgfault);
     assert_eq!(mm.nr_faults, 8);
-    mm.mprotect(&mut w.pa, &mut w.cx, b, 8 * P, Prot::RW)
+    mm.mprotect(&mut w.pa, &mut w.cx, Vaddr(b), 8 * P, Prot::RW)
         .unwrap();
     // The written pages are exclusive: writable again without a fault; the
     // zero-page entries stay read-only and take one write fault each.
     for i in 0..4 {
-        assert!(access_ok(&mut mm, b + i * P, true), "page {i} writable");
-        assert!(!access_ok(&mut mm, b + (4 + i) * P, true));
+        assert!(
+            access_ok(&mut mm, Vaddr(b + i * P), true),
+            "page {i} writable"
+        );
+        assert!(!access_ok(&mut mm, Vaddr(b + (4 + i) * P), true));
     }
     for i in 0..8 {
         write(&mut w, &mut mm, b + i * P).unwrap();
@@ -229,25 +265,31 @@ fn prot_none_refuses_every_access_until_restored() {
     let mut w = world("never");
     let mut mm = w.mm();
     let b = 0x1000_0000;
-    mm.mmap(&mut w.pa, &mut w.cx, b, 4 * P, mm::vma::MapFlags::FIXED)
-        .unwrap();
+    mm.mmap(
+        &mut w.pa,
+        &mut w.cx,
+        Vaddr(b),
+        4 * P,
+        mm::vma::MapFlags::FIXED,
+    )
+    .unwrap();
     for i in 0..4 {
         write(&mut w, &mut mm, b + i * P).unwrap();
     }
-    mm.mprotect(&mut w.pa, &mut w.cx, b + P, 2 * P, Prot::NONE)
+    mm.mprotect(&mut w.pa, &mut w.cx, Vaddr(b + P), 2 * P, Prot::NONE)
         .unwrap();
     assert_eq!(draw(&mm, b, 4), "w|nn|w");
     check(&w, &[&mm]);
-    assert!(!access_ok(&mut mm, b + P, false));
+    assert!(!access_ok(&mut mm, Vaddr(b + P), false));
     assert_eq!(read(&mut w, &mut mm, b + P), Err(VmFault::Sigsegv));
     assert_eq!(read(&mut w, &mut mm, b + 2 * P), Err(VmFault::Sigsegv));
     read(&mut w, &mut mm, b).unwrap();
     // The pages stayed mapped: restoring read-write needs no fault.
     let pfn = pfn_at(&mm, b + P);
-    mm.mprotect(&mut w.pa, &mut w.cx, b + P, 2 * P, Prot::RW)
+    mm.mprotect(&mut w.pa, &mut w.cx, Vaddr(b + P), 2 * P, Prot::RW)
         .unwrap();
     assert_eq!(draw(&mm, b, 4), "wwww");
-    assert!(access_ok(&mut mm, b + P, true));
+    assert!(access_ok(&mut mm, Vaddr(b + P), true));
     assert_eq!(pfn_at(&mm, b + P), pfn);
     assert_eq!(mm.nr_faults, 4);
     w.exit(mm);
@@ -260,18 +302,27 @@ fn pages_shared_by_fork_stay_write_protected_after_mprotect() {
     let mut parent = w.mm();
     let b = 0x1000_0000;
     parent
-        .mmap(&mut w.pa, &mut w.cx, b, 4 * P, mm::vma::MapFlags::FIXED)
+        .mmap(
+            &mut w.pa,
+            &mut w.cx,
+            Vaddr(b),
+            4 * P,
+            mm::vma::MapFlags::FIXED,
+        )
         .unwrap();
     for i in 0..4 {
         write(&mut w, &mut parent, b + i * P).unwrap();
     }
     let mut child = fork(&mut w.pa, &mut w.cx, &mut parent).unwrap();
     for mm in [&mut parent, &mut child] {
-        mm.mprotect(&mut w.pa, &mut w.cx, b, 4 * P, Prot::READ)
+        mm.mprotect(&mut w.pa, &mut w.cx, Vaddr(b), 4 * P, Prot::READ)
             .unwrap();
-        mm.mprotect(&mut w.pa, &mut w.cx, b, 4 * P, Prot::RW)
+        mm.mprotect(&mut w.pa, &mut w.cx, Vaddr(b), 4 * P, Prot::RW)
             .unwrap();
-        assert!(!access_ok(mm, b, true), "a shared page is not exclusive");
+        assert!(
+            !access_ok(mm, Vaddr(b), true),
+            "a shared page is not exclusive"
+        );
     }
     check(&w, &[&parent, &child]);
     // The child's write copies; after the child exits, the parent's write
@@ -297,13 +348,13 @@ fn mprotect_of_part_of_a_thp_splits_its_pmd() {
         .mmap(
             &mut w.pa,
             &mut w.cx,
-            0,
+            Vaddr(0),
             2 * PMD_SIZE,
             mm::vma::MapFlags::NONE,
         )
         .unwrap();
     assert_eq!(b % PMD_SIZE, 0);
-    w.touch(&mut mm, b, 2 * PMD_SIZE);
+    w.touch(&mut mm, b.0, 2 * PMD_SIZE);
     assert_eq!(w.pa.vmstat.get(VmEvent::THP_FAULT_ALLOC), 2);
     // A whole aligned 2 MiB: the PMD leaf is changed, not split.
     mm.mprotect(&mut w.pa, &mut w.cx, b, PMD_SIZE, Prot::READ)
@@ -327,7 +378,7 @@ fn mprotect_of_part_of_a_thp_splits_its_pmd() {
     mm.mprotect(&mut w.pa, &mut w.cx, b, 2 * PMD_SIZE, Prot::RW)
         .unwrap();
     assert_eq!(mm.vmas.len(), 1);
-    w.touch(&mut mm, b, 2 * PMD_SIZE);
+    w.touch(&mut mm, b.0, 2 * PMD_SIZE);
     assert_eq!(mm.nr_faults, faults);
     check(&w, &[&mm]);
     w.exit(mm);
@@ -340,34 +391,64 @@ fn mremap_shrinks_grows_in_place_and_moves() {
     let mut mm = w.mm();
     let b = 0x1000_0000;
     let flags0 = MremapFlags::default();
-    mm.mmap(&mut w.pa, &mut w.cx, b, 8 * P, mm::vma::MapFlags::FIXED)
-        .unwrap();
+    mm.mmap(
+        &mut w.pa,
+        &mut w.cx,
+        Vaddr(b),
+        8 * P,
+        mm::vma::MapFlags::FIXED,
+    )
+    .unwrap();
     w.touch(&mut mm, b, 8 * P);
     let pfns: Vec<Option<u64>> = (0..8).map(|i| pfn_at(&mm, b + i * P)).collect();
     assert_eq!(draw(&mm, b, 12), "wwwwwwww....");
     // Shrink: the tail's pages are freed.
-    let r = mm.mremap(&mut w.pa, &mut w.cx, b, 8 * P, 6 * P, flags0, 0);
-    assert_eq!(r, Ok(b));
+    let r = mm.mremap(
+        &mut w.pa,
+        &mut w.cx,
+        Vaddr(b),
+        8 * P,
+        6 * P,
+        flags0,
+        Vaddr(0),
+    );
+    assert_eq!(r, Ok(Vaddr(b)));
     assert_eq!(draw(&mm, b, 12), "wwwwww......");
     check(&w, &[&mm]);
     // Grow in place into the free pages after it.
-    let r = mm.mremap(&mut w.pa, &mut w.cx, b, 6 * P, 10 * P, flags0, 0);
-    assert_eq!(r, Ok(b));
+    let r = mm.mremap(
+        &mut w.pa,
+        &mut w.cx,
+        Vaddr(b),
+        6 * P,
+        10 * P,
+        flags0,
+        Vaddr(0),
+    );
+    assert_eq!(r, Ok(Vaddr(b)));
     assert_eq!(draw(&mm, b, 12), "wwwwwwwwww..");
     // A neighbour in the way: ENOMEM without MREMAP_MAYMOVE ...
     mm.mmap(
         &mut w.pa,
         &mut w.cx,
-        b + 10 * P,
+        Vaddr(b + 10 * P),
         P,
         mm::vma::MapFlags::FIXED,
     )
     .unwrap();
-    mm.mprotect(&mut w.pa, &mut w.cx, b + 10 * P, P, Prot::READ)
+    mm.mprotect(&mut w.pa, &mut w.cx, Vaddr(b + 10 * P), P, Prot::READ)
         .unwrap();
     assert_eq!(draw(&mm, b, 12), "wwwwwwwwww|r.");
     assert_eq!(
-        mm.mremap(&mut w.pa, &mut w.cx, b, 10 * P, 12 * P, flags0, 0),
+        mm.mremap(
+            &mut w.pa,
+            &mut w.cx,
+            Vaddr(b),
+            10 * P,
+            12 * P,
+            flags0,
+            Vaddr(0)
+        ),
         Err(Errno::NoMem)
     );
     // ... a move with it: page tables move, the pages keep their frames and
@@ -377,24 +458,24 @@ fn mremap_shrinks_grows_in_place_and_moves() {
         .mremap(
             &mut w.pa,
             &mut w.cx,
-            b,
+            Vaddr(b),
             10 * P,
             12 * P,
             MremapFlags::MAYMOVE,
-            0,
+            Vaddr(0),
         )
         .unwrap();
-    assert_ne!(to, b);
+    assert_ne!(to, Vaddr(b));
     assert_eq!(draw(&mm, b, 12), "..........r.");
-    assert_eq!(draw(&mm, to, 12), "wwwwwwwwwwww");
+    assert_eq!(draw(&mm, to.0, 12), "wwwwwwwwwwww");
     for (i, pfn) in pfns.iter().take(6).enumerate() {
         assert_eq!(
-            pfn_at(&mm, to + i as u64 * P),
+            pfn_at(&mm, (to + i as u64 * P).0),
             *pfn,
             "page {i} kept its frame"
         );
     }
-    w.touch(&mut mm, to, 6 * P);
+    w.touch(&mut mm, to.0, 6 * P);
     assert_eq!(mm.nr_faults, faults);
     check(&w, &[&mm]);
     w.exit(mm);
@@ -407,12 +488,18 @@ fn mremap_fixed_replaces_the_target_and_moved_vmas_keep_their_offset() {
     let mut mm = w.mm();
     let b = 0x1000_0000;
     let fixed = MremapFlags::MAYMOVE.or(MremapFlags::FIXED);
-    mm.mmap(&mut w.pa, &mut w.cx, b, 4 * P, mm::vma::MapFlags::FIXED)
-        .unwrap();
     mm.mmap(
         &mut w.pa,
         &mut w.cx,
-        b + 6 * P,
+        Vaddr(b),
+        4 * P,
+        mm::vma::MapFlags::FIXED,
+    )
+    .unwrap();
+    mm.mmap(
+        &mut w.pa,
+        &mut w.cx,
+        Vaddr(b + 6 * P),
         4 * P,
         mm::vma::MapFlags::FIXED,
     )
@@ -423,16 +510,32 @@ fn mremap_fixed_replaces_the_target_and_moved_vmas_keep_their_offset() {
     // Move the first two pages over the last two: the target's pages are
     // unmapped first, the source range leaves a hole.
     let first = pfn_at(&mm, b);
-    let r = mm.mremap(&mut w.pa, &mut w.cx, b, 2 * P, 2 * P, fixed, b + 8 * P);
-    assert_eq!(r, Ok(b + 8 * P));
+    let r = mm.mremap(
+        &mut w.pa,
+        &mut w.cx,
+        Vaddr(b),
+        2 * P,
+        2 * P,
+        fixed,
+        Vaddr(b + 8 * P),
+    );
+    assert_eq!(r, Ok(Vaddr(b + 8 * P)));
     // The moved VMA's page offset is not contiguous with its new left
     // neighbour's: they stay two VMAs.
     assert_eq!(draw(&mm, b, 10), "..ww..ww|ww");
     assert_eq!(pfn_at(&mm, b + 8 * P), first);
     check(&w, &[&mm]);
     // Moving it back next to the pages it came with merges again.
-    let r = mm.mremap(&mut w.pa, &mut w.cx, b + 8 * P, 2 * P, 2 * P, fixed, b);
-    assert_eq!(r, Ok(b));
+    let r = mm.mremap(
+        &mut w.pa,
+        &mut w.cx,
+        Vaddr(b + 8 * P),
+        2 * P,
+        2 * P,
+        fixed,
+        Vaddr(b),
+    );
+    assert_eq!(r, Ok(Vaddr(b)));
     assert_eq!(draw(&mm, b, 10), "wwww..ww..");
     assert_eq!(mm.vmas.len(), 2);
     check(&w, &[&mm]);
@@ -447,10 +550,16 @@ fn mremap_errors_are_the_kernels() {
     let b = 0x1000_0000;
     let m = MremapFlags::MAYMOVE;
     let fixed = MremapFlags::MAYMOVE.or(MremapFlags::FIXED);
-    mm.mmap(&mut w.pa, &mut w.cx, b, 4 * P, mm::vma::MapFlags::FIXED)
-        .unwrap();
+    mm.mmap(
+        &mut w.pa,
+        &mut w.cx,
+        Vaddr(b),
+        4 * P,
+        mm::vma::MapFlags::FIXED,
+    )
+    .unwrap();
     let mut mr = |mm: &mut MmStruct, a: u64, o: u64, n: u64, f: MremapFlags, na: u64| {
-        mm.mremap(&mut w.pa, &mut w.cx, a, o, n, f, na)
+        mm.mremap(&mut w.pa, &mut w.cx, Vaddr(a), o, n, f, Vaddr(na))
     };
     assert_eq!(mr(&mut mm, b + 1, P, 2 * P, m, 0), Err(Errno::Inval));
     assert_eq!(mr(&mut mm, b, P, 0, m, 0), Err(Errno::Inval));
@@ -491,17 +600,23 @@ fn mremap_dontunmap_moves_the_pages_and_keeps_an_empty_vma() {
     let mut w = world("never");
     let mut mm = w.mm();
     let b = 0x1000_0000;
-    mm.mmap(&mut w.pa, &mut w.cx, b, 4 * P, mm::vma::MapFlags::FIXED)
-        .unwrap();
+    mm.mmap(
+        &mut w.pa,
+        &mut w.cx,
+        Vaddr(b),
+        4 * P,
+        mm::vma::MapFlags::FIXED,
+    )
+    .unwrap();
     w.touch(&mut mm, b, 4 * P);
     let first = pfn_at(&mm, b);
     let du = MremapFlags::MAYMOVE.or(MremapFlags::DONTUNMAP);
     let to = mm
-        .mremap(&mut w.pa, &mut w.cx, b, 4 * P, 4 * P, du, 0)
+        .mremap(&mut w.pa, &mut w.cx, Vaddr(b), 4 * P, 4 * P, du, Vaddr(0))
         .unwrap();
     assert_eq!(draw(&mm, b, 4), "wwww");
     assert_eq!(pfn_at(&mm, b), None);
-    assert_eq!(pfn_at(&mm, to), first);
+    assert_eq!(pfn_at(&mm, to.0), first);
     // The old range faults afresh.
     assert_eq!(w.touch(&mut mm, b, 4 * P), 4);
     check(&w, &[&mm]);
@@ -515,20 +630,20 @@ fn mremap_moves_thps_whole_when_aligned_and_splits_them_otherwise() {
     let mut mm = w.mm();
     let len = 4 * PMD_SIZE;
     let b = mm
-        .mmap(&mut w.pa, &mut w.cx, 0, len, mm::vma::MapFlags::NONE)
+        .mmap(&mut w.pa, &mut w.cx, Vaddr(0), len, mm::vma::MapFlags::NONE)
         .unwrap();
-    assert_eq!(w.touch(&mut mm, b, len), 4);
+    assert_eq!(w.touch(&mut mm, b.0, len), 4);
     let tables = mm.pgt.nr_tables();
     // A non-fixed move keeps the 2 MiB alignment: PMDs move whole.
     let to = mm
         .mremap(
             &mut w.pa,
             &mut w.cx,
-            b,
+            Vaddr(b.0),
             len,
             len + PMD_SIZE,
             MremapFlags::MAYMOVE,
-            0,
+            Vaddr(0),
         )
         .unwrap_or_else(|e| panic!("{e}"));
     let to = if to == b {
@@ -537,11 +652,11 @@ fn mremap_moves_thps_whole_when_aligned_and_splits_them_otherwise() {
         mm.mremap(
             &mut w.pa,
             &mut w.cx,
-            b,
+            Vaddr(b.0),
             len,
             len,
             MremapFlags::MAYMOVE.or(MremapFlags::FIXED),
-            t,
+            Vaddr(t),
         )
         .unwrap()
     } else {
@@ -549,7 +664,7 @@ fn mremap_moves_thps_whole_when_aligned_and_splits_them_otherwise() {
     };
     assert_eq!(to % PMD_SIZE, 0);
     assert_eq!(w.pa.vmstat.get(VmEvent::THP_SPLIT_PMD), 0);
-    assert_eq!(w.touch(&mut mm, to, len), 0);
+    assert_eq!(w.touch(&mut mm, to.0, len), 0);
     check(&w, &[&mm]);
     // MREMAP_FIXED to an address 16 KiB past a 2 MiB boundary: every PMD
     // is split and its PTEs move one by one.
@@ -557,13 +672,13 @@ fn mremap_moves_thps_whole_when_aligned_and_splits_them_otherwise() {
     let r = mm.mremap(
         &mut w.pa,
         &mut w.cx,
-        to,
+        Vaddr(to.0),
         len,
         len,
         MremapFlags::MAYMOVE.or(MremapFlags::FIXED),
-        odd,
+        Vaddr(odd),
     );
-    assert_eq!(r, Ok(odd));
+    assert_eq!(r, Ok(Vaddr(odd)));
     assert_eq!(w.pa.vmstat.get(VmEvent::THP_SPLIT_PMD), 4);
     assert_eq!(w.touch(&mut mm, odd, len), 0);
     assert!(mm.pgt.nr_tables() >= tables);

@@ -14,6 +14,7 @@ use mm::page_alloc::{MemoryLayout, NodeLayout, PageAlloc};
 use mm::pgtable::PMD_SIZE;
 use mm::vma::MmStruct;
 use mm::vmstat::VmEvent;
+use mm::Vaddr;
 use mm::VcpuId;
 
 /// A kernel with the sizes in `on` `always`, every other size `never`
@@ -183,7 +184,7 @@ fn linux_6_6_has_no_large_anon_folios() {
     let mut mm = MmStruct::new(&mut pa, &mut cx, g.cfg.mmap_layout).unwrap();
     let len = 4 * PMD_SIZE;
     let a = mm
-        .mmap(&mut pa, &mut cx, 0, len, mm::vma::MapFlags::NONE)
+        .mmap(&mut pa, &mut cx, Vaddr(0), len, mm::vma::MapFlags::NONE)
         .unwrap();
     let mut x = a;
     while x < a + len {
@@ -204,9 +205,9 @@ fn partial_unmap_defers_split() {
     let mut mm = w.mm();
     let len = 4 * PMD_SIZE;
     let a = mm
-        .mmap(&mut w.pa, &mut w.cx, 0, len, mm::vma::MapFlags::NONE)
+        .mmap(&mut w.pa, &mut w.cx, Vaddr(0), len, mm::vma::MapFlags::NONE)
         .unwrap();
-    assert_eq!(w.touch(&mut mm, a, len), len / (64 * KIB));
+    assert_eq!(w.touch(&mut mm, a.0, len), len / (64 * KIB));
     let folios = len / (64 * KIB);
     assert_eq!(w.stat(64, "nr_anon"), folios);
     // Unmap 8 KiB in the middle of the first folio.
@@ -255,13 +256,13 @@ fn cow_of_large_folio_copies_4k() {
     let mut parent = w.mm();
     let len = PMD_SIZE;
     let a = parent
-        .mmap(&mut w.pa, &mut w.cx, 0, len, mm::vma::MapFlags::NONE)
+        .mmap(&mut w.pa, &mut w.cx, Vaddr(0), len, mm::vma::MapFlags::NONE)
         .unwrap();
-    assert_eq!(w.touch(&mut parent, a, len), 32);
+    assert_eq!(w.touch(&mut parent, a.0, len), 32);
     let mut child = fork(&mut w.pa, &mut w.cx, &mut parent).unwrap();
     let allocs_before = w.pa.vmstat.get(VmEvent::PGALLOC_NORMAL);
     let before = child.nr_faults;
-    w.touch_one(&mut child, a + 20 * KIB);
+    w.touch_one(&mut child, (a + 20 * KIB).0);
     assert_eq!(child.nr_faults - before, 1);
     assert_eq!(
         w.pa.vmstat.get(VmEvent::PGALLOC_NORMAL) - allocs_before,
@@ -273,7 +274,7 @@ fn cow_of_large_folio_copies_4k() {
     assert!(mm::memory::access_ok(&mut child, a + 20 * KIB, true));
     assert_eq!(w.stat(64, "anon_fault_alloc"), 32, "no new large folio");
     // Child writes everything: one fault and one 4 KiB copy per page.
-    assert_eq!(w.touch(&mut child, a, len), 511);
+    assert_eq!(w.touch(&mut child, a.0, len), 511);
     w.exit(child);
     w.exit(parent);
     w.check_all_free();
@@ -295,7 +296,7 @@ fn simple_order_faults_more_than_v2() {
             .mmap(
                 &mut w.pa,
                 &mut w.cx,
-                0,
+                Vaddr(0),
                 64 * PMD_SIZE,
                 mm::vma::MapFlags::NONE,
             )
@@ -309,7 +310,7 @@ fn simple_order_faults_more_than_v2() {
             let s = base + i * 128 * KIB + 12 * KIB;
             mm.mmap(&mut w.pa, &mut w.cx, s, 60 * KIB, mm::vma::MapFlags::FIXED)
                 .unwrap();
-            w.touch(&mut mm, s, 60 * KIB);
+            w.touch(&mut mm, s.0, 60 * KIB);
         }
         let faults = mm.nr_faults;
         let allocs16: u64 = w.stat(16, "anon_fault_alloc");
@@ -360,7 +361,13 @@ fn fault_when_fragmented(policy: &str) -> ([u64; 3], u8) {
     let mut g = MmGlobal::new(cfg.mm);
     let mut mm = MmStruct::new(&mut pa, &mut cx, g.cfg.mmap_layout).unwrap();
     let a = mm
-        .mmap(&mut pa, &mut cx, 0, PMD_SIZE, mm::vma::MapFlags::NONE)
+        .mmap(
+            &mut pa,
+            &mut cx,
+            Vaddr(0),
+            PMD_SIZE,
+            mm::vma::MapFlags::NONE,
+        )
         .unwrap();
     // Take every page, then give back the even ones: free singletons only.
     let mut taken = Vec::new();
@@ -375,7 +382,7 @@ fn fault_when_fragmented(policy: &str) -> ([u64; 3], u8) {
     handle_mm_fault(&mut pa, &mut cx, &mut g, &mut mm, a + 80 * KIB, true).unwrap();
     let pte = mm
         .pgt
-        .lookup(a + 80 * KIB, mm::pgtable::Level::Pte)
+        .lookup((a + 80 * KIB).0, mm::pgtable::Level::Pte)
         .unwrap();
     let pfn = mm::pgtable::entry_pfn(mm.pgt.get(pte));
     let order = pa.mem.order(pfn);
@@ -414,10 +421,16 @@ fn madvise_inside_a_thp_splits_the_pmd_before_the_vma() {
     let mut mm = w.mm();
     // TTTTTTTT  one 2 MiB THP
     let a = mm
-        .mmap(&mut w.pa, &mut w.cx, 0, PMD_SIZE, mm::vma::MapFlags::NONE)
+        .mmap(
+            &mut w.pa,
+            &mut w.cx,
+            Vaddr(0),
+            PMD_SIZE,
+            mm::vma::MapFlags::NONE,
+        )
         .unwrap();
     assert_eq!(a % PMD_SIZE, 0);
-    assert_eq!(w.touch(&mut mm, a, 4 * KIB), 1);
+    assert_eq!(w.touch(&mut mm, a.0, 4 * KIB), 1);
     assert_eq!(w.pa.vmstat.get(VmEvent::THP_FAULT_ALLOC), 1);
     // TT NN TTTT  NOHUGEPAGE in the middle: three VMAs, the leaf split
     mm.madvise(
@@ -431,7 +444,7 @@ fn madvise_inside_a_thp_splits_the_pmd_before_the_vma() {
     assert_eq!(mm.vmas.len(), 3);
     assert_eq!(w.pa.vmstat.get(VmEvent::THP_SPLIT_PMD), 1);
     // Every page is still mapped: no fault.
-    assert_eq!(w.touch(&mut mm, a, PMD_SIZE), 0);
+    assert_eq!(w.touch(&mut mm, a.0, PMD_SIZE), 0);
     let child = fork(&mut w.pa, &mut w.cx, &mut mm).unwrap();
     w.exit(child);
     w.exit(mm);

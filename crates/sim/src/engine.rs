@@ -75,6 +75,7 @@ use mm::mremap::MremapFlags;
 use mm::page_alloc::{AllocError, Gfp, PageAlloc};
 use mm::vma::{Advice, Errno, MapFlags, MmStruct};
 use mm::vmacache::{TaskStruct, VmacachePolicy};
+use mm::Vaddr;
 use mm::{NodeId, Pfn, SimTime, VcpuId};
 use std::cmp::{Ordering, Reverse};
 use std::collections::{BTreeMap, BinaryHeap, VecDeque};
@@ -549,6 +550,14 @@ pub struct Engine {
     pcp_sample_every: u64,
     live_tasks: usize,
     idle_tail_ns: u64,
+    /// When an operation last started, on any vCPU.
+    last_op_start: SimTime,
+    /// Per pageset (`PageAlloc::pcp_index`): the `(count, high)` of its last
+    /// vmstat timer sample.
+    last_pcp_sample: Vec<Option<(i32, i32)>>,
+    /// vCPUs whose vmstat timer is paused until the next operation starts
+    /// anywhere (see [`Engine::vmstat_timer`]).
+    timers_paused: Vec<VcpuId>,
     /// Lock statistics and busy time when the last task ended: the run's
     /// figures, before any idle tail.
     at_last_task: Option<(Vec<LockStats>, u64)>,
@@ -620,6 +629,9 @@ impl Engine {
             pcp_sample_every: 64,
             live_tasks: 0,
             idle_tail_ns: 0,
+            last_op_start: SimTime::default(),
+            last_pcp_sample: Vec::new(),
+            timers_paused: Vec::new(),
             at_last_task: None,
             last_task_end: SimTime::default(),
             cache: None,
@@ -1050,9 +1062,40 @@ impl Engine {
     /// The per-CPU vmstat timer (`vmstat_update()`): marks the work due on
     /// vCPU `v`, samples its pagesets, and re-arms while tasks run (and for
     /// the idle tail after).
+    ///
+    /// Why it pauses: the samples must grow with what happens, not with
+    /// simulated time. While tasks live but no operation has started for a
+    /// whole interval (every task asleep or inside one long operation: a
+    /// gap of days in a damaged trace is one `Compute`), a vCPU whose
+    /// pagesets read as at its last sample has reached a fixed point: the
+    /// vmstat work would change nothing, and every further sample would
+    /// repeat the last. Its timer then stops, without a sample, until an
+    /// operation starts somewhere ([`Engine::note_activity`]), and resumes
+    /// on the same one-second grid. The kernel's timer likewise stops
+    /// re-arming on a CPU with nothing to do (`vmstat_update()` requeues
+    /// only when `refresh_cpu_vm_stats()` did work; `vmstat_shepherd()`
+    /// restarts it). The idle tail after the last task is sampled as before.
     fn vmstat_timer(&mut self, v: VcpuId, t: SimTime) {
-        for zi in 0..self.pa.zones.len() {
-            let p = &self.pa.pcp[self.pa.pcp_index(v, zi)];
+        let nz = self.pa.zones.len();
+        if self.last_pcp_sample.len() < self.pa.pcp.len() {
+            self.last_pcp_sample.resize(self.pa.pcp.len(), None);
+        }
+        let inactive =
+            self.live_tasks > 0 && t.0 - self.last_op_start.0.min(t.0) >= VMSTAT_INTERVAL_NS;
+        if inactive
+            && (0..nz).all(|zi| {
+                let i = self.pa.pcp_index(v, zi);
+                let p = &self.pa.pcp[i];
+                self.last_pcp_sample[i] == Some((p.count, p.high))
+            })
+        {
+            self.timers_paused.push(v);
+            return;
+        }
+        for zi in 0..nz {
+            let i = self.pa.pcp_index(v, zi);
+            let p = &self.pa.pcp[i];
+            self.last_pcp_sample[i] = Some((p.count, p.high));
             self.stats.pcp_series.push(PcpSample {
                 time_ns: t.0,
                 cpu: v.0,
@@ -1208,7 +1251,22 @@ impl Engine {
         };
         task.nr_ops += 1;
         self.count_op();
+        self.note_activity(t);
         self.start_op(OpCtx { tid, pid, v, t }, op)
+    }
+
+    /// An operation starts at `t`: the paused vmstat timers
+    /// ([`Engine::vmstat_timer`]) resume at the next tick of their
+    /// one-second grid.
+    fn note_activity(&mut self, t: SimTime) {
+        self.last_op_start = t;
+        if self.timers_paused.is_empty() {
+            return;
+        }
+        let next = SimTime((t.0 / VMSTAT_INTERVAL_NS + 1) * VMSTAT_INTERVAL_NS);
+        for v in std::mem::take(&mut self.timers_paused) {
+            self.queue.push(next, Event::VmstatTimer(v));
+        }
     }
 
     /// Counts an operation; samples the PCP pages and runs the invariant
@@ -1403,11 +1461,12 @@ impl Engine {
                     s.find_vma(h);
                 }
             }
-            let addr = s.mm.mmap(s.pa, s.cx, hint.unwrap_or(0), len, flags)?;
+            let addr =
+                s.mm.mmap(s.pa, s.cx, Vaddr(hint.unwrap_or(0)), len, flags)?;
             if let Some(a) = advice {
                 s.mm.madvise(s.pa, s.cx, addr, len, a)?;
             }
-            Ok(addr)
+            Ok(addr.0)
         })
     }
 
@@ -1420,7 +1479,8 @@ impl Engine {
         flags: MapFlags,
     ) -> Result<u64, Errno> {
         self.mm_syscall(c, |s| {
-            mm::hugetlb::hugetlb_mmap(s.pa, s.cx, s.mm, hint.unwrap_or(0), len, flags)
+            mm::hugetlb::hugetlb_mmap(s.pa, s.cx, s.mm, Vaddr(hint.unwrap_or(0)), len, flags)
+                .map(|a| a.0)
         })
     }
 
@@ -1447,13 +1507,13 @@ impl Engine {
     fn op_munmap(&mut self, c: OpCtx, addr: u64, len: u64) -> Result<(), Errno> {
         self.mm_syscall(c, |s| {
             s.find_vma(addr);
-            s.mm.munmap(s.pa, s.cx, addr, len)
+            s.mm.munmap(s.pa, s.cx, Vaddr(addr), len)
         })
     }
 
     /// `mprotect()`.
     fn op_mprotect(&mut self, c: OpCtx, addr: u64, len: u64, prot: Prot) -> Result<(), Errno> {
-        self.mm_syscall(c, |s| s.mm.mprotect(s.pa, s.cx, addr, len, prot))
+        self.mm_syscall(c, |s| s.mm.mprotect(s.pa, s.cx, Vaddr(addr), len, prot))
     }
 
     /// `mremap()`.
@@ -1467,7 +1527,16 @@ impl Engine {
         new_addr: u64,
     ) -> Result<u64, Errno> {
         self.mm_syscall(c, |s| {
-            s.mm.mremap(s.pa, s.cx, addr, old_len, new_len, flags, new_addr)
+            s.mm.mremap(
+                s.pa,
+                s.cx,
+                Vaddr(addr),
+                old_len,
+                new_len,
+                flags,
+                Vaddr(new_addr),
+            )
+            .map(|a| a.0)
         })
     }
 
@@ -1475,15 +1544,15 @@ impl Engine {
     fn op_madvise(&mut self, c: OpCtx, addr: u64, len: u64, advice: Advice) -> Result<(), Errno> {
         self.mm_syscall(c, |s| {
             s.find_vma(addr);
-            s.mm.madvise(s.pa, s.cx, addr, len, advice)
+            s.mm.madvise(s.pa, s.cx, Vaddr(addr), len, advice)
         })
     }
 
     /// `brk()`: the break afterwards (0 if the process could not even get
     /// an address space).
     fn op_brk(&mut self, c: OpCtx, brk: u64) -> u64 {
-        self.mm_syscall(c, |s| Ok(s.mm.brk(s.pa, s.cx, brk)))
-            .unwrap_or(0)
+        self.mm_syscall(c, |s| Ok(s.mm.brk(s.pa, s.cx, Vaddr(brk))))
+            .map_or(0, |b| b.0)
     }
 
     /// Starts a `Touch` and plays its first chunk.
@@ -1689,7 +1758,7 @@ impl Engine {
             let Some(mm) = self.procs[pid].mm.as_mut() else {
                 return (n, Some(VmFault::Sigsegv));
             };
-            if let Some(phys) = mm::memory::user_access(&mut self.pa, mm, addr, cur.write) {
+            if let Some(phys) = mm::memory::user_access(&mut self.pa, mm, Vaddr(addr), cur.write) {
                 self.cx.user_access(phys, len, cur.write);
                 continue;
             }
@@ -1722,12 +1791,12 @@ impl Engine {
             &mut self.mmg,
             mm,
             task,
-            addr,
+            Vaddr(addr),
             write,
         );
         self.cx.unlock_read(lock);
         r?;
-        let phys = mm::memory::user_access(&mut self.pa, mm, addr, write);
+        let phys = mm::memory::user_access(&mut self.pa, mm, Vaddr(addr), write);
         debug_assert!(phys.is_some(), "fault at {addr:#x} left it unmapped");
         if let Some(phys) = phys {
             self.cx.user_access(phys, len, write);
@@ -1797,6 +1866,8 @@ impl Engine {
     /// put on the vCPU, and tells the parent; returns true if there is such
     /// work to play.
     fn finish_task(&mut self, tid: TaskId, v: VcpuId, t: SimTime) -> bool {
+        // Its exit frees memory: the pagesets move.
+        self.note_activity(t);
         self.tasks[tid].state = TaskState::Done;
         self.tasks[tid].end_touch_phase(t);
         self.vcpus[v].current = None;

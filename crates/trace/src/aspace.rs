@@ -134,6 +134,7 @@
 //! processes' address spaces, side maps and VMA caches, and the pending
 //! forks: it grows with live state, not with the trace's length.
 
+use mm::Vaddr;
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
 
@@ -560,7 +561,7 @@ impl World {
             .mmap(
                 &mut self.pa,
                 &mut self.cx,
-                start,
+                Vaddr(start),
                 end - start,
                 mm::vma::MapFlags::FIXED,
             )
@@ -572,7 +573,7 @@ impl World {
         let prot = Prot((prot & PROT_ACCESS) as u32);
         if prot != Prot::RW
             && p.mm
-                .mprotect(&mut self.pa, &mut self.cx, start, end - start, prot)
+                .mprotect(&mut self.pa, &mut self.cx, Vaddr(start), end - start, prot)
                 .is_err()
         {
             self.note("anonymous mappings the model could not protect (left read-write)");
@@ -588,7 +589,7 @@ impl World {
             return true;
         }
         p.other.remove(start, end);
-        p.mm.munmap(&mut self.pa, &mut self.cx, start, end - start)
+        p.mm.munmap(&mut self.pa, &mut self.cx, Vaddr(start), end - start)
             .is_ok()
     }
 
@@ -965,7 +966,7 @@ impl World {
             return;
         }
         self.out.faults_replayed += 1;
-        if memory::access_ok(&mut p.mm, addr, write) {
+        if memory::access_ok(&mut p.mm, Vaddr(addr), write) {
             self.out.faults_absorbed += 1;
             return;
         }
@@ -1002,7 +1003,7 @@ impl World {
             &mut self.g,
             &mut p.mm,
             task,
-            addr,
+            Vaddr(addr),
             write,
         );
         self.out.fault_ns += self.cx.compute_ns();
@@ -1132,13 +1133,13 @@ impl World {
         match p.mm.mremap(
             &mut self.pa,
             &mut self.cx,
-            addr,
+            Vaddr(addr),
             old_len,
             new_len,
             f,
-            new_addr,
+            Vaddr(new_addr),
         ) {
-            Ok(a) if a != addr && flags & MREMAP_FIXED == 0 => self.note(
+            Ok(a) if a != Vaddr(addr) && flags & MREMAP_FIXED == 0 => self.note(
                 "mremap without its exit moved by the model (the kernel's address is unknown)",
             ),
             Ok(_) => {
@@ -1158,7 +1159,7 @@ impl World {
                 return;
             };
             if p.brk_known {
-                p.mm.brk(&mut self.pa, &mut self.cx, brk);
+                p.mm.brk(&mut self.pa, &mut self.cx, Vaddr(brk));
                 self.note("brk without its exit (replayed at its entry with the model's result)");
             } else {
                 self.note("brk without its exit before the heap's start was known (heap not modelled until then)");
@@ -1186,7 +1187,7 @@ impl World {
             }
             return;
         }
-        if p.mm.brk(&mut self.pa, &mut self.cx, brk) == new {
+        if p.mm.brk(&mut self.pa, &mut self.cx, Vaddr(brk)) == Vaddr(new) {
             return;
         }
         // The model answered otherwise: the kernel's break is the truth.
@@ -1194,7 +1195,7 @@ impl World {
             p.mm.start_brk = new;
         }
         let old = p.mm.brk;
-        let forced = p.mm.brk(&mut self.pa, &mut self.cx, new) != new;
+        let forced = p.mm.brk(&mut self.pa, &mut self.cx, Vaddr(new)) != Vaddr(new);
         if forced {
             p.mm.brk = new;
         }
@@ -1293,7 +1294,7 @@ impl World {
         let mut ok = true;
         for (s, e) in runs {
             ok &=
-                p.mm.mprotect(&mut self.pa, &mut self.cx, s, e - s, prot)
+                p.mm.mprotect(&mut self.pa, &mut self.cx, Vaddr(s), e - s, prot)
                     .is_ok();
         }
         ok
@@ -1323,7 +1324,15 @@ impl World {
         let r = if ret == addr && f & (MREMAP_FIXED as u32 | MREMAP_DONTUNMAP as u32) == 0 {
             // Resized in place: so must the model.
             let f = MremapFlags(f & !MremapFlags::MAYMOVE.0);
-            p.mm.mremap(&mut self.pa, &mut self.cx, addr, old_len, new_len, f, 0)
+            p.mm.mremap(
+                &mut self.pa,
+                &mut self.cx,
+                Vaddr(addr),
+                old_len,
+                new_len,
+                f,
+                Vaddr(0),
+            )
         } else if ret >= MMAP_MIN_ADDR {
             if f & MREMAP_FIXED as u32 != 0 && ret != new_addr {
                 Err(mm::vma::Errno::Inval)
@@ -1331,12 +1340,20 @@ impl World {
                 let f = MremapFlags(f)
                     .or(MremapFlags::MAYMOVE)
                     .or(MremapFlags::FIXED);
-                p.mm.mremap(&mut self.pa, &mut self.cx, addr, old_len, new_len, f, ret)
+                p.mm.mremap(
+                    &mut self.pa,
+                    &mut self.cx,
+                    Vaddr(addr),
+                    old_len,
+                    new_len,
+                    f,
+                    Vaddr(ret),
+                )
             }
         } else {
             Err(mm::vma::Errno::Inval)
         };
-        if r == Ok(ret) {
+        if r == Ok(Vaddr(ret)) {
             return;
         }
         let prot = Self::prot_of(&p.mm, addr);
@@ -1444,7 +1461,8 @@ impl World {
             return;
         };
         let start = page_down(start);
-        let _ = p.mm.madvise(&mut self.pa, &mut self.cx, start, len, advice);
+        let _ =
+            p.mm.madvise(&mut self.pa, &mut self.cx, Vaddr(start), len, advice);
     }
 
     fn fork(&mut self, parent: i32, child: i32) {

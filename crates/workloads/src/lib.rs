@@ -93,7 +93,19 @@ pub fn nr_runs(name: &str, params: &Params, machine: &Machine) -> Result<u64, Pa
 /// Builds workload `name` with `params` for `machine`.
 pub fn build(name: &str, params: &Params, machine: &Machine) -> Result<Vec<TaskSpec>, ParamError> {
     let def = find(name, params)?;
-    (def.build)(&Args::new(params, def.params, machine))
+    let tasks = (def.build)(&Args::new(params, def.params, machine))?;
+    // A task bound to a vCPU the machine lacks is the workload's bug, not
+    // the user's; it is an error here rather than a panic in the engine.
+    let nr_cpus = machine.nr_cpus();
+    if let Some(t) = tasks.iter().find(|t| t.cpu.0 >= nr_cpus) {
+        return Err(ParamError::Machine {
+            what: format!(
+                "workload \"{name}\" binds a task to vCPU {} but the machine has {nr_cpus} CPUs",
+                t.cpu.0
+            ),
+        });
+    }
+    Ok(tasks)
 }
 
 #[cfg(test)]

@@ -51,6 +51,11 @@ pub enum ParamError {
         /// What is expected.
         expected: String,
     },
+    /// The workload does not fit the machine (whatever its parameters say).
+    Machine {
+        /// Why not.
+        what: String,
+    },
 }
 
 impl fmt::Display for ParamError {
@@ -73,6 +78,7 @@ impl fmt::Display for ParamError {
             ParamError::Invalid { name, expected } => {
                 write!(f, "parameter \"{name}\": expected {expected}")
             }
+            ParamError::Machine { what } => write!(f, "{what}"),
         }
     }
 }
@@ -413,7 +419,17 @@ impl<'a> Args<'a> {
             Self::wrong_kind(name, "an integer")
         };
         let (m, p) = (self.machine, self.params);
-        p.int(name, default.eval(m, p), min..=max.eval(m, p))
+        let max = max.eval(m, p);
+        // A default beyond a machine-dependent maximum (8 threads on a near
+        // node of 2 CPUs) is brought within it: a default must always be
+        // accepted.
+        let default = default.eval(m, p);
+        let default = if min <= max {
+            default.clamp(min, max)
+        } else {
+            default
+        };
+        p.int(name, default, min..=max)
     }
 
     /// A 0/1 parameter.

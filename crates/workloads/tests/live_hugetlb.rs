@@ -15,6 +15,7 @@ use mm::memory::{exit_mmap, fork, handle_mm_fault, MmConfig, MmGlobal};
 use mm::page_alloc::{MemoryLayout, NodeLayout, PageAlloc, VmSysctl};
 use mm::types::{VcpuId, PAGE_SIZE};
 use mm::vma::{Errno, MmStruct, MmapLayout};
+use mm::Vaddr;
 use native::hugetlb::{HugetlbConfig, Meminfo, Step, NR_MAPPED, STEPS};
 
 /// The scenario through the model.
@@ -55,46 +56,67 @@ fn model(nr_hugepages: u64) -> Vec<Step> {
     };
     let mut mm = MmStruct::new(&mut pa, &mut cx, MmapLayout::ThpAligned).unwrap();
     let len = NR_MAPPED as u64 * HPAGE_SIZE;
-    let a = hugetlb_mmap(&mut pa, &mut cx, &mut mm, 0, len, mm::vma::MapFlags::NONE).unwrap();
+    let a = hugetlb_mmap(
+        &mut pa,
+        &mut cx,
+        &mut mm,
+        Vaddr(0),
+        len,
+        mm::vma::MapFlags::NONE,
+    )
+    .unwrap();
     record(&pa, 0, 0, 0);
     let mut touch = |pa: &mut PageAlloc, cx: &mut Cx, mm: &mut MmStruct, addr: u64, write| {
         let before = mm.nr_faults;
-        if !mm::memory::access_ok(mm, addr, write) {
-            handle_mm_fault(pa, cx, &mut g, mm, addr, write).unwrap();
+        if !mm::memory::access_ok(mm, Vaddr(addr), write) {
+            handle_mm_fault(pa, cx, &mut g, mm, Vaddr(addr), write).unwrap();
         }
         mm.nr_faults - before
     };
-    let f = touch(&mut pa, &mut cx, &mut mm, a, false);
+    let f = touch(&mut pa, &mut cx, &mut mm, a.0, false);
     record(&pa, 1, f, 0);
-    let f = touch(&mut pa, &mut cx, &mut mm, a, true);
+    let f = touch(&mut pa, &mut cx, &mut mm, a.0, true);
     record(&pa, 2, f, 0);
     let f = touch(
         &mut pa,
         &mut cx,
         &mut mm,
-        a + HPAGE_SIZE + 5 * PAGE_SIZE + 8,
+        (a + HPAGE_SIZE + 5 * PAGE_SIZE + 8).0,
         true,
     );
     record(&pa, 3, f, 0);
     let mut child = fork(&mut pa, &mut cx, &mut mm).unwrap();
-    let f = touch(&mut pa, &mut cx, &mut child, a + 3 * PAGE_SIZE, true);
+    let f = touch(&mut pa, &mut cx, &mut child, (a + 3 * PAGE_SIZE).0, true);
     record(&pa, 4, f, 0);
     let f = touch(
         &mut pa,
         &mut cx,
         &mut child,
-        a + HPAGE_SIZE + 300 * PAGE_SIZE,
+        (a + HPAGE_SIZE + 300 * PAGE_SIZE).0,
         true,
     );
     record(&pa, 5, f, 0);
-    let f = touch(&mut pa, &mut cx, &mut child, a + 2 * HPAGE_SIZE + 7, true);
+    let f = touch(
+        &mut pa,
+        &mut cx,
+        &mut child,
+        (a + 2 * HPAGE_SIZE + 7).0,
+        true,
+    );
     record(&pa, 6, f, 0);
     exit_mmap(&mut pa, &mut cx, child);
     record(&pa, 7, 0, 0);
     let pool = pa.hugetlb.nr_huge_pages * HPAGE_SIZE;
-    let e = hugetlb_mmap(&mut pa, &mut cx, &mut mm, 0, pool, mm::vma::MapFlags::NONE)
-        .err()
-        .map_or(0, errno);
+    let e = hugetlb_mmap(
+        &mut pa,
+        &mut cx,
+        &mut mm,
+        Vaddr(0),
+        pool,
+        mm::vma::MapFlags::NONE,
+    )
+    .err()
+    .map_or(0, errno);
     record(&pa, 8, 0, e);
     let e = mm
         .munmap(&mut pa, &mut cx, a + PAGE_SIZE, HPAGE_SIZE)

@@ -24,6 +24,7 @@ use mm::memory::{exit_mmap, fork, handle_mm_fault, MmGlobal};
 use mm::mprotect::Prot;
 use mm::page_alloc::{MemoryLayout, NodeLayout, PageAlloc};
 use mm::vma::{Advice, MmStruct};
+use mm::Vaddr;
 use mm::{SimTime, VcpuId};
 
 /// An operation on a populated region of 4 KiB pages whose model time is
@@ -62,7 +63,7 @@ fn region_world(opts: &ModelOpts, pages: u64) -> Result<RegionWorld, String> {
         .map_err(|e| format!("mm_alloc: {e:?}"))?;
     let len = pages * 4096;
     let addr = mm
-        .mmap(&mut pa, &mut cx, 0, len, mm::vma::MapFlags::NONE)
+        .mmap(&mut pa, &mut cx, Vaddr(0), len, mm::vma::MapFlags::NONE)
         .map_err(|e| format!("mmap: {e}"))?;
     mm.madvise(&mut pa, &mut cx, addr, len, Advice::NoHugePage)
         .map_err(|e| format!("madvise: {e}"))?;
@@ -71,7 +72,12 @@ fn region_world(opts: &ModelOpts, pages: u64) -> Result<RegionWorld, String> {
         handle_mm_fault(&mut pa, &mut cx, &mut g, &mut mm, addr + p * 4096, true)
             .map_err(|e| format!("fault: {e:?}"))?;
     }
-    Ok(RegionWorld { pa, cx, mm, addr })
+    Ok(RegionWorld {
+        pa,
+        cx,
+        mm,
+        addr: addr.0,
+    })
 }
 
 /// The model's nanoseconds for `op` on `pages` populated 4 KiB pages, with
@@ -83,17 +89,17 @@ pub fn model_region_ns(opts: &ModelOpts, pages: u64, op: RegionOp) -> Result<u64
     w.cx.begin(VcpuId(0), SimTime(0));
     let ns = match op {
         RegionOp::Munmap => {
-            w.mm.munmap(&mut w.pa, &mut w.cx, w.addr, len)
+            w.mm.munmap(&mut w.pa, &mut w.cx, Vaddr(w.addr), len)
                 .map_err(|e| format!("munmap: {e}"))?;
             w.cx.compute_ns() + syscall
         }
         RegionOp::Mprotect => {
-            w.mm.mprotect(&mut w.pa, &mut w.cx, w.addr, len, Prot::READ)
+            w.mm.mprotect(&mut w.pa, &mut w.cx, Vaddr(w.addr), len, Prot::READ)
                 .map_err(|e| format!("mprotect: {e}"))?;
             w.mm.mprotect(
                 &mut w.pa,
                 &mut w.cx,
-                w.addr,
+                Vaddr(w.addr),
                 len,
                 Prot(Prot::READ.0 | Prot::WRITE.0),
             )

@@ -62,10 +62,25 @@ impl World {
         set_max_huge_pages(&mut self.pa, &mut self.cx, n)
     }
     fn map(&mut self, mm: &mut MmStruct, addr: u64, len: u64) -> Result<u64, Errno> {
-        hugetlb_mmap(&mut self.pa, &mut self.cx, mm, addr, len, MapFlags::FIXED)
+        hugetlb_mmap(
+            &mut self.pa,
+            &mut self.cx,
+            mm,
+            Vaddr(addr),
+            len,
+            MapFlags::FIXED,
+        )
+        .map(|a| a.0)
     }
     fn fault(&mut self, mm: &mut MmStruct, addr: u64, write: bool) -> Result<(), VmFault> {
-        handle_mm_fault(&mut self.pa, &mut self.cx, &mut self.g, mm, addr, write)
+        handle_mm_fault(
+            &mut self.pa,
+            &mut self.cx,
+            &mut self.g,
+            mm,
+            Vaddr(addr),
+            write,
+        )
     }
     fn meminfo(&self) -> (u64, u64, u64, u64) {
         let m = self.pa.hugetlb.meminfo();
@@ -169,7 +184,16 @@ fn mmap_reserves_and_munmap_releases() {
     w.pool(4);
     let mut mm = w.mm();
     // RRR      three huge pages reserved, none faulted
-    let a = hugetlb_mmap(&mut w.pa, &mut w.cx, &mut mm, 0, 3 * H - 5, MapFlags::NONE).unwrap();
+    let a = hugetlb_mmap(
+        &mut w.pa,
+        &mut w.cx,
+        &mut mm,
+        Vaddr(0),
+        3 * H - 5,
+        MapFlags::NONE,
+    )
+    .unwrap()
+    .0;
     assert!(a.is_multiple_of(H));
     assert_eq!(
         mm.vmas[&a].end - a,
@@ -186,15 +210,15 @@ fn mmap_reserves_and_munmap_releases() {
         &mut w.pa,
         &mut w.cx,
         &mut mm,
-        B,
+        Vaddr(B),
         2 * H,
         MapFlags::FIXED.or(MapFlags::NORESERVE),
     )
     .unwrap();
-    assert_eq!(w.draw(&mm, n, 2), "..");
+    assert_eq!(w.draw(&mm, n.0, 2), "..");
     assert_eq!(w.meminfo(), (4, 4, 3, 0));
     // R.R      unmapping the middle page (a split at a huge page boundary)
-    mm.munmap(&mut w.pa, &mut w.cx, a + H, H).unwrap();
+    mm.munmap(&mut w.pa, &mut w.cx, Vaddr(a + H), H).unwrap();
     assert_eq!(w.draw(&mm, a, 3), "R.R");
     assert_eq!(w.meminfo(), (4, 4, 2, 0));
     mm.check_vmas();
@@ -229,7 +253,7 @@ fn first_touch_clears_in_the_configured_order_with_the_fault_address_as_target()
         let want: Vec<u32> = process_huge_page_order(policy, 512, 300).collect();
         assert_eq!(log[0].subpages, want, "{policy}");
         // Every later access to the page needs no fault.
-        assert!(crate::memory::access_ok(&mut mm, a + H - 1, true));
+        assert!(crate::memory::access_ok(&mut mm, Vaddr(a + H - 1), true));
         crate::memory::exit_mmap(&mut w.pa, &mut w.cx, mm);
         assert_eq!(w.meminfo(), (2, 2, 0, 0));
         assert_eq!(w.ev(VmEvent::NR_HUGETLB), 0);
@@ -245,7 +269,7 @@ fn read_fault_maps_read_only_and_a_write_reuses_the_page() {
     w.fault(&mut mm, a, false).unwrap();
     assert_eq!(w.draw(&mm, a, 1), "w");
     let f = w.folio(&mm, a);
-    assert!(!crate::memory::access_ok(&mut mm, a, true));
+    assert!(!crate::memory::access_ok(&mut mm, Vaddr(a), true));
     w.fault(&mut mm, a, true).unwrap();
     assert_eq!(w.draw(&mm, a, 1), "W");
     assert_eq!(w.folio(&mm, a), f, "reused, not copied");
@@ -396,27 +420,36 @@ fn alignment_errors_are_the_kernels() {
     w.fault(&mut mm, a, true).unwrap();
     // munmap or madvise that would split inside a huge page: EINVAL.
     assert_eq!(
-        mm.munmap(&mut w.pa, &mut w.cx, a + 4096, H),
+        mm.munmap(&mut w.pa, &mut w.cx, Vaddr(a + 4096), H),
         Err(Errno::Inval)
     );
-    assert_eq!(mm.munmap(&mut w.pa, &mut w.cx, a, 4096), Err(Errno::Inval));
     assert_eq!(
-        mm.madvise(&mut w.pa, &mut w.cx, a + 4096, 4096, Advice::DontNeed),
+        mm.munmap(&mut w.pa, &mut w.cx, Vaddr(a), 4096),
+        Err(Errno::Inval)
+    );
+    assert_eq!(
+        mm.madvise(
+            &mut w.pa,
+            &mut w.cx,
+            Vaddr(a + 4096),
+            4096,
+            Advice::DontNeed
+        ),
         Err(Errno::Inval)
     );
     // MADV_DONTNEED of less than a huge page rounds down to nothing.
-    mm.madvise(&mut w.pa, &mut w.cx, a, 4096, Advice::DontNeed)
+    mm.madvise(&mut w.pa, &mut w.cx, Vaddr(a), 4096, Advice::DontNeed)
         .unwrap();
     assert_eq!(w.draw(&mm, a, 2), "WR");
     // Of a whole one it drops the page; its reservation stays consumed.
-    mm.madvise(&mut w.pa, &mut w.cx, a, H, Advice::DontNeed)
+    mm.madvise(&mut w.pa, &mut w.cx, Vaddr(a), H, Advice::DontNeed)
         .unwrap();
     assert_eq!(w.draw(&mm, a, 2), ".R");
     assert_eq!(w.meminfo(), (4, 4, 1, 0));
     // Writing into the middle of a hugetlb mapping from a plain mapping's
     // point of view: a 4 KiB MAP_FIXED mmap over it must split it: EINVAL.
     assert_eq!(
-        mm.mmap(&mut w.pa, &mut w.cx, a + 4096, 4096, MapFlags::FIXED),
+        mm.mmap(&mut w.pa, &mut w.cx, Vaddr(a + 4096), 4096, MapFlags::FIXED),
         Err(Errno::Inval)
     );
     mm.check_vmas();

@@ -5,6 +5,7 @@
 use super::*;
 use crate::cost::CostTable;
 use crate::page_alloc::{MemoryLayout, NodeLayout, PageAlloc, VmSysctl};
+use crate::types::Vaddr;
 use crate::types::{VcpuId, PAGE_SIZE};
 use crate::vma::{Advice, MmapLayout};
 
@@ -43,15 +44,16 @@ impl World {
             mm.mmap(
                 &mut self.pa,
                 &mut self.cx,
-                addr,
+                Vaddr(addr),
                 len,
                 crate::vma::MapFlags::FIXED
             ),
-            Ok(addr)
+            Ok(Vaddr(addr))
         );
     }
     fn unmap(&mut self, mm: &mut MmStruct, addr: u64, len: u64) {
-        mm.munmap(&mut self.pa, &mut self.cx, addr, len).unwrap();
+        mm.munmap(&mut self.pa, &mut self.cx, Vaddr(addr), len)
+            .unwrap();
     }
     /// A cached lookup; returns the VMA's start and whether the cache hit.
     fn find(&mut self, t: &mut TaskStruct, mm: &MmStruct, addr: u64) -> (Option<u64>, bool) {
@@ -130,8 +132,14 @@ fn munmap_invalidates_resize_does_not() {
     w.find(&mut t, &mm, B);
     assert_eq!(w.find(&mut t, &mm, B + 6 * P), (Some(B), true));
     // AAAA****  CC      MADV_HUGEPAGE splits A in place: no VMA left the tree.
-    mm.madvise(&mut w.pa, &mut w.cx, B + 4 * P, 4 * P, Advice::HugePage)
-        .unwrap();
+    mm.madvise(
+        &mut w.pa,
+        &mut w.cx,
+        Vaddr(B + 4 * P),
+        4 * P,
+        Advice::HugePage,
+    )
+    .unwrap();
     assert_eq!(mm.vmacache_seqnum, 0);
     // The slot still points at A, now shorter: the bounds recheck misses.
     assert_eq!(w.find(&mut t, &mm, B + 6 * P), (Some(B + 4 * P), false));
@@ -237,7 +245,13 @@ fn differential_cache_never_returns_a_wrong_vma() {
             let len = (1 + rng.below(64)) * P;
             match rng.below(10) {
                 0 => {
-                    let _ = mm.mmap(&mut w.pa, &mut w.cx, a, len, crate::vma::MapFlags::FIXED);
+                    let _ = mm.mmap(
+                        &mut w.pa,
+                        &mut w.cx,
+                        Vaddr(a),
+                        len,
+                        crate::vma::MapFlags::FIXED,
+                    );
                 }
                 1 => w.unmap(&mut mm, a, len),
                 2 => {
@@ -246,7 +260,7 @@ fn differential_cache_never_returns_a_wrong_vma() {
                     } else {
                         Advice::NoHugePage
                     };
-                    let _ = mm.madvise(&mut w.pa, &mut w.cx, a, len, adv);
+                    let _ = mm.madvise(&mut w.pa, &mut w.cx, Vaddr(a), len, adv);
                 }
                 _ => {
                     let cached = find_vma(&mut t, &mm, &mut w.vs, &mut w.cx, a);
@@ -607,7 +621,7 @@ fn fault_counts_its_time_and_the_caches_share() {
             &mut g,
             &mut mm,
             &mut t,
-            B + i * P,
+            Vaddr(B + i * P),
             true,
         )
         .unwrap();

@@ -11,6 +11,7 @@ use mm::memory::{exit_mmap, handle_mm_fault, MmGlobal};
 use mm::page_alloc::{MemoryLayout, NodeLayout, PageAlloc};
 use mm::pgtable::PMD_SIZE;
 use mm::vma::MmStruct;
+use mm::Vaddr;
 use mm::VcpuId;
 
 pub const KIB: u64 = 1 << 10;
@@ -51,10 +52,10 @@ impl World {
 
     /// Writes one byte at `a`, faulting if the page is not mapped writable.
     pub fn touch_one(&mut self, mm: &mut MmStruct, a: u64) {
-        if !mm::memory::access_ok(mm, a, true) {
-            handle_mm_fault(&mut self.pa, &mut self.cx, &mut self.g, mm, a, true).unwrap();
+        if !mm::memory::access_ok(mm, Vaddr(a), true) {
+            handle_mm_fault(&mut self.pa, &mut self.cx, &mut self.g, mm, Vaddr(a), true).unwrap();
             assert!(
-                mm::memory::access_ok(mm, a, true),
+                mm::memory::access_ok(mm, Vaddr(a), true),
                 "fault at {a:#x} left it unmapped"
             );
         }
@@ -74,10 +75,16 @@ impl World {
     /// A 2 MiB-aligned 1 GiB mapping.
     pub fn aligned(&mut self, mm: &mut MmStruct) -> u64 {
         let a = mm
-            .mmap(&mut self.pa, &mut self.cx, 0, GIB, mm::vma::MapFlags::NONE)
+            .mmap(
+                &mut self.pa,
+                &mut self.cx,
+                Vaddr(0),
+                GIB,
+                mm::vma::MapFlags::NONE,
+            )
             .unwrap();
         assert_eq!(a % PMD_SIZE, 0);
-        a
+        a.0
     }
 
     /// A mapping 12 KiB past a 2 MiB boundary, 20 KiB shorter than 1 GiB.
@@ -86,7 +93,7 @@ impl World {
             .mmap(
                 &mut self.pa,
                 &mut self.cx,
-                0,
+                Vaddr(0),
                 GIB + 2 * PMD_SIZE,
                 mm::vma::MapFlags::NONE,
             )
@@ -106,7 +113,7 @@ impl World {
             .unwrap(),
             start
         );
-        (start, len)
+        (start.0, len)
     }
 
     /// A per-size statistic of `hugepages-<kb>kB/stats`.

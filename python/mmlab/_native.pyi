@@ -1,0 +1,38 @@
+"""Type stubs for the native module (Rust, PyO3): mmlab._native.
+
+Every function takes an experiment as ``(kind, payload, origin)`` (see
+``mmlab._source.resolve``) and returns columns as tuples
+``(name, type, length, null_count, validity, a, b, extra)`` in Arrow's
+memory layout (``mmlab._arrow`` wraps them). Errors raise
+``mmlab.MmlabError``.
+"""
+
+from typing import Any, Callable, List, Optional, Sequence, Tuple, Union
+
+Column = Tuple[str, str, int, int, Optional[bytes], bytes, Optional[bytes], Any]
+Value = Union[bool, int, str]
+Point = Tuple[Sequence[Tuple[str, Value]], Optional[int]]
+
+def version() -> str: ...
+def builtin_names() -> List[str]: ...
+def run(
+    kind: str, payload: str, origin: str, seeds: Sequence[int], jobs: Optional[int], progress: bool
+) -> List[Column]: ...
+def run_document(
+    kind: str, payload: str, origin: str, seeds: Sequence[int], jobs: Optional[int]
+) -> str: ...
+def sweep_check(
+    kind: str, payload: str, origin: str, keys: Sequence[str], points: Sequence[Point]
+) -> List[Tuple[int, str]]: ...
+def sweep_local(
+    kind: str,
+    payload: str,
+    origin: str,
+    points: Sequence[Point],
+    jobs: Optional[int],
+    progress: Callable[[int], Any],
+) -> Tuple[List[Column], List[Tuple[int, str]]]: ...
+def sweep_point(
+    kind: str, payload: str, origin: str, index: int, p: Point
+) -> List[Column]: ...
+def read_trace(path: str) -> Tuple[List[Column], str, Optional[str]]: ...
