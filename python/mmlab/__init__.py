@@ -22,6 +22,7 @@ import json
 from typing import Any, Dict, List, Optional, Sequence, Union
 
 import pandas as pd
+import pyarrow as pa
 
 from . import _arrow, _native
 from ._errors import MmlabError
@@ -35,9 +36,11 @@ __all__ = [
     "Experiment",
     "builtin_experiments",
     "read_trace",
+    "replay",
     "run",
     "run_document",
     "sweep",
+    "validate",
     "__version__",
 ]
 
@@ -126,6 +129,139 @@ def read_trace(path: Union[str, "os.PathLike[str]"]) -> pd.DataFrame:
     df = _arrow.frame(_arrow.table(cols))
     df.attrs["header"] = json.loads(header)
     df.attrs["trailer"] = None if trailer is None else json.loads(trailer)
+    return df
+
+
+ReplayMode = str  # "both", "alloc" or "aspace"
+
+
+def _unit(metric: str) -> str:
+    return "ns" if metric.endswith("_ns") else "%" if metric.endswith("_pct") else ""
+
+
+def _aspace_rows(doc: Dict[str, Any], seed: int) -> List[Dict[str, Any]]:
+    """The address-space replay's per-kernel counters (the document's
+    ``aspace.kernels``) as tidy rows; a per-size object becomes one row per
+    size (``anon_fault_alloc_64kB``)."""
+    rows: List[Dict[str, Any]] = []
+    for e in doc["experiments"]:
+        aspace = e.get("aspace") or {}
+        workload = e["workloads"][0]["name"] if e.get("workloads") else ""
+        for k in aspace.get("kernels", []):
+            for key, v in k.items():
+                items = v.items() if isinstance(v, dict) else [("", v)]
+                for size, x in items:
+                    if isinstance(x, bool) or not isinstance(x, (int, float)):
+                        continue
+                    metric = f"{key}_{size}" if size else key
+                    rows.append(
+                        {"mode": "aspace", "experiment": e["name"], "workload": workload, "kernel": k["kernel"],
+                         "seed": seed, "metric": metric, "value": float(x), "unit": _unit(key)}
+                    )
+    return rows
+
+
+def _mode(mode: str) -> str:
+    if mode not in ("both", "alloc", "aspace"):
+        raise MmlabError(f"mode={mode!r}: expected 'both', 'alloc' (replay mode a) or 'aspace' (mode b)")
+    return mode
+
+
+def replay(
+    trace: Union[str, "os.PathLike[str]"],
+    experiment: Union[None, str, "os.PathLike[str]"] = None,
+    mode: ReplayMode = "both",
+    seed: Optional[int] = None,
+    warm_pcp: bool = False,
+) -> pd.DataFrame:
+    """Replays a recorded trace on the model, as ``mmlab replay`` does.
+
+    ``experiment`` is an experiment file whose machine, profile and kernels
+    the replay uses (default: the recorded machine and configuration).
+    ``mode``: ``"alloc"`` replays the page-allocator stream (mode a),
+    ``"aspace"`` the address-space stream through the fault path (mode b),
+    ``"both"`` (default) whichever the trace has events for.
+    ``warm_pcp``: start with the PCP lists as recorded (default: empty, as
+    ``mmlab replay`` does; ``validate`` starts them warm, as ``mmlab
+    validate`` does).
+
+    Tidy rows: ``mode, experiment, workload, kernel, seed, metric, value,
+    unit``; mode (a) rows are each kernel's metrics and counters (as
+    ``mmlab replay --format csv``), mode (b) rows each kernel's fault and
+    folio counters. ``DataFrame.attrs["document"]`` holds the whole results
+    document (the recorded counts included); its warnings (what the
+    recorded configuration hides) are also issued as Python warnings.
+
+    >>> df = mmlab.replay("build.mmtrace", "examples/replay-folio-configs.toml", mode="aspace")
+    >>> df[df.metric == "pgfault"][["kernel", "value"]]
+    """
+    import os
+    import warnings
+
+    cols, text = _native.replay(os.fspath(trace), None if experiment is None else os.fspath(experiment),
+                                seed, warm_pcp, _mode(mode))
+    doc = json.loads(text)
+    alloc = _arrow.table(cols)
+    alloc = alloc.drop_columns(["source"]).add_column(0, "mode", pa.array(["alloc"] * alloc.num_rows, pa.string()))
+    run_seed = seed if seed is not None else (doc["experiments"][0].get("seeds") or [1])[0]
+    rows = _aspace_rows(doc, run_seed)
+    if rows:
+        aspace = pa.Table.from_pylist(rows, schema=alloc.schema)
+        alloc = pa.concat_tables([alloc, aspace])
+    for e in doc["experiments"]:
+        for w in e.get("warnings", []):
+            warnings.warn(f"mmlab.replay: {w}", stacklevel=2)
+    df = _arrow.frame(alloc)
+    df.attrs["document"] = doc
+    return df
+
+
+def validate(
+    trace: Union[str, "os.PathLike[str]"],
+    mode: ReplayMode = "both",
+    seed: Optional[int] = None,
+    warm_pcp: bool = True,
+) -> pd.DataFrame:
+    """Replays a trace under the recorded configuration and sets the
+    recorded counters beside the model's, as ``mmlab validate`` does.
+
+    One row per counter: ``mode`` (``alloc``: zone-locked allocations, PCP
+    drains, allocations and frees; ``aspace``: page faults, THP and mTHP
+    fault allocations), ``counter`` (the name ``mmlab validate`` prints),
+    ``recorded`` (null where the recording has no such count), ``model``,
+    ``error_pct`` (100 * (model - recorded) / recorded; null where it has no
+    meaning). The command's explanations (what was replayed approximately,
+    the whole machine's counts) are in ``DataFrame.attrs["text"]``; its
+    warnings are issued as Python warnings.
+
+    >>> v = mmlab.validate("build.mmtrace")
+    >>> v[v.error_pct.abs() > 5]
+    """
+    import os
+    import warnings
+
+    rows, text, warns = _native.validate(os.fspath(trace), seed, warm_pcp, _mode(mode))
+    for w in warns:
+        warnings.warn(f"mmlab.validate: {w}", stacklevel=2)
+
+    def err(rec: Optional[int], model: int) -> Optional[float]:
+        if rec is None:
+            return None
+        if rec == 0:
+            return 0.0 if model == 0 else None
+        return 100.0 * (model - rec) / rec
+
+    t = pa.table(
+        {
+            "mode": pa.array([r[0] for r in rows], pa.string()),
+            "counter": pa.array([r[1] for r in rows], pa.string()),
+            "recorded": pa.array([r[2] for r in rows], pa.uint64()),
+            "model": pa.array([r[3] for r in rows], pa.uint64()),
+            "error_pct": pa.array([err(r[2], r[3]) for r in rows], pa.float64()),
+        }
+    )
+    df = _arrow.frame(t)
+    df.attrs["text"] = text
     return df
 
 

@@ -8,6 +8,7 @@ use crate::frames;
 use crate::source::PySource;
 use crate::table::{Column, Data, Table};
 use mmlab::api::{self, RunOptions};
+use mmlab::replay::ReplayMode;
 use mmlab::sweep::{self, Point};
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyList, PyTuple};
@@ -296,6 +297,72 @@ fn read_trace<'py>(
     ))
 }
 
+fn replay_mode(mode: &str) -> anyhow::Result<ReplayMode> {
+    Ok(match mode {
+        "both" => ReplayMode::Both,
+        "alloc" => ReplayMode::Alloc,
+        "aspace" => ReplayMode::Aspace,
+        other => anyhow::bail!(
+            "mode \"{other}\": expected \"both\", \"alloc\" (replay mode a) or \"aspace\" (mode b)"
+        ),
+    })
+}
+
+/// Replays a trace (`mmlab replay`): the tidy columns of mode (a)'s runs
+/// and the whole results document as JSON text.
+#[pyfunction]
+#[pyo3(signature = (trace, experiment, seed, warm, mode))]
+fn replay<'py>(
+    py: Python<'py>,
+    trace: PathBuf,
+    experiment: Option<PathBuf>,
+    seed: Option<u64>,
+    warm: bool,
+    mode: String,
+) -> PyResult<(Bound<'py, PyAny>, String)> {
+    let (table, text) = py
+        .detach(|| {
+            let r = mmlab::replay::replay(
+                &trace,
+                experiment.as_deref(),
+                seed,
+                warm,
+                replay_mode(&mode)?,
+            )?;
+            Ok((
+                frames::tidy_table(&r.doc, false),
+                mmlab::results::to_json_pretty(&r.doc),
+            ))
+        })
+        .map_err(|e| err(py, e))?;
+    Ok((columns(py, &table)?, text))
+}
+
+/// A validation row: (mode, counter, recorded, model).
+type Row = (&'static str, String, Option<u64>, u64);
+
+/// Validates a trace (`mmlab validate`): its rows, its text and its warnings.
+#[pyfunction]
+#[pyo3(signature = (trace, seed, warm, mode))]
+fn validate(
+    py: Python<'_>,
+    trace: PathBuf,
+    seed: Option<u64>,
+    warm: bool,
+    mode: String,
+) -> PyResult<(Vec<Row>, String, Vec<String>)> {
+    py.detach(|| {
+        let v = mmlab::replay::validate(&trace, seed, warm, replay_mode(&mode)?)?;
+        let rows = v
+            .rows()
+            .into_iter()
+            .map(|r| (r.mode, r.counter, r.recorded, r.model))
+            .collect();
+        Ok((rows, v.text(&trace), v.warnings))
+    })
+    .map_err(|e| err(py, e))
+}
+
 #[pymodule]
 fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(version, m)?)?;
@@ -306,5 +373,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(sweep_local, m)?)?;
     m.add_function(wrap_pyfunction!(sweep_point, m)?)?;
     m.add_function(wrap_pyfunction!(read_trace, m)?)?;
+    m.add_function(wrap_pyfunction!(replay, m)?)?;
+    m.add_function(wrap_pyfunction!(validate, m)?)?;
     Ok(())
 }

@@ -200,9 +200,10 @@ fn thp_delta(
     Some(a.saturating_sub(*b))
 }
 
-/// The `mmlab validate` table of mode (b): the recorded counters beside the
-/// model's prediction under the recorded configuration (the first kernel).
-pub fn validate_text(trace: &Path, exp: &Experiment, a: &AspaceReplay) -> String {
+/// Mode (b)'s rows of `mmlab validate`: (counter, recorded, model), the
+/// model under the recorded configuration (the first kernel); recorded
+/// `None` where the recording has no such count.
+pub fn validate_rows(a: &AspaceReplay) -> Vec<(String, Option<u64>, u64)> {
     let m = &a.models[0];
     let r = &a.recorded;
     let before = a.header.counters_before.as_ref();
@@ -244,6 +245,15 @@ pub fn validate_text(trace: &Path, exp: &Experiment, a: &AspaceReplay) -> String
             ));
         }
     }
+    rows
+}
+
+/// The `mmlab validate` table of mode (b): the recorded counters beside the
+/// model's prediction under the recorded configuration (the first kernel).
+pub fn validate_text(trace: &Path, exp: &Experiment, a: &AspaceReplay) -> String {
+    let m = &a.models[0];
+    let r = &a.recorded;
+    let rows = validate_rows(a);
     let k = &exp.kernels[0];
     let knobs: Vec<String> = k.knobs.iter().map(|(n, v)| format!("{n}={v}")).collect();
     let mut s = String::new();

@@ -5,7 +5,7 @@ use anyhow::{anyhow, bail, Context, Result};
 use mm::knobs::{KernelConfig, KnobValue, Preset};
 use serde::Deserialize;
 use sim::cache::{CacheConfig, CacheCosts, LlcInclusion};
-use sim::profile::{CacheProfile, CostEntry, NumaProfile, Profile};
+use sim::profile::{CacheProfile, CostEntry, NumaProfile, Profile, TopologyProfile};
 use sim::{Machine, NodeSpec};
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -297,6 +297,15 @@ pub const BUILTIN_PROFILES: &[(&str, &str)] = &[
         "e5-2640v3",
         include_str!("../../../profiles/e5-2640v3.toml"),
     ),
+    (
+        "spr-2s-224",
+        include_str!("../../../profiles/spr-2s-224.toml"),
+    ),
+    (
+        "icx-2s-128",
+        include_str!("../../../profiles/icx-2s-128.toml"),
+    ),
+    ("altra-80", include_str!("../../../profiles/altra-80.toml")),
 ];
 
 #[derive(Debug, Deserialize)]
@@ -308,14 +317,26 @@ struct ProfileFile {
     #[serde(default)]
     cache: Option<CacheFile>,
     numa: Option<NumaFile>,
+    #[serde(default)]
+    topology: Option<TopologyFile>,
 }
 
-/// A value of the `[numa]` section with its source.
+/// A value of the `[numa]` or `[topology]` section with its source (and,
+/// for an estimate or a bound, its plausible range).
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 struct Sourced<T> {
     value: T,
     source: String,
+    #[serde(default)]
+    band: Option<[u64; 2]>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct TopologyFile {
+    threads_per_core: Sourced<u32>,
+    cores_per_llc: Sourced<u32>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -328,6 +349,8 @@ struct NumaFile {
     link_mbps: Sourced<u64>,
     dma_channels: Sourced<u32>,
     dma_channel_mbps: Sourced<u64>,
+    #[serde(default)]
+    line_fill_buffers: Option<Sourced<u32>>,
 }
 
 /// A profile's `[cache]` section.
@@ -361,6 +384,51 @@ struct PsFile {
 struct CostFile {
     ns: u64,
     source: String,
+    #[serde(default)]
+    band: Option<[u64; 2]>,
+}
+
+/// The `[numa]` section as the model's [`NumaProfile`].
+fn numa_profile(n: NumaFile) -> NumaProfile {
+    let mut sources = BTreeMap::new();
+    let mut bands = BTreeMap::new();
+    let mut note = |k: &str, source: String, band: Option<[u64; 2]>| {
+        sources.insert(k.to_string(), source);
+        if let Some([lo, hi]) = band {
+            bands.insert(k.to_string(), (lo, hi));
+        }
+    };
+    note("distance", n.distance.source, n.distance.band);
+    note(
+        "threads_per_core",
+        n.threads_per_core.source,
+        n.threads_per_core.band,
+    );
+    note("smt_pair_pct", n.smt_pair_pct.source, n.smt_pair_pct.band);
+    note("node_mbps", n.node_mbps.source, n.node_mbps.band);
+    note("link_mbps", n.link_mbps.source, n.link_mbps.band);
+    note("dma_channels", n.dma_channels.source, n.dma_channels.band);
+    note(
+        "dma_channel_mbps",
+        n.dma_channel_mbps.source,
+        n.dma_channel_mbps.band,
+    );
+    let lfb = n.line_fill_buffers.map(|l| {
+        note("line_fill_buffers", l.source, l.band);
+        l.value
+    });
+    NumaProfile {
+        distance: n.distance.value,
+        threads_per_core: n.threads_per_core.value,
+        smt_pair_pct: n.smt_pair_pct.value,
+        node_mbps: n.node_mbps.value,
+        link_mbps: n.link_mbps.value,
+        dma_channels: n.dma_channels.value,
+        dma_channel_mbps: n.dma_channel_mbps.value,
+        line_fill_buffers: lfb,
+        sources,
+        bands,
+    }
 }
 
 /// Parses a profile file's text.
@@ -420,36 +488,34 @@ pub fn parse_profile(text: &str, origin: &str) -> Result<Profile> {
                     CostEntry {
                         ns: c.ns,
                         source: c.source,
+                        band: c.band.map(|[lo, hi]| (lo, hi)),
                     },
                 )
             })
             .collect(),
         cache,
-        numa: f.numa.map(|n| {
-            let sources = [
-                ("distance", n.distance.source),
-                ("threads_per_core", n.threads_per_core.source),
-                ("smt_pair_pct", n.smt_pair_pct.source),
-                ("node_mbps", n.node_mbps.source),
-                ("link_mbps", n.link_mbps.source),
-                ("dma_channels", n.dma_channels.source),
-                ("dma_channel_mbps", n.dma_channel_mbps.source),
+        numa: f.numa.map(numa_profile),
+        topology: f.topology.map(|t| TopologyProfile {
+            threads_per_core: t.threads_per_core.value,
+            cores_per_llc: t.cores_per_llc.value,
+            sources: [
+                ("threads_per_core".to_string(), t.threads_per_core.source),
+                ("cores_per_llc".to_string(), t.cores_per_llc.source),
             ]
             .into_iter()
-            .map(|(k, v)| (k.to_string(), v))
-            .collect();
-            NumaProfile {
-                distance: n.distance.value,
-                threads_per_core: n.threads_per_core.value,
-                smt_pair_pct: n.smt_pair_pct.value,
-                node_mbps: n.node_mbps.value,
-                link_mbps: n.link_mbps.value,
-                dma_channels: n.dma_channels.value,
-                dma_channel_mbps: n.dma_channel_mbps.value,
-                sources,
-            }
+            .collect(),
         }),
     };
+    for (k, e) in &p.entries {
+        if let Some((lo, hi)) = e.band {
+            if lo > e.ns || e.ns > hi {
+                bail!(
+                    "{origin}: cost \"{k}\": band [{lo}, {hi}] must contain ns = {}",
+                    e.ns
+                );
+            }
+        }
+    }
     p.validate().map_err(|e| anyhow!("{origin}: {e}"))?;
     Ok(p)
 }

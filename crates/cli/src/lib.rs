@@ -5,6 +5,8 @@
 //! - [`api`]: run an experiment (a path, TOML text or a parsed file) and get
 //!   the results document ([`results::ResultsDoc`]) and its tidy rows.
 //! - [`results`]: the versioned results schema (`docs/results-schema.md`).
+//! - [`bands`]: the seeds' headline figures, the model's, and their bands
+//!   over the profiles' uncertain inputs (`reproduce --bands`).
 //! - [`metrics`]: the metric registry (name, unit, help, value function).
 //! - [`experiment`], [`runner`], [`report`]: experiment files, running them,
 //!   the text and markdown tables.
@@ -21,6 +23,7 @@
 
 pub mod api;
 pub mod aspace;
+pub mod bands;
 pub mod bench;
 pub mod calibrate;
 pub mod csv_out;

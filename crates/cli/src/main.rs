@@ -103,6 +103,13 @@ enum Cmd {
     Reproduce {
         /// A built-in experiment's name.
         name: Option<String>,
+        /// With the seeds' headline figures, each with its band: the range it
+        /// takes when the estimated inputs of its profile (costs with a
+        /// `band`) move across their ranges, each alone and a
+        /// Latin-hypercube sample of all together (several minutes on 2
+        /// cores).
+        #[arg(long)]
+        bands: bool,
         #[command(flatten)]
         out: OutputArgs,
     },
@@ -400,10 +407,22 @@ fn recover_stale_state() {
     }
 }
 
+/// What `run_cmd` adds after the experiments.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Headlines {
+    /// Nothing (`mmlab run`).
+    None,
+    /// The seeds' headline figures of the experiments that ran, beside the
+    /// model's (`mmlab reproduce`).
+    Central,
+    /// The same with their bands (`mmlab reproduce --bands`).
+    Bands,
+}
+
 /// Runs the experiments of `source`, printing each one's tables (or its JSON
-/// Lines record) as it finishes, then the whole document for the other data
-/// formats, and writes `--out`.
-fn run_cmd(source: Source, out: &OutputArgs) -> Result<()> {
+/// Lines record) as it finishes, then the headlines, then the whole document
+/// for the other data formats, and writes `--out`.
+fn run_cmd(source: Source, out: &OutputArgs, headlines: Headlines) -> Result<()> {
     let mut stdout = std::io::stdout().lock();
     if out.format == Format::Jsonl {
         let head = mmlab::results::ResultsDoc::new(Vec::new()).header_json();
@@ -411,7 +430,11 @@ fn run_cmd(source: Source, out: &OutputArgs) -> Result<()> {
     }
     let exps = api::load(source)?;
     check_out(out.out.as_deref())?;
-    let doc = api::run_loaded(exps, &out.run_options(), |run| {
+    let mut heads = Vec::new();
+    let mut doc = api::run_loaded(exps, &out.run_options(), |run| {
+        if headlines != Headlines::None {
+            heads.extend(mmlab::bands::central(&run.experiment.name, &run.results));
+        }
         match out.format {
             Format::Text | Format::Markdown => {
                 stdout.write_all(run.tables(out.format).as_bytes())?
@@ -426,6 +449,23 @@ fn run_cmd(source: Source, out: &OutputArgs) -> Result<()> {
         stdout.flush()?;
         Ok(())
     })?;
+    if headlines == Headlines::Bands {
+        let opts = out.run_options();
+        let jobs = opts
+            .jobs
+            .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
+        mmlab::bands::fill_bands(&mut heads, jobs, !opts.progress)?;
+    }
+    doc.headlines = heads;
+    if !doc.headlines.is_empty() {
+        match out.format {
+            Format::Text | Format::Markdown => {
+                writeln!(stdout, "{}", mmlab::bands::table(&doc.headlines))?
+            }
+            Format::Jsonl => writeln!(stdout, "{}", doc.headlines_record())?,
+            _ => {}
+        }
+    }
     if matches!(out.format, Format::Json | Format::Csv | Format::CsvWide) {
         output::write_document(&doc, out.format, &mut stdout)?;
     }
@@ -441,14 +481,19 @@ fn run_cmd(source: Source, out: &OutputArgs) -> Result<()> {
 fn real_main() -> Result<i32> {
     let cli = Cli::parse();
     match cli.cmd {
-        Cmd::Reproduce { name, out } => {
+        Cmd::Reproduce { name, bands, out } => {
             let source = match &name {
                 Some(n) => Source::Builtin(n),
                 None => Source::AllBuiltin,
             };
-            run_cmd(source, &out)?;
+            let h = if bands {
+                Headlines::Bands
+            } else {
+                Headlines::Central
+            };
+            run_cmd(source, &out, h)?;
         }
-        Cmd::Run { file, out } => run_cmd(Source::Path(&file), &out)?,
+        Cmd::Run { file, out } => run_cmd(Source::Path(&file), &out, Headlines::None)?,
         Cmd::Zoneinfo { file } => {
             let exp = Experiment::load(&file)?;
             for k in &exp.kernels {

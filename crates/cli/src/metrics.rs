@@ -120,6 +120,14 @@ fn mix(r: &RunResult, orders: std::ops::RangeInclusive<u8>) -> MetricValue {
     pct(orders.map(pages).sum(), all)
 }
 
+/// Share of the anonymous faults that allocated a folio of `order`, by
+/// count (not by bytes, as [`mix`]).
+fn fault_mix(r: &RunResult, order: u8) -> MetricValue {
+    let n = |o: u8| r.vmstat.mthp(o, MthpStat::AnonFaultAlloc);
+    let all: u64 = (0..=HPAGE_PMD_ORDER).filter(|&o| o != 1).map(n).sum();
+    pct(n(order), all)
+}
+
 /// The user accesses' share of the cache model's misses.
 fn user_cache_miss_pct(r: &RunResult) -> MetricValue {
     let (all, k) = (&r.stats.cache, &r.stats.cache_kernel);
@@ -316,6 +324,30 @@ pub const METRICS: &[Metric] = &[
         "%",
         "order mix: bytes allocated as folios of 128 KiB to 2 MiB (PMD THP included), %",
         |r| mix(r, 5..=HPAGE_PMD_ORDER),
+    ),
+    m(
+        "fault_mix_4k_pct",
+        "%",
+        "order mix by count: anonymous faults that allocated a 4 KiB folio, % of the faults that allocated one (seed 004's bucket mix)",
+        |r| fault_mix(r, 0),
+    ),
+    m(
+        "fault_mix_16k_pct",
+        "%",
+        "order mix by count: faults that allocated a 16 KiB folio, %",
+        |r| fault_mix(r, 2),
+    ),
+    m(
+        "fault_mix_32k_pct",
+        "%",
+        "order mix by count: faults that allocated a 32 KiB folio, %",
+        |r| fault_mix(r, 3),
+    ),
+    m(
+        "fault_mix_64k_pct",
+        "%",
+        "order mix by count: faults that allocated a 64 KiB folio, %",
+        |r| fault_mix(r, 4),
     ),
     m(
         "vmacache_hit_pct",

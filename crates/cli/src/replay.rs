@@ -278,18 +278,32 @@ fn read_header(trace: &Path) -> Result<Header> {
     Ok(r.header().clone())
 }
 
-/// `mmlab replay`.
-#[allow(clippy::too_many_arguments)]
-pub fn replay_cmd(
+/// A replay that has run: what `mmlab replay` prints and writes, and what
+/// the Python package's `mmlab.replay` returns.
+pub struct Replayed {
+    pub exp: Experiment,
+    pub seed: u64,
+    /// Mode (a)'s input, if it ran.
+    pub prep: Option<Prepared>,
+    /// Mode (a)'s runs, one per kernel.
+    pub results: Vec<RunResult>,
+    /// Mode (b), if it ran.
+    pub aspace: Option<trace::aspace::AspaceReplay>,
+    /// The results document (with the warnings).
+    pub doc: ResultsDoc,
+    /// Seconds spent reading the trace for mode (a), in mode (a), in mode (b).
+    pub secs: [f64; 3],
+}
+
+/// Replays `trace` in the modes of `mode` it has events for, under the
+/// kernels of `exp_file` or the recorded configuration.
+pub fn replay(
     trace: &Path,
     exp_file: Option<&Path>,
-    format: Format,
-    out: Option<&Path>,
     seed: Option<u64>,
-    quiet: bool,
     warm: bool,
     mode: ReplayMode,
-) -> Result<()> {
+) -> Result<Replayed> {
     let t0 = std::time::Instant::now();
     let prep = open_alloc(trace, mode)?;
     let header = match &prep {
@@ -301,11 +315,6 @@ pub fn replay_cmd(
         .and_then(|p| p.recorded.cpus.last().map(|c| c + 1))
         .unwrap_or(1);
     let exp = replay_experiment(trace, &header, min_cpus, exp_file)?;
-    let fold = cpu_fold_warning(&header, min_cpus, &exp);
-    if let Some(w) = &fold {
-        // Said before the run too: a long replay should not hide it.
-        eprintln!("warning: {w}");
-    }
     let seed = seed.unwrap_or(exp.seed);
     let t1 = std::time::Instant::now();
     let mut results = Vec::new();
@@ -331,11 +340,6 @@ pub fn replay_cmd(
             trace.display()
         );
     }
-    let mut warnings = crate::aspace::warnings(&header, &exp, aspace.as_ref());
-    warnings.extend(fold);
-    for w in &warnings {
-        eprintln!("warning: {w}");
-    }
     let mut part = ExperimentResults::new(&exp, &[seed], &results);
     if let Some(prep) = &prep {
         part.replay = Some(
@@ -343,55 +347,90 @@ pub fn replay_cmd(
         );
     }
     part.aspace = aspace.as_ref().map(|a| crate::aspace::json(&exp, a));
-    part.warnings = warnings;
+    part.warnings = crate::aspace::warnings(&header, &exp, aspace.as_ref());
     let doc = ResultsDoc::new(vec![part]);
+    let secs = [(t1 - t0), (t2 - t1), (t3 - t2)].map(|d| d.as_secs_f64());
+    Ok(Replayed {
+        exp,
+        seed,
+        prep,
+        results,
+        aspace,
+        doc,
+        secs,
+    })
+}
+
+/// `mmlab replay`.
+#[allow(clippy::too_many_arguments)]
+pub fn replay_cmd(
+    trace: &Path,
+    exp_file: Option<&Path>,
+    format: Format,
+    out: Option<&Path>,
+    seed: Option<u64>,
+    quiet: bool,
+    warm: bool,
+    mode: ReplayMode,
+) -> Result<()> {
+    let r = replay(trace, exp_file, seed, warm, mode)?;
+    let (exp, doc) = (&r.exp, &r.doc);
+    for w in doc.experiments.iter().flat_map(|e| &e.warnings) {
+        eprintln!("warning: {w}");
+    }
     let mut stdout = std::io::stdout().lock();
     if format.is_data() {
-        crate::output::write_document(&doc, format, &mut stdout)?;
+        crate::output::write_document(doc, format, &mut stdout)?;
     } else {
-        if prep.is_some() {
+        if r.prep.is_some() {
             write!(
                 stdout,
                 "{}",
-                report::tables(&exp, &[seed], &results, format)
+                report::tables(exp, &[r.seed], &r.results, format)
             )?;
         }
-        if let Some(a) = &aspace {
-            write!(stdout, "{}", crate::aspace::table(&exp, a, format))?;
+        if let Some(a) = &r.aspace {
+            write!(stdout, "{}", crate::aspace::table(exp, a, format))?;
         }
     }
     if let Some(path) = out {
-        crate::output::write_results(path, &doc)?;
+        crate::output::write_results(path, doc)?;
     }
     if !quiet {
-        if let Some(prep) = &prep {
-            let r = &prep.recorded;
-            let replayed = (r.allocs + r.frees) * exp.kernels.len() as u64;
-            let secs = (t2 - t1).as_secs_f64().max(1e-9);
-            eprintln!(
-                "mmlab replay (a): {} allocator events × {} kernels replayed in {:.2}s ({:.2} M events/s; first pass {:.2}s); {} frees of pages allocated before the recording skipped",
-                r.allocs + r.frees,
-                exp.kernels.len(),
-                secs,
-                replayed as f64 / secs / 1e6,
-                (t1 - t0).as_secs_f64(),
-                r.unmatched_frees
-            );
-        }
-        if let Some(a) = &aspace {
-            let n = a.recorded.nr_events;
-            let secs = (t3 - t2).as_secs_f64().max(1e-9);
-            eprintln!(
-                "mmlab replay (b): {} events × {} kernels replayed in {:.2}s ({:.2} M events/s, {:.2} M kernel-events/s)",
-                n,
-                exp.kernels.len(),
-                secs,
-                n as f64 / secs / 1e6,
-                (n * exp.kernels.len() as u64) as f64 / secs / 1e6,
-            );
-        }
+        print_speed(&r);
     }
     Ok(())
+}
+
+/// The replay's speed on stderr.
+fn print_speed(r: &Replayed) {
+    let nk = r.exp.kernels.len();
+    if let Some(prep) = &r.prep {
+        let rec = &prep.recorded;
+        let replayed = (rec.allocs + rec.frees) * nk as u64;
+        let secs = r.secs[1].max(1e-9);
+        eprintln!(
+            "mmlab replay (a): {} allocator events × {} kernels replayed in {:.2}s ({:.2} M events/s; first pass {:.2}s); {} frees of pages allocated before the recording skipped",
+            rec.allocs + rec.frees,
+            nk,
+            secs,
+            replayed as f64 / secs / 1e6,
+            r.secs[0],
+            rec.unmatched_frees
+        );
+    }
+    if let Some(a) = &r.aspace {
+        let n = a.recorded.nr_events;
+        let secs = r.secs[2].max(1e-9);
+        eprintln!(
+            "mmlab replay (b): {} events × {} kernels replayed in {:.2}s ({:.2} M events/s, {:.2} M kernel-events/s)",
+            n,
+            nk,
+            secs,
+            n as f64 / secs / 1e6,
+            (n * nk as u64) as f64 / secs / 1e6,
+        );
+    }
 }
 
 pub fn err_pct(recorded: u64, model: u64) -> String {
@@ -409,19 +448,15 @@ pub fn err_pct(recorded: u64, model: u64) -> String {
     }
 }
 
-/// The `mmlab validate` table: recorded counters beside the model's.
-pub fn validate_text(
-    trace: &Path,
+/// Mode (a)'s rows of `mmlab validate`: (counter, recorded, model).
+pub fn alloc_rows(
     prep: &Prepared,
-    exp: &Experiment,
     r: &RunResult,
     st: &ReplayStats,
-    warm: bool,
-) -> String {
+) -> [(&'static str, u64, u64); 4] {
     use mm::vmstat::VmEvent;
-    use std::fmt::Write as _;
     let rec = &prep.recorded;
-    let rows: [(&str, u64, u64); 4] = [
+    [
         ("page allocations (mm_page_alloc)", rec.allocs, st.allocs),
         ("page frees (mm_page_free)", rec.frees, st.frees),
         (
@@ -434,7 +469,21 @@ pub fn validate_text(
             rec.pcpu_drains,
             r.vmstat.get(VmEvent::MM_PAGE_PCPU_DRAIN),
         ),
-    ];
+    ]
+}
+
+/// The `mmlab validate` table: recorded counters beside the model's.
+pub fn validate_text(
+    trace: &Path,
+    prep: &Prepared,
+    exp: &Experiment,
+    r: &RunResult,
+    st: &ReplayStats,
+    warm: bool,
+) -> String {
+    use std::fmt::Write as _;
+    let rec = &prep.recorded;
+    let rows = alloc_rows(prep, r, st);
     let mut s = String::new();
     let k = &exp.kernels[0];
     let knobs: Vec<String> = k.knobs.iter().map(|(n, v)| format!("{n}={v}")).collect();
@@ -539,8 +588,34 @@ pub fn validate_text(
     s
 }
 
-/// `mmlab validate`.
-pub fn validate_cmd(trace: &Path, seed: Option<u64>, warm: bool, mode: ReplayMode) -> Result<()> {
+/// A validation that has run: mode (a)'s replay under the recorded
+/// configuration and mode (b)'s, whichever ran.
+pub struct Validation {
+    pub exp: Experiment,
+    pub alloc: Option<(Prepared, RunResult, ReplayStats)>,
+    pub aspace: Option<trace::aspace::AspaceReplay>,
+    pub warnings: Vec<String>,
+    warm: bool,
+}
+
+/// One row of `mmlab validate`: a counter as recorded (`None`: the
+/// recording has no such count) and as the model predicts it.
+pub struct ValidateRow {
+    /// `alloc` (mode a) or `aspace` (mode b).
+    pub mode: &'static str,
+    pub counter: String,
+    pub recorded: Option<u64>,
+    pub model: u64,
+}
+
+/// Replays `trace` under the recorded configuration in the modes of `mode`
+/// it has events for.
+pub fn validate(
+    trace: &Path,
+    seed: Option<u64>,
+    warm: bool,
+    mode: ReplayMode,
+) -> Result<Validation> {
     let prep = open_alloc(trace, mode)?;
     let header = match &prep {
         Some(p) => p.header.clone(),
@@ -564,18 +639,69 @@ pub fn validate_cmd(trace: &Path, seed: Option<u64>, warm: bool, mode: ReplayMod
             trace.display()
         );
     }
-    for w in crate::aspace::warnings(&header, &exp, aspace.as_ref()) {
+    let warnings = crate::aspace::warnings(&header, &exp, aspace.as_ref());
+    let alloc = prep.map(|p| {
+        let (r, st) = replay_one(&exp, &exp.kernels[0], &p, seed, warm);
+        (p, r, st)
+    });
+    Ok(Validation {
+        exp,
+        alloc,
+        aspace,
+        warnings,
+        warm,
+    })
+}
+
+impl Validation {
+    /// The tables `mmlab validate` prints.
+    pub fn text(&self, trace: &Path) -> String {
+        let mut s = String::new();
+        if let Some((prep, r, st)) = &self.alloc {
+            s += &validate_text(trace, prep, &self.exp, r, st, self.warm);
+        }
+        if let Some(a) = &self.aspace {
+            if self.alloc.is_some() {
+                s.push('\n');
+            }
+            s += &crate::aspace::validate_text(trace, &self.exp, a);
+        }
+        s
+    }
+
+    /// The tables' rows, mode (a)'s first.
+    pub fn rows(&self) -> Vec<ValidateRow> {
+        let mut out = Vec::new();
+        if let Some((prep, r, st)) = &self.alloc {
+            for (c, rec, model) in alloc_rows(prep, r, st) {
+                out.push(ValidateRow {
+                    mode: "alloc",
+                    counter: c.to_string(),
+                    recorded: Some(rec),
+                    model,
+                });
+            }
+        }
+        if let Some(a) = &self.aspace {
+            for (counter, recorded, model) in crate::aspace::validate_rows(a) {
+                out.push(ValidateRow {
+                    mode: "aspace",
+                    counter,
+                    recorded,
+                    model,
+                });
+            }
+        }
+        out
+    }
+}
+
+/// `mmlab validate`.
+pub fn validate_cmd(trace: &Path, seed: Option<u64>, warm: bool, mode: ReplayMode) -> Result<()> {
+    let v = validate(trace, seed, warm, mode)?;
+    for w in &v.warnings {
         eprintln!("warning: {w}");
     }
-    if let Some(prep) = &prep {
-        let (r, st) = replay_one(&exp, &exp.kernels[0], prep, seed, warm);
-        print!("{}", validate_text(trace, prep, &exp, &r, &st, warm));
-    }
-    if let Some(a) = &aspace {
-        if prep.is_some() {
-            println!();
-        }
-        print!("{}", crate::aspace::validate_text(trace, &exp, a));
-    }
+    print!("{}", v.text(trace));
     Ok(())
 }

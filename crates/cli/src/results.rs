@@ -46,6 +46,11 @@ pub struct ResultsDoc {
     pub units: IndexMap<String, String>,
     /// The experiments, in the order they ran.
     pub experiments: Vec<ExperimentResults>,
+    /// `mmlab reproduce` only: the seeds' headline figures beside the
+    /// model's, with their bands under `--bands` (empty otherwise; absent
+    /// from the JSON when empty).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub headlines: Vec<crate::bands::HeadlineResult>,
 }
 
 /// One experiment's results, with everything needed to run it again.
@@ -490,6 +495,7 @@ impl ResultsDoc {
                 .map(|(n, u)| (n.to_string(), u.to_string()))
                 .collect(),
             experiments,
+            headlines: Vec::new(),
         }
     }
 
@@ -502,6 +508,14 @@ impl ResultsDoc {
             o.shift_insert(0, "record".into(), Value::from("header"));
         }
         v
+    }
+
+    /// The JSON Lines record of the headlines (after the experiments).
+    pub fn headlines_record(&self) -> Value {
+        serde_json::json!({
+            "record": "headlines",
+            "headlines": serde_json::to_value(&self.headlines).unwrap_or(Value::Null),
+        })
     }
 
     /// The JSON Lines record of one experiment.
@@ -547,9 +561,17 @@ impl ResultsDoc {
             .ok_or_else(|| DocError("line 1: expected {\"record\": \"header\", ...}".into()))?;
         obj.shift_remove("record");
         let mut exps = Vec::new();
+        let mut headlines = None;
         for (i, line) in lines {
             let mut e: Value = serde_json::from_str(line)
                 .map_err(|e| DocError(format!("line {}: not JSON: {e}", i + 1)))?;
+            if let Some(h) = e
+                .as_object_mut()
+                .filter(|o| o.get("record") == Some(&Value::from("headlines")))
+            {
+                headlines = h.shift_remove("headlines");
+                continue;
+            }
             let o = e
                 .as_object_mut()
                 .filter(|o| o.get("record") == Some(&Value::from("experiment")))
@@ -563,6 +585,9 @@ impl ResultsDoc {
             exps.push(e);
         }
         obj.insert("experiments".into(), Value::Array(exps));
+        if let Some(h) = headlines {
+            obj.insert("headlines".into(), h);
+        }
         Self::from_value(head)
     }
 

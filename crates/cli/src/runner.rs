@@ -29,6 +29,12 @@ pub fn run_one(exp: &Experiment, k: &Kernel, w: &Workload, seed: u64) -> Result<
     // series computes it from cacheinfo).
     let cpus_per_node = exp.machine.nodes.first().map_or(1, |n| n.cpus.max(1)) as u64;
     pa.setup_pcp_cacheinfo(exp.machine.llc_bytes / cpus_per_node);
+    if let Some(t) = &exp.profile.topology {
+        pa.set_cpu_topology(
+            t.for_machine(&exp.machine)
+                .map_err(|e| anyhow!("profile \"{}\": {e}", exp.profile.name))?,
+        );
+    }
     let mut eng = Engine::new(pa, exp.profile.table(), seed)
         .with_mm_config(k.config.mm)
         .with_vmacache(k.config.vmacache)

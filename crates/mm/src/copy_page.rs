@@ -34,11 +34,15 @@
 //!
 //! # The bandwidth model
 //!
-//! One thread copying from node `s` to node `d` on a CPU of node `c` runs at
-//! `thread_copy_mbps × 10 / max(distance(c, s), distance(c, d))`: a
-//! single-threaded copy is bound by the memory-level parallelism of one core
-//! (its line fill buffers), so its rate falls as the latency rises, and the
-//! ACPI SLIT distance is the firmware's latency ratio (local = 10). Two
+//! One thread copying from node `s` to node `d` on a CPU of node `c` is bound
+//! by the memory-level parallelism of one core: with the profile's
+//! `line_fill_buffers` it keeps that many misses in flight, and each 64 bytes
+//! copied are two misses (the source line, and the destination line read for
+//! ownership), one at each node's measured latency from `c`
+//! (`dram_local_ns`, `dram_remote_ns`), so it runs at
+//! `lfb × 64 / (lat(c, s) + lat(c, d))`. A profile without line fill buffers
+//! falls back to `thread_copy_mbps × 10 / max(distance(c, s), distance(c, d))`
+//! (the ACPI SLIT distance as a latency ratio, local = 10). Two
 //! threads on one physical core share it: together they reach
 //! `smt_pair_pct` % of one thread. Several threads together are capped by
 //! the interconnect (`link_mbps`, when `s != d`) and by each node's memory
@@ -138,6 +142,9 @@ pub struct NumaHw {
     pub dma_channels: u32,
     /// Copy rate of one DMA channel.
     pub dma_channel_mbps: u64,
+    /// Line fill buffers of one core (0: not given; the thread rate is then
+    /// `thread_copy_mbps` scaled by the SLIT distance).
+    pub line_fill_buffers: u32,
 }
 
 impl NumaHw {
@@ -152,6 +159,7 @@ impl NumaHw {
             link_mbps: u64::MAX / 4096,
             dma_channels: 0,
             dma_channel_mbps: 0,
+            line_fill_buffers: 0,
         }
     }
 }
@@ -226,8 +234,28 @@ impl CopyModel<'_> {
     }
 
     /// The copy rate of one thread alone on a core of `cpu`, for `job`.
+    ///
+    /// With the core's line fill buffers given, by Little's law: a copy
+    /// reads each source line and reads-for-ownership the destination line
+    /// (ordinary stores allocate), so every 64 bytes copied are two misses,
+    /// one at the source node's latency and one at the destination's
+    /// (`dram_local_ns` or `dram_remote_ns` seen from `cpu`), and the core
+    /// keeps `line_fill_buffers` misses in flight:
+    /// `lfb × 64 B ÷ (lat_src + lat_dst)`. Without them, `copy_page_ns`'s
+    /// rate scaled by the SLIT distance (the firmware's latency ratio).
     pub fn thread_mbps(&self, cpu: u32, job: &CopyJob) -> u64 {
         let c = self.node_of(cpu);
+        if self.hw.line_fill_buffers > 0 {
+            let lat = |n: NodeId| {
+                self.costs.get(if n == c {
+                    Cost::DramLocal
+                } else {
+                    Cost::DramRemote
+                })
+            };
+            let ns = (lat(job.src) + lat(job.dst)).max(1);
+            return (self.hw.line_fill_buffers as u64 * 64 * 1000 / ns).max(1);
+        }
         let d = self
             .pa
             .node_distance(c, job.src)
@@ -431,6 +459,7 @@ mod tests {
             link_mbps: 20_000,
             dma_channels: 4,
             dma_channel_mbps: 1000,
+            line_fill_buffers: 0,
         }
     }
 

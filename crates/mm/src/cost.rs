@@ -156,6 +156,15 @@ costs! {
     DramLocal = "dram_local_ns",
     /// The same, served by another node's DRAM.
     DramRemote = "dram_remote_ns",
+    /// The instructions of one buddy free-list operation, without the cache
+    /// misses on the lines it touches: used instead of `buddy_list_op_ns`
+    /// when the model tracks who last wrote those lines
+    /// ([`crate::cacheline`]), which then charges each line's transfer.
+    BuddyListInsn = "buddy_list_insn_ns",
+    /// Running another task on this CPU and coming back: two context
+    /// switches (`schedule()` to a kworker and back), as when a caller
+    /// queues a work item on its own CPU and waits for it (`flush_work()`).
+    ContextSwitch = "context_switch_ns",
 }
 
 /// A table of nanoseconds per [`Cost`], indexed by the cost.
@@ -355,9 +364,15 @@ impl Cx {
 
     /// User accesses to `[phys, phys + len)`: recorded when memory traffic
     /// is, otherwise nothing (their cost is the caller's [`Cost::Touch`]).
+    ///
+    /// Reads of the zero page or the huge zero page (marker pfns outside
+    /// simulated memory) are not recorded: one page every process shares,
+    /// taken to stay in the reader's caches. Deviation: a read sweep of a
+    /// huge zero page larger than the L2 would miss there on hardware.
     #[inline]
     pub fn user_access(&mut self, phys: u64, len: u32, write: bool) {
-        if self.record_mem && len > 0 {
+        let zero_page = phys >> crate::types::PAGE_SHIFT >= crate::memory::HUGE_ZERO_PFN.0;
+        if self.record_mem && len > 0 && !zero_page {
             self.segs
                 .push(Seg::Mem(MemAccess::User { phys, len, write }));
         }

@@ -7,6 +7,7 @@
 //! reports the cost of each step through [`cost::Cx`], never knowing how it is
 //! driven.
 
+pub mod cacheline;
 pub mod copy_page;
 pub mod cost;
 pub mod exec;

@@ -190,7 +190,8 @@ pub struct MigrateConfig {
     /// `move_pages()` brackets its work with `lru_cache_disable()` (5.13+),
     /// which drains every online CPU's LRU caches through the workqueue and
     /// waits; older kernels call `migrate_prep()`, which drains only CPUs
-    /// with pending pages (none in the model).
+    /// with pending pages (in the model the caller's own, see
+    /// `lru_add_drain_all()`).
     pub lru_cache_disable: bool,
 }
 
@@ -1195,13 +1196,30 @@ impl<'a> MigrateCtx<'a> {
         r
     }
 
-    /// The cost of `lru_cache_disable()` (5.13+): a drain work item queued
-    /// on every online CPU, which the caller waits for.
+    /// The cost of draining the per-CPU LRU caches before isolating pages.
+    ///
+    /// 5.13+ (`lru_cache_disable()`): a drain work item queued on every
+    /// online CPU, which the caller waits for (idle CPUs wake up for it).
+    ///
+    /// 4.x (`migrate_prep()` → `lru_add_drain_all()`): a work item only on
+    /// the CPUs whose pagevecs hold pages, then `flush_work()` on each. The
+    /// caller's own CPU always does here: the pages about to move were just
+    /// faulted in there, and a new anonymous page waits in the CPU's
+    /// `lru_add_pvec` until 15 are gathered. So the caller queues a work
+    /// item on its own CPU and sleeps until its kworker has run: two context
+    /// switches. Deviation: other CPUs' pagevecs are taken to be empty (an
+    /// idle machine between benchmark runs: exiting processes drain their
+    /// CPU in `exit_mmap()`); a CPU holding pages would add a wake-up from
+    /// its idle state (`workqueue_wakeup_ns`, 10 us for Haswell's C1E up to
+    /// 133 us for its C6).
     fn lru_add_drain_all(&mut self) {
         if self.cfg.lru_cache_disable {
             let n = self.pa.nr_cpus() as u64;
             self.cx.charge_n(Cost::WorkqueueQueue, n);
             self.cx.charge_n(Cost::WorkqueueWakeup, 2);
+        } else {
+            self.cx.charge(Cost::WorkqueueQueue);
+            self.cx.charge(Cost::ContextSwitch);
         }
     }
 

@@ -787,6 +787,30 @@ impl FreeList {
         panic!("list_del of {p}, which is not on this free list");
     }
 
+    /// The pfn of the first block, without materialising anything (a lazy
+    /// run's first block is the highest max-order block of its highest
+    /// section): what `list_first_entry()` would read, for the cache-line
+    /// model.
+    pub fn first_pfn(&self, mem: &MemMap, block_pages: u64) -> Option<u64> {
+        if let Some(p) = self.head.first() {
+            return Some(mem.pfn(p).0);
+        }
+        let (run, _) = self.runs.front()?;
+        Some(run.hi * PAGES_PER_SECTION - block_pages)
+    }
+
+    /// The pfn of the last block, without materialising anything (a lazy
+    /// run's last block is the lowest block of its lowest section).
+    pub fn last_pfn(&self, mem: &MemMap) -> Option<u64> {
+        let Some((run, after)) = self.runs.back() else {
+            return self.head.last().map(|p| mem.pfn(p).0);
+        };
+        match after.last() {
+            Some(p) => Some(mem.pfn(p).0),
+            None => Some(run.lo * PAGES_PER_SECTION),
+        }
+    }
+
     /// The materialised entries, in list order (for checks; O(len)).
     pub fn iter<'a>(&'a self, mem: &'a MemMap) -> impl Iterator<Item = PfnIdx> + 'a {
         self.head

@@ -35,6 +35,7 @@
 //!   point at their head); the kernel does so only with `__GFP_COMP`.
 //! - Deviation: no free page reporting, shuffling or page poisoning.
 
+use crate::cacheline::{CpuTopology, LineOwners};
 use crate::cost::{Cost, Cx, LockClass, LockId};
 use crate::page::{
     FreeList, LazyRun, MemMap, PfnIdx, MT_MASK, MT_SHIFT, ORDER_MASK, PAGES_PER_SECTION,
@@ -254,6 +255,54 @@ pub struct Zone {
     pub flags: ZoneFlags,
     /// Index of the zone in [`PageAlloc::zones`] (and of its lock).
     pub idx: u32,
+    /// Who last wrote the lines the zone lock protects (the `free_area[]`
+    /// heads and the buddies' `struct page`s), when the machine's topology
+    /// is known ([`PageAlloc::set_cpu_topology`]).
+    lines: Option<Box<ZoneLines>>,
+}
+
+/// The last writers of a zone's lines under `zone->lock` ([`crate::cacheline`]).
+#[derive(Clone, Debug)]
+struct ZoneLines {
+    topo: CpuTopology,
+    /// One line per order: the order's list heads and `nr_free`.
+    free_area: LineOwners,
+    /// One line per page: its `struct page` (64 bytes on x86-64).
+    pages: PageLines,
+}
+
+/// The `struct page` lines of a zone, by section: a section's records exist
+/// once one of its pages is touched (a machine of petabytes keeps a few
+/// bytes per section), as the memmap itself.
+#[derive(Clone, Debug, Default)]
+struct PageLines {
+    /// Per section of the zone (from the zone's first section): 0, or the
+    /// index + 1 of its records in `sections`.
+    slot: Vec<u32>,
+    sections: Vec<LineOwners>,
+}
+
+impl PageLines {
+    fn new(zone_start_pfn: u64, spanned_pages: u64) -> PageLines {
+        let first = zone_start_pfn / PAGES_PER_SECTION;
+        let end = (zone_start_pfn + spanned_pages).div_ceil(PAGES_PER_SECTION);
+        PageLines {
+            slot: vec![0; (end - first) as usize],
+            sections: Vec::new(),
+        }
+    }
+
+    /// The records of `pfn`'s section, made on first use.
+    #[inline]
+    fn section(&mut self, pfn: u64, zone_start_pfn: u64) -> &mut LineOwners {
+        let i = (pfn / PAGES_PER_SECTION - zone_start_pfn / PAGES_PER_SECTION) as usize;
+        if self.slot[i] == 0 {
+            self.sections
+                .push(LineOwners::new(PAGES_PER_SECTION as usize));
+            self.slot[i] = self.sections.len() as u32;
+        }
+        &mut self.sections[self.slot[i] as usize - 1]
+    }
 }
 
 impl Zone {
@@ -271,7 +320,47 @@ impl Zone {
             lowmem_reserve: [0; 2],
             flags: ZoneFlags::default(),
             idx,
+            lines: None,
         }
+    }
+
+    /// This CPU reads and writes the `free_area[order]` line: charges the
+    /// transfer from its last writer (nothing without a topology).
+    #[inline]
+    fn touch_free_area(&mut self, cx: &mut Cx, order: u8) {
+        if let Some(l) = self.lines.as_deref_mut() {
+            let ns = l.free_area.touch(
+                order as usize,
+                cx.cpu,
+                self.node.0 as u32,
+                &l.topo,
+                cx.table(),
+            );
+            cx.charge_ns(ns);
+        }
+    }
+
+    /// This CPU reads and writes `pfn`'s `struct page`: charges the
+    /// transfer from its last writer (nothing without a topology).
+    #[inline]
+    fn touch_page(&mut self, cx: &mut Cx, pfn: u64) {
+        if let Some(l) = self.lines.as_deref_mut() {
+            let owners = l.pages.section(pfn, self.zone_start_pfn);
+            let i = (pfn % PAGES_PER_SECTION) as usize;
+            let ns = owners.touch(i, cx.cpu, self.node.0 as u32, &l.topo, cx.table());
+            cx.charge_ns(ns);
+        }
+    }
+
+    /// One free-list operation's own work: its instructions and, without
+    /// the line model, the miss on the `struct page` it charges as a whole.
+    #[inline]
+    fn charge_list_op(&self, cx: &mut Cx, whole: Cost) {
+        cx.charge(if self.lines.is_some() {
+            Cost::BuddyListInsn
+        } else {
+            whole
+        });
     }
 
     /// The zone's lock.
@@ -373,6 +462,15 @@ impl Zone {
         while high > low {
             high -= 1;
             let half = p.offset(1u32 << high);
+            if self.lines.is_some() {
+                if let Some(head) =
+                    self.free_area[high as usize][mt as usize].first_pfn(mem, 1 << high)
+                {
+                    self.touch_page(cx, head);
+                }
+                self.touch_free_area(cx, high);
+                self.touch_page(cx, mem.pfn(half).0);
+            }
             self.add_to_free_list(mem, half, high, mt, false);
             cx.charge(Cost::BuddySplitStep);
         }
@@ -392,8 +490,20 @@ impl Zone {
             let Some(p) = self.first_free(mem, current, mt) else {
                 continue;
             };
-            cx.charge(Cost::BuddyListOp);
+            self.charge_list_op(cx, Cost::BuddyListOp);
+            // The head, the block's struct page, then its successor (whose
+            // prev pointer the unlink rewrites): three dependent lines.
+            if self.lines.is_some() {
+                self.touch_free_area(cx, current);
+                self.touch_page(cx, mem.pfn(p).0);
+            }
             self.del_from_free_list(mem, p, current);
+            if self.lines.is_some() {
+                let list = &self.free_area[current as usize][mt as usize];
+                if let Some(next) = list.first_pfn(mem, 1 << current) {
+                    self.touch_page(cx, next);
+                }
+            }
             self.expand(mem, cx, p, order, current, mt);
             vmstat.count(VmEvent::MM_PAGE_ALLOC_ZONE_LOCKED, 1);
             return Some(p);
@@ -600,14 +710,33 @@ impl Zone {
             if !self.spans(pfn ^ (1u64 << order)) || !mem.is_buddy_of_order(buddy, order) {
                 break;
             }
-            cx.charge(Cost::BuddyMergeStep);
+            if self.lines.is_some() {
+                cx.charge(Cost::BuddyListInsn);
+            } else {
+                cx.charge(Cost::BuddyMergeStep);
+            }
+            self.touch_page(cx, pfn ^ (1u64 << order));
+            self.touch_free_area(cx, order);
             self.del_from_free_list(mem, buddy, order);
             p = p.align_down(order + 1);
             pfn &= !(1u64 << order);
             order += 1;
         }
         let to_tail = self.buddy_merge_likely(mem, p, pfn, order);
-        cx.charge(Cost::BuddyListOp);
+        self.charge_list_op(cx, Cost::BuddyListOp);
+        if self.lines.is_some() {
+            let list = &self.free_area[order as usize][mt as usize];
+            let neighbour = if to_tail {
+                list.last_pfn(mem)
+            } else {
+                list.first_pfn(mem, 1 << order)
+            };
+            self.touch_free_area(cx, order);
+            if let Some(n) = neighbour {
+                self.touch_page(cx, n);
+            }
+            self.touch_page(cx, pfn);
+        }
         self.add_to_free_list(mem, p, order, mt, to_tail);
     }
 
@@ -1002,6 +1131,26 @@ impl PageAlloc {
         }
         self.distance = distance.to_vec();
         self.build_zonelists();
+    }
+
+    /// Turns on the cache-line ownership model of the zone lock's lines
+    /// ([`crate::cacheline`]) for a machine of topology `topo`: from now on
+    /// each free-list operation under `zone->lock` is charged its
+    /// instructions (`buddy_list_insn_ns`) and a transfer of every line it
+    /// touches that another CPU wrote last.
+    pub fn set_cpu_topology(&mut self, topo: CpuTopology) {
+        for z in &mut self.zones {
+            z.lines = Some(Box::new(ZoneLines {
+                topo,
+                free_area: LineOwners::new(NR_PAGE_ORDERS),
+                pages: PageLines::new(z.zone_start_pfn, z.spanned_pages),
+            }));
+        }
+    }
+
+    /// The machine's CPU topology, if the cache-line model is on.
+    pub fn cpu_topology(&self) -> Option<CpuTopology> {
+        self.zones.first()?.lines.as_ref().map(|l| l.topo)
     }
 
     /// `node_distance(a, b)`: 10 for a node to itself, larger further away.

@@ -796,12 +796,36 @@ impl Engine {
         &mut class[i]
     }
 
-    fn handoff_ns(&self, l: LockId) -> u64 {
-        match l.class {
-            LockClass::Zone => self.costs.get(Cost::ZoneLockHandoff),
-            // The cost of moving a contended lock's cache line is the same
-            // whichever lock it is; the profile measures it on zone->lock.
-            LockClass::MmapLock | LockClass::Ptl => self.costs.get(Cost::ZoneLockHandoff),
+    /// What moving lock `l` from vCPU `from` to vCPU `to` costs `to`.
+    ///
+    /// With the machine's topology known (the profile's `[topology]`), the
+    /// lock word's cache line comes from `from`'s cache at the distance
+    /// between them (`c2c_*`), and a hand-off to a queued waiter
+    /// (`queued`) costs a second transfer: with qspinlock the releaser
+    /// writes the waiter's MCS node, which the waiter then reads. Waiters
+    /// further back spin on their own MCS nodes and add nothing, so the
+    /// cost does not grow with the queue's length. Without a topology,
+    /// `zone_lock_handoff_ns` for any lock.
+    fn handoff_ns(&self, l: LockId, from: VcpuId, to: VcpuId, queued: bool) -> u64 {
+        if from == to {
+            return 0;
+        }
+        match self.pa.cpu_topology() {
+            Some(topo) => {
+                let one = mm::cacheline::transfer_ns(&self.costs, topo.class(from.0, to.0));
+                if queued {
+                    2 * one
+                } else {
+                    one
+                }
+            }
+            None => match l.class {
+                LockClass::Zone => self.costs.get(Cost::ZoneLockHandoff),
+                // The cost of moving a contended lock's cache line is the
+                // same whichever lock it is; the profile measures it on
+                // zone->lock.
+                LockClass::MmapLock | LockClass::Ptl => self.costs.get(Cost::ZoneLockHandoff),
+            },
         }
     }
 
@@ -971,7 +995,8 @@ impl Engine {
     /// its last owner's CPU), or `None` if the lock is held and the vCPU
     /// queued to wait for it.
     fn acquire(&mut self, l: LockId, read: bool, v: VcpuId, t: SimTime) -> Option<u64> {
-        let handoff = self.handoff_ns(l);
+        let last = self.lock_state(l).last_owner;
+        let handoff = last.map_or(0, |o| self.handoff_ns(l, o, v, false));
         let st = self.lock_state(l);
         // A reader waits behind a queued writer (rwsem fairness); a writer
         // waits for every reader.
@@ -988,11 +1013,7 @@ impl Engine {
             vc.active = true;
             return None;
         }
-        let extra = if st.last_owner.is_some_and(|o| o != v) {
-            handoff
-        } else {
-            0
-        };
+        let extra = handoff;
         if read {
             st.readers.push((v, t.after(extra)));
         } else {
@@ -1118,7 +1139,6 @@ impl Engine {
     /// it is now free, grants it to the first waiter: a writer alone, or the
     /// readers at the head of the queue together.
     fn release(&mut self, l: LockId, v: VcpuId, t: SimTime, read: bool) {
-        let handoff = self.handoff_ns(l);
         let st = self.lock_state(l);
         let acquired_at = if read {
             let i = st
@@ -1152,7 +1172,7 @@ impl Engine {
         }
         self.stats.locks[l.class as usize].hold_ns += t.0 - acquired_at.0;
         for (w, wr) in grants {
-            let extra = if w != v { handoff } else { 0 };
+            let extra = self.handoff_ns(l, v, w, true);
             let tw = t.after(extra);
             let st = self.lock_state(l);
             if wr {
@@ -1335,6 +1355,7 @@ impl Engine {
             } => self.op_move_pages(c, &pages, nodes.as_deref(), flags),
             Op::SetMempolicy { preferred } => OpResult::Sys(self.op_set_mempolicy(c, preferred)),
             Op::Sleep { ns } => return self.op_sleep(c, ns),
+            Op::KernelWork { ns } => self.op_kernel_work(c, ns),
             Op::Wait => {
                 if !self.op_wait(c) {
                     return false;
@@ -1407,6 +1428,13 @@ impl Engine {
         let vc = &mut self.vcpus[c.v];
         vc.segs.push(Seg::Compute(ns));
         vc.user_ns += ns;
+        OpResult::Done
+    }
+
+    /// Kernel work the model does not play step by step: system time (busy
+    /// time of the task that is not user time).
+    fn op_kernel_work(&mut self, c: OpCtx, ns: u64) -> OpResult {
+        self.vcpus[c.v].segs.push(Seg::Compute(ns));
         OpResult::Done
     }
 

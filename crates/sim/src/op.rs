@@ -209,6 +209,14 @@ pub enum Op {
         /// How long.
         ns: u64,
     },
+    /// Kernel work on the task's behalf that the model does not play step
+    /// by step (system calls and fault paths it has no model of, such as
+    /// `execve()`, file-backed faults, `read()`): `ns` of system time on
+    /// the task's vCPU, taking no lock. Answers [`OpResult::Done`].
+    KernelWork {
+        /// Duration.
+        ns: u64,
+    },
 }
 
 /// The program of a forked child, wrapped so that [`Op`] can be printed.

@@ -17,6 +17,10 @@ pub struct CostEntry {
     /// Where the figure comes from: a publication, a datasheet, or the
     /// command that measured it.
     pub source: String,
+    /// The plausible range `(low, high)` of a figure that is an estimate
+    /// or a bound, if the profile gives one; `reproduce --bands` moves the
+    /// figure across it.
+    pub band: Option<(u64, u64)>,
 }
 
 /// A complete cost profile.
@@ -33,6 +37,56 @@ pub struct Profile {
     /// The machine's NUMA topology and memory system (the profile's
     /// `[numa]` section), if given.
     pub numa: Option<NumaProfile>,
+    /// How CPUs share cores and last-level caches (the profile's
+    /// `[topology]` section), if given: the cache-line ownership model of
+    /// the zone lock's lines ([`mm::cacheline`]) runs only with it.
+    pub topology: Option<TopologyProfile>,
+}
+
+/// The profile's `[topology]` section, each value with its source.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct TopologyProfile {
+    /// Hardware threads per core.
+    pub threads_per_core: u32,
+    /// Cores sharing one last-level cache.
+    pub cores_per_llc: u32,
+    /// Where each value comes from, by key.
+    pub sources: BTreeMap<String, String>,
+}
+
+impl TopologyProfile {
+    /// The keys of the section, each of which needs a source.
+    pub const KEYS: &'static [&'static str] = &["threads_per_core", "cores_per_llc"];
+
+    /// The topology of `machine` (every node the same size, as the
+    /// ownership model assumes), or why it does not fit.
+    pub fn for_machine(&self, machine: &Machine) -> Result<mm::cacheline::CpuTopology, String> {
+        let cpus = machine.nodes.first().map_or(0, |n| n.cpus);
+        if machine.nodes.iter().any(|n| n.cpus != cpus) {
+            return Err("the cache-line model needs the same number of CPUs on every node".into());
+        }
+        if self.threads_per_core == 0
+            || self.cores_per_llc == 0
+            || !cpus.is_multiple_of(self.threads_per_core)
+        {
+            return Err(format!(
+                "topology: threads_per_core = {} and cores_per_llc = {} must be positive and divide the node's {cpus} CPUs",
+                self.threads_per_core, self.cores_per_llc
+            ));
+        }
+        for k in Self::KEYS {
+            if self.sources.get(*k).is_none_or(|s| s.trim().is_empty()) {
+                return Err(format!(
+                    "topology.{k} has no source; every value must say where it comes from"
+                ));
+            }
+        }
+        Ok(mm::cacheline::CpuTopology {
+            cpus_per_node: cpus,
+            threads_per_core: self.threads_per_core,
+            cores_per_llc: self.cores_per_llc,
+        })
+    }
 }
 
 /// A machine's NUMA topology and memory bandwidths, each value with its
@@ -53,8 +107,15 @@ pub struct NumaProfile {
     pub dma_channels: u32,
     /// Copy bandwidth of one DMA channel.
     pub dma_channel_mbps: u64,
+    /// Cache misses one core keeps in flight (its L1D line fill buffers),
+    /// if given: a copy thread's bandwidth is then this many lines per
+    /// source-plus-destination latency (`dram_local_ns`/`dram_remote_ns`)
+    /// instead of the single rate of `copy_page_ns` scaled by the SLIT.
+    pub line_fill_buffers: Option<u32>,
     /// Where each value comes from, by key.
     pub sources: BTreeMap<String, String>,
+    /// The plausible range of values that are estimates or bounds, by key.
+    pub bands: BTreeMap<String, (u64, u64)>,
 }
 
 impl NumaProfile {
@@ -248,6 +309,7 @@ impl Profile {
             hw.link_mbps = n.link_mbps;
             hw.dma_channels = n.dma_channels;
             hw.dma_channel_mbps = n.dma_channel_mbps;
+            hw.line_fill_buffers = n.line_fill_buffers.unwrap_or(0);
         }
         hw
     }

@@ -141,3 +141,21 @@ fn user_time_is_compute_and_accesses_the_rest_is_system_time() {
     assert!(st.sys_ns > 256 * 10, "sys {}", st.sys_ns);
     assert!(st.user_ns + st.sys_ns <= st.busy_ns);
 }
+
+#[test]
+fn kernel_work_is_system_time_only() {
+    let run = |ops: Vec<Op>| {
+        let (p, _) = playlist(ops);
+        let (mut eng, _) = engine();
+        eng.spawn(TaskSpec::new(Box::new(p), VcpuId(0)));
+        eng.run()
+    };
+    let plain = run(vec![Op::Compute { ns: 5000 }]);
+    let with = run(vec![
+        Op::Compute { ns: 5000 },
+        Op::KernelWork { ns: 70_000 },
+    ]);
+    assert_eq!(with.user_ns, plain.user_ns);
+    assert_eq!(with.sys_ns, plain.sys_ns + 70_000);
+    assert_eq!(with.runtime_ns, plain.runtime_ns + 70_000);
+}

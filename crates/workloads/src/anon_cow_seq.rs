@@ -29,13 +29,23 @@
 //! 18 on each node, as the kernel's fork balancing spreads them over idle
 //! cores and sockets).
 //!
+//! `fork_size` (default: `size`) is how much the parent maps and populates,
+//! of which the children write the first `size` bytes (the parent reads the
+//! rest rather than writing it: a read fault maps the zero page, or the huge
+//! zero page, without the clearing that would cost the simulation time, and
+//! fork copies a zero-page entry at the cost of any other). vm-scalability's
+//! region is a share of the machine's memory, and the time the parent's
+//! forks take copying its page tables spreads the children over it: child
+//! `k` starts `k` forks after the first, so that the children do not all
+//! read the same source page at the same moment. A region of the seed's
+//! size for the fork and a smaller one for the children's writes keeps that
+//! stagger, as the model's fork costs it, while the children's run stays
+//! short.
+//!
 //! `fork_gap_ns` is time the parent spends before each fork after the first
-//! (default 0). It stands for what forking a region larger than the
-//! simulated one costs: vm-scalability's region is a share of the machine's
-//! memory, and the time its forks take spreads the children over it, so
-//! that they do not all read the same source page at the same moment. It
-//! runs as the parent's `Compute`, so it counts in `user_ns` (the same for
-//! every kernel).
+//! (default 0): an explicit stagger, for experiments that do not use
+//! `fork_size`. It runs as the parent's `Compute`, so it counts in
+//! `user_ns` (the same for every kernel).
 //!
 //! Each access writes the whole 4 KiB page (`usemem` writes every word),
 //! one translation per page: without the cache model this costs what one
@@ -57,7 +67,13 @@ pub(crate) const DEF: WorkloadDef = WorkloadDef {
             64 << 20,
             PAGE_SIZE,
             1 << 40,
-            "bytes the parent maps and populates",
+            "bytes of the region each child writes",
+        ),
+        P::opt_size(
+            "fork_size",
+            PAGE_SIZE,
+            1 << 40,
+            "bytes the parent maps, populates and forks (default: size; the children write the first size bytes)",
         ),
         P::int(
             "children",
@@ -88,7 +104,15 @@ fn build(a: &Args) -> Result<Vec<TaskSpec>, ParamError> {
     let m = a.machine();
     let size = a.size("size")?;
     let children = a.int("children")? as u32;
+    let fork_size = a.opt_size("fork_size")?.unwrap_or(size);
+    if fork_size < size {
+        return Err(ParamError::Invalid {
+            name: "fork_size",
+            expected: format!("at least size ({size} bytes)"),
+        });
+    }
     let mut parent = CowParent::new(size, children);
+    parent.fork_size = fork_size;
     parent.fork_gap_ns = a.int("fork_gap_ns")? as u64;
     if a.choice("placement")? == "spread" {
         parent.child_cpus = spread_cpus(m, children);
@@ -127,6 +151,8 @@ enum Phase {
     Setup,
     Map,
     Populate,
+    /// The part of the region beyond `size`, read only.
+    PopulateRest,
     Fork,
     Wait,
     Done,
@@ -135,6 +161,8 @@ enum Phase {
 /// The parent process.
 pub struct CowParent {
     size: u64,
+    /// Bytes mapped, populated and forked (at least `size`).
+    fork_size: u64,
     children: u32,
     forked: u32,
     addr: u64,
@@ -156,6 +184,7 @@ impl CowParent {
     pub fn new(size: u64, children: u32) -> CowParent {
         CowParent {
             size,
+            fork_size: size,
             children,
             forked: 0,
             addr: 0,
@@ -201,12 +230,12 @@ impl Program for CowParent {
                     self.phase = Phase::Populate;
                     return Some(match self.hugetlb {
                         Some(_) => Op::MmapHugetlb {
-                            len: self.size,
+                            len: self.fork_size,
                             hint: None,
                             flags: MapFlags::NONE,
                         },
                         None => Op::Mmap {
-                            len: self.size,
+                            len: self.fork_size,
                             hint: None,
                             flags: MapFlags::NONE,
                             advice: None,
@@ -218,7 +247,7 @@ impl Program for CowParent {
                         return None;
                     };
                     self.addr = addr;
-                    self.phase = Phase::Fork;
+                    self.phase = Phase::PopulateRest;
                     return Some(Op::Touch {
                         addr,
                         len: self.size,
@@ -226,6 +255,23 @@ impl Program for CowParent {
                         bytes: PAGE_SIZE,
                         write: true,
                     });
+                }
+                Phase::PopulateRest => {
+                    self.phase = Phase::Fork;
+                    // Read, not written: a read fault maps the (huge) zero
+                    // page without clearing anything, and fork copies its
+                    // page-table entry as it copies a written page's
+                    // (copy_huge_pmd(): a deposited table and the PMD),
+                    // which is all this part of the region is for.
+                    if self.fork_size > self.size && self.hugetlb.is_none() {
+                        return Some(Op::Touch {
+                            addr: self.addr + self.size,
+                            len: self.fork_size - self.size,
+                            stride: PAGE_SIZE,
+                            bytes: 1,
+                            write: false,
+                        });
+                    }
                 }
                 Phase::Fork => {
                     if self.forked == self.children {

@@ -16,18 +16,37 @@
 //! tuning is about.
 //!
 //! Deviation: the jobs are modelled at the allocator level (no page tables,
-//! no VMAs): each page a compiler faults in is one order-0 allocation. Job
-//! sizes are synthetic (the default spreads jobs uniformly over
-//! `pages_per_job` ± 50 %). The default user time per page comes from a
-//! measurement: recording 6 × `make -j2` of a small C project on this host
-//! kind took 224k `mm_page_alloc` events in 5.5 s on 2 CPUs
-//! (LIVE-KERNEL.md, "Tracing a real workload"), about one allocation per
-//! 49 µs of CPU time.
+//! no VMAs): each page a process faults in is one order-0 allocation.
+//!
+//! # Where the parameters come from
+//!
+//! A kernel build recorded on this host (`make -j2 mm/` of
+//! linux-source-6.1; [`crate::recorded_build`], `docs/kbuild-recording.md`):
+//!
+//! - `job_sizes = "recorded"`: a job's pages are drawn from the recorded
+//!   processes' page counts (1 802 processes, 1 506 093 pages): most jobs
+//!   are small (a shell, the gcc driver: ~50 pages) but most pages belong to
+//!   a few large ones (each `cc1` ~10 000 pages, `nm` and `objtool` ~2 500),
+//!   whose exit frees far more than a per-CPU list holds. (The mean, 836
+//!   pages, is the `uniform` alternative's default.)
+//! - `work_per_page_ns` = 25 280: the build's user time per page allocated.
+//! - `slab_pct` = 3: kernel (unmovable) pages were 3.15 % of the pages.
+//! - `remote_free_pct` = 34: the share of anonymous pages freed on another
+//!   CPU than the one that allocated them, measured on the 2-CPU host (a
+//!   process that moved before it exited frees its pages on the CPU it
+//!   exits on). On the seeds' machines this is an estimate. A job chosen to
+//!   exit elsewhere hands everything its exit frees (user pages, kernel
+//!   stack, PGD) to a task on another CPU, which frees them before its own
+//!   next step.
 
 use crate::params::{Args, Count, Count::N, ParamError, ParamSpec as P};
+use crate::recorded_build;
 use crate::WorkloadDef;
 use mm::page_alloc::Gfp;
 use sim::{Block, Op, OpResult, Program, Rng, TaskSpec};
+use std::cell::RefCell;
+use std::ops::ControlFlow;
+use std::rc::Rc;
 
 pub(crate) const DEF: WorkloadDef = WorkloadDef {
     name: "kbuild",
@@ -46,30 +65,43 @@ pub(crate) const DEF: WorkloadDef = WorkloadDef {
             N(20),
             1,
             N(1_000_000),
-            "jobs each task runs one after another",
+            "jobs per slot: make's queue holds tasks x jobs jobs, each slot takes the next when it is done",
+        ),
+        P::choice(
+            "job_sizes",
+            "recorded",
+            &["recorded", "uniform"],
+            "pages a job faults in: recorded (the recorded build's processes) or uniform",
         ),
         P::int(
             "pages_per_job",
-            N(4096),
+            N(836),
             2,
             N(100_000_000),
-            "mean order-0 pages a job faults in (uniform in ±50 %)",
+            "with job_sizes = uniform: mean order-0 pages a job faults in (uniform in ±50 %)",
         ),
         P::int(
             "work_per_page_ns",
-            N(49_000),
+            N(recorded_build::USER_NS_PER_PAGE as i64),
             0,
             N(1_000_000_000),
             "user time per page faulted in (measured: see the module doc)",
         ),
         P::int(
             "slab_pct",
-            N(5),
+            N(3),
             0,
             // Below 100: a job's pages are faulted only when a step is not
             // a kernel allocation, so 100 % would never finish a job.
             N(99),
-            "extra kernel allocations of order 1-3, in % of steps (freed during the job)",
+            "extra kernel allocations of order 1, in % of pages (measured share of kernel pages)",
+        ),
+        P::int(
+            "remote_free_pct",
+            N(recorded_build::REMOTE_FREE_PCT as i64),
+            0,
+            N(100),
+            "% of jobs that exit on another CPU (measured on 2 CPUs: see the module doc)",
         ),
     ],
     build,
@@ -79,22 +111,48 @@ pub(crate) const DEF: WorkloadDef = WorkloadDef {
 #[derive(Clone, Copy, Debug)]
 struct KbuildParams {
     jobs: u32,
-    pages_per_job: u32,
+    /// `None`: the recorded distribution.
+    pages_per_job: Option<u32>,
     work_per_page_ns: u64,
     slab_pct: u32,
+    remote_free_pct: u32,
 }
 
 fn build(a: &Args) -> Result<Vec<TaskSpec>, ParamError> {
     let tasks = a.int("tasks")? as u32;
+    let uniform = a.choice("job_sizes")? == "uniform";
+    let pages_per_job = a.int("pages_per_job")? as u32;
     let kp = KbuildParams {
         jobs: a.int("jobs")? as u32,
-        pages_per_job: a.int("pages_per_job")? as u32,
+        pages_per_job: uniform.then_some(pages_per_job),
         work_per_page_ns: a.int("work_per_page_ns")? as u64,
         slab_pct: a.int("slab_pct")? as u32,
+        remote_free_pct: a.int("remote_free_pct")? as u32,
     };
+    let exits = Rc::new(RefCell::new(Exits {
+        mailbox: vec![Vec::new(); tasks as usize],
+        active: vec![true; tasks as usize],
+        queued: tasks as u64 * kp.jobs as u64,
+    }));
     Ok((0..tasks)
-        .map(|i| TaskSpec::new(Box::new(Kbuild::new(kp)), mm::VcpuId(i)))
+        .map(|i| {
+            TaskSpec::new(
+                Box::new(Kbuild::new(kp, i as usize, exits.clone())),
+                mm::VcpuId(i),
+            )
+        })
         .collect())
+}
+
+/// What the tasks share: make's job queue, and blocks that a job which
+/// exited on another CPU left there to be freed.
+struct Exits {
+    mailbox: Vec<Vec<Block>>,
+    /// Tasks that will take another step (a job exits only on a CPU whose
+    /// task runs again, so that every block is freed).
+    active: Vec<bool>,
+    /// Jobs make has not started yet.
+    queued: u64,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -126,7 +184,11 @@ enum For {
 
 struct Kbuild {
     p: KbuildParams,
-    job: u32,
+    /// This task's index (its CPU).
+    me: usize,
+    exits: Rc<RefCell<Exits>>,
+    /// The running job exits on another CPU.
+    exits_elsewhere: bool,
     phase: Phase,
     target: u32,
     faulted: u32,
@@ -138,10 +200,12 @@ struct Kbuild {
 }
 
 impl Kbuild {
-    fn new(p: KbuildParams) -> Kbuild {
+    fn new(p: KbuildParams, me: usize, exits: Rc<RefCell<Exits>>) -> Kbuild {
         Kbuild {
             p,
-            job: 0,
+            me,
+            exits,
+            exits_elsewhere: false,
             phase: Phase::ForkStack,
             target: 0,
             faulted: 0,
@@ -157,6 +221,83 @@ impl Kbuild {
         self.pending = what;
         Some(Op::AllocPages { gfp, order })
     }
+
+    /// The pages of the next job: drawn from the recording, or uniform in
+    /// `pages_per_job` ± 50 %.
+    fn draw_pages(&self, rng: &mut Rng) -> u32 {
+        match self.p.pages_per_job {
+            Some(n) => n / 2 + rng.below(n as u64 + 1) as u32,
+            None => recorded_build::draw_process_pages(|m| rng.below(m)) as u32,
+        }
+    }
+
+    /// A job that exits on another CPU: everything its exit frees (its
+    /// user pages, and its kernel stack and PGD) goes to the mailbox of a
+    /// task on another CPU that still has jobs to run, chosen at random.
+    fn exit_elsewhere(&mut self, rng: &mut Rng) {
+        let mut ex = self.exits.borrow_mut();
+        let others: Vec<usize> = (0..ex.active.len())
+            .filter(|&t| t != self.me && ex.active[t])
+            .collect();
+        if others.is_empty() {
+            return;
+        }
+        let t = others[rng.below(others.len() as u64) as usize];
+        let mb = &mut ex.mailbox[t];
+        mb.append(&mut self.held);
+        mb.append(&mut self.stack);
+        mb.extend(self.pgd.take());
+    }
+
+    /// Phase::ForkStack: make starts the slot's next job (its kernel stack
+    /// first), or, with the queue empty, the slot gives its slab pages back
+    /// and ends.
+    fn fork_stack(&mut self, rng: &mut Rng) -> ControlFlow<Option<Op>> {
+        if self.stack.is_empty() {
+            // make starts the next job of its queue on this slot.
+            let mut ex = self.exits.borrow_mut();
+            if ex.queued == 0 {
+                // The build is done here: the CPU's slab caches give
+                // their pages back, then the slot ends.
+                if let Some(b) = self.slab.pop() {
+                    return ControlFlow::Break(Some(Op::FreePages { block: b }));
+                }
+                ex.active[self.me] = false;
+                return ControlFlow::Break(None);
+            }
+            ex.queued -= 1;
+        }
+        if self.stack.len() < KERNEL_STACK_PAGES {
+            return ControlFlow::Break(self.alloc(For::Stack, Gfp::KERNEL, 0));
+        }
+        self.target = self.draw_pages(rng);
+        self.exits_elsewhere = rng.percent(self.p.remote_free_pct);
+        self.faulted = 0;
+        self.phase = Phase::ForkPgd;
+        ControlFlow::Continue(())
+    }
+
+    /// Phase::Run: the job's next anonymous page, or now and then a slab
+    /// allocation or free; on to the exit when the job has all its pages.
+    fn run(&mut self, rng: &mut Rng) -> ControlFlow<Option<Op>> {
+        if self.faulted == self.target {
+            self.phase = Phase::ExitUser;
+            return ControlFlow::Continue(());
+        }
+        // Kernel memory of orders 1-3 now and then, freed a little later.
+        if rng.percent(self.p.slab_pct) {
+            if self.slab.len() > 4 {
+                let b = self
+                    .slab
+                    .swap_remove(rng.below(self.slab.len() as u64) as usize);
+                return ControlFlow::Break(Some(Op::FreePages { block: b }));
+            }
+            return ControlFlow::Break(self.alloc(For::Slab, Gfp::KERNEL, 1));
+        }
+        self.faulted += 1;
+        self.phase = Phase::Work;
+        ControlFlow::Break(self.alloc(For::User, Gfp::HIGHUSER_MOVABLE, 0))
+    }
 }
 
 impl Program for Kbuild {
@@ -171,42 +312,26 @@ impl Program for Kbuild {
                 For::Pgd => self.pgd = Some((pfn, 1)),
             }
         }
+        // Pages of a job that exited on this CPU come first: the exit runs
+        // here before this CPU's own task continues.
+        if let Some(b) = self.exits.borrow_mut().mailbox[self.me].pop() {
+            return Some(Op::FreePages { block: b });
+        }
         loop {
             match self.phase {
                 Phase::ForkStack => {
-                    if self.job == self.p.jobs {
-                        return None;
+                    if let ControlFlow::Break(op) = self.fork_stack(rng) {
+                        return op;
                     }
-                    if self.stack.len() < KERNEL_STACK_PAGES {
-                        return self.alloc(For::Stack, Gfp::KERNEL, 0);
-                    }
-                    let half = self.p.pages_per_job / 2;
-                    self.target = half + rng.below(self.p.pages_per_job as u64 + 1) as u32;
-                    self.faulted = 0;
-                    self.phase = Phase::ForkPgd;
                 }
                 Phase::ForkPgd => {
                     self.phase = Phase::Run;
                     return self.alloc(For::Pgd, Gfp::KERNEL, 1);
                 }
                 Phase::Run => {
-                    if self.faulted == self.target {
-                        self.phase = Phase::ExitUser;
-                        continue;
+                    if let ControlFlow::Break(op) = self.run(rng) {
+                        return op;
                     }
-                    // Kernel memory of orders 1-3 now and then, freed a little later.
-                    if rng.percent(self.p.slab_pct) {
-                        if self.slab.len() > 4 {
-                            let b = self
-                                .slab
-                                .swap_remove(rng.below(self.slab.len() as u64) as usize);
-                            return Some(Op::FreePages { block: b });
-                        }
-                        return self.alloc(For::Slab, Gfp::KERNEL, 1);
-                    }
-                    self.faulted += 1;
-                    self.phase = Phase::Work;
-                    return self.alloc(For::User, Gfp::HIGHUSER_MOVABLE, 0);
                 }
                 Phase::Work => {
                     self.phase = Phase::Run;
@@ -217,16 +342,15 @@ impl Program for Kbuild {
                     }
                 }
                 Phase::ExitUser => {
+                    if self.exits_elsewhere {
+                        self.exits_elsewhere = false;
+                        self.exit_elsewhere(rng);
+                    }
                     // exit_mmap(): the user pages go back in one burst. Slab
                     // pages belong to the CPU's slab caches, not to the
                     // process: they outlive the job and are returned only
-                    // when the task's last job is done.
-                    let last_job = self.job + 1 == self.p.jobs;
-                    let next =
-                        self.held
-                            .pop()
-                            .or_else(|| if last_job { self.slab.pop() } else { None });
-                    if let Some(b) = next {
+                    // when make's queue is empty.
+                    if let Some(b) = self.held.pop() {
                         return Some(Op::FreePages { block: b });
                     }
                     self.phase = Phase::ExitStack;
@@ -239,7 +363,6 @@ impl Program for Kbuild {
                 }
                 Phase::ExitPgd => {
                     // The PGD is the last, lone high-order free of the exit.
-                    self.job += 1;
                     self.phase = Phase::ForkStack;
                     if let Some(b) = self.pgd.take() {
                         return Some(Op::FreePages { block: b });

@@ -38,26 +38,37 @@
 //!
 //! # Where the parameters come from
 //!
-//! - `work_per_page_ns` = 49 µs: measured on this host kind, one page
-//!   allocation per 49 µs of CPU time while building C code (`make -j2`,
-//!   ../shared/reference/LIVE-KERNEL.md, "Tracing a real workload"; the same
-//!   figure as the `kbuild` workload).
+//! A kernel build recorded on this host ([`crate::recorded_build`],
+//! `docs/kbuild-recording.md`):
+//!
+//! - `job_sizes = "recorded"`: a job allocates what one of the recorded
+//!   build's processes allocated (drawn from their page counts: most jobs
+//!   are small, `sh` or the `gcc` driver, most memory is in the `cc1`s at
+//!   ~40 MiB each). `job_mib` (32, an estimate) is the `uniform`
+//!   alternative's mean.
+//! - `work_per_page_ns` = 26 280: the build's user time per anonymous page.
+//! - `other_sys_permille` = 117: the kernel time the model does not play
+//!   (exec, file-backed faults, the page cache, file system calls,
+//!   scheduling), in ‰ of user time: the recorded system time less the
+//!   model's anonymous-memory part of it on this host's profile. Added as
+//!   system time in proportion to each job's user time; large anonymous
+//!   folios do not change it.
 //! - The glibc constants (128 KiB mmap threshold, top pad and trim
 //!   threshold) are glibc's documented defaults (mallopt(3)).
-//! - `job_mib` = 32, `mmap_pct` = 30, `free_pct` = 20 and the request-size
-//!   ranges are estimates: a `cc1` compiling a kernel C file peaks at tens
-//!   of MiB; how its memory splits between brk and mmap, and how much it
-//!   gives back before exit, were not measured. `jobs` is chosen small
-//!   enough to run in seconds. None was tuned to the seed's result.
+//! - `mmap_pct` = 30, `free_pct` = 20 and the request-size ranges are
+//!   estimates: how a process's memory splits between brk and mmap, and how
+//!   much it gives back before exit, were not measured. None was tuned to
+//!   the seed's result.
 //!
 //! Deviations: a job is a process of its own from the start; make's
-//! `fork()` and the `exec()` that throws the copy away are not modelled
+//! `fork()` and the `exec()` that throws the copy away are not played
 //! (the engine binds tasks to vCPUs without migration, so a make parent
-//! waiting on one vCPU would serialize behind its children). No file I/O,
-//! page cache, or the `as`/driver processes: kernel time here is the
-//! anonymous-memory part of a build's kernel time only.
+//! waiting on one vCPU would serialize behind its children); their kernel
+//! time, with that of file I/O and the page cache, is in
+//! `other_sys_permille`, not played step by step.
 
 use crate::params::{Args, Count, Count::N, ParamError, ParamSpec as P};
+use crate::recorded_build;
 use crate::WorkloadDef;
 use mm::types::PAGE_SIZE;
 use mm::vma::MapFlags;
@@ -86,16 +97,22 @@ pub(crate) const DEF: WorkloadDef = WorkloadDef {
             N(100_000),
             "compiler processes each slot runs one after another",
         ),
+        P::choice(
+            "job_sizes",
+            "recorded",
+            &["recorded", "uniform"],
+            "how much a job allocates: recorded (the recorded build's processes) or uniform (job_mib ± 50 %)",
+        ),
         P::int(
             "job_mib",
             N(32),
             1,
             N(65_536),
-            "mean MiB a job allocates and writes (uniform in ±50 %; estimate)",
+            "with job_sizes = uniform: mean MiB a job allocates and writes (uniform in ±50 %; estimate)",
         ),
         P::int(
             "work_per_page_ns",
-            N(49_000),
+            N(recorded_build::USER_NS_PER_ANON_PAGE as i64),
             0,
             N(1_000_000_000),
             "user time per page allocated (measured: see the module doc)",
@@ -113,6 +130,13 @@ pub(crate) const DEF: WorkloadDef = WorkloadDef {
             0,
             N(100),
             "% of allocations followed by a free: munmap, MADV_DONTNEED or brk shrink (estimate)",
+        ),
+        P::int(
+            "other_sys_permille",
+            N(recorded_build::OTHER_SYS_PERMILLE as i64),
+            0,
+            N(100_000),
+            "kernel time the model does not play (exec, file faults, read/write, ...), in ‰ of user time",
         ),
     ],
     build,
@@ -135,10 +159,13 @@ const MAX_HEAP_REQUEST: u64 = 256 << 10;
 
 #[derive(Clone, Copy, Debug)]
 struct JobParams {
-    job_bytes: u64,
+    /// Mean bytes a job allocates (uniform in ± 50 %), or `None` for the
+    /// recorded build's processes.
+    job_bytes: Option<u64>,
     work_per_page_ns: u64,
     mmap_pct: u32,
     free_pct: u32,
+    other_sys_permille: u64,
 }
 
 fn build(a: &Args) -> Result<Vec<TaskSpec>, ParamError> {
@@ -146,11 +173,14 @@ fn build(a: &Args) -> Result<Vec<TaskSpec>, ParamError> {
     let nr_cpus = m.nr_cpus();
     let tasks = a.int("tasks")? as u32;
     let jobs = a.int("jobs")? as u32;
+    let uniform = a.choice("job_sizes")? == "uniform";
+    let job_bytes = (a.int("job_mib")? as u64) << 20;
     let jp = JobParams {
-        job_bytes: (a.int("job_mib")? as u64) << 20,
+        job_bytes: uniform.then_some(job_bytes),
         work_per_page_ns: a.int("work_per_page_ns")? as u64,
         mmap_pct: a.int("mmap_pct")? as u32,
         free_pct: a.int("free_pct")? as u32,
+        other_sys_permille: a.int("other_sys_permille")? as u64,
     };
     // Spread the slots over the machine, as the scheduler spreads busy
     // tasks over idle cores.
@@ -231,9 +261,15 @@ impl CompileJob {
         });
         self.allocated += len;
         if self.p.work_per_page_ns > 0 {
-            self.pending.push_back(Op::Compute {
-                ns: pages * self.p.work_per_page_ns,
-            });
+            let ns = pages * self.p.work_per_page_ns;
+            self.pending.push_back(Op::Compute { ns });
+            // The kernel's share of that work which the model does not
+            // play: the program's file faults, reads and writes, its part
+            // of exec and exit.
+            let sys = ns * self.p.other_sys_permille / 1000;
+            if sys > 0 {
+                self.pending.push_back(Op::KernelWork { ns: sys });
+            }
         }
     }
 
@@ -337,8 +373,10 @@ impl Program for CompileJob {
         self.awaiting = Await::Nothing;
         if !self.started {
             self.started = true;
-            let half = self.p.job_bytes / 2;
-            self.target = half + rng.below(self.p.job_bytes + 1);
+            self.target = match self.p.job_bytes {
+                Some(b) => b / 2 + rng.below(b + 1),
+                None => recorded_build::draw_process_pages(|m| rng.below(m)) * PAGE_SIZE,
+            };
             self.awaiting = Await::StartBrk;
             return Some(Op::Brk { brk: 0 });
         }

@@ -14,6 +14,7 @@ pub mod malloc_dontneed;
 pub mod page_churn;
 pub mod page_fault1;
 pub mod params;
+pub mod recorded_build;
 pub mod small_vmas;
 pub mod speedometer;
 pub mod stream;

@@ -41,9 +41,10 @@
 //!   `PartitionPageSize()` on 4 KiB-page systems) are the constants of
 //!   those allocators' sources.
 //! - `work_per_page_ns` = 49 µs per page written: the CPU time per page
-//!   allocated measured for compilation on this host kind (see
-//!   `kernel_compile.rs`), assumed for a JavaScript benchmark: an
-//!   estimate, not a measurement of Speedometer.
+//!   allocated measured for compiling a small C project on this host kind
+//!   (`../shared/reference/LIVE-KERNEL.md`; the recorded kernel build of
+//!   `docs/kbuild-recording.md` gives 26 µs), assumed for a JavaScript
+//!   benchmark: an estimate, not a measurement of Speedometer.
 //! - The mix of kinds, the large-object size range, `objects`, and the
 //!   halves freed per run are estimates; none was tuned to the seed.
 //!

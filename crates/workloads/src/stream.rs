@@ -13,8 +13,24 @@
 //!   pages bounce between two CPUs.
 //!
 //! Deviation: the network stack itself (protocol processing, copies) is a
-//! fixed user/kernel time per message (`work_ns`), not modelled; only the
-//! page allocations and frees are. Sizes are synthetic.
+//! time per message (`work_ns`, or the time the message's bytes take at
+//! `mbps`), not modelled; only the page allocations and frees are. Sizes
+//! are synthetic.
+//!
+//! # Throughput
+//!
+//! `mbps` sets the time per message from a measured per-pair throughput:
+//! a message of `b` bytes takes `b × 8000 / mbps` ns, so a pair moves
+//! `mbps` megabits a second whatever the sizes drawn. Published
+//! SCTP_STREAM_MANY figures for the seed's kind of machine and setup (the
+//! 0-day robot's `lkp-icl-2sp4`, a 2-socket, 128-thread Ice Lake server;
+//! 50 % of the CPUs as client/server pairs, i.e. 64 pairs, `send_size`
+//! 10K, over loopback): 9 078 Mbit/s per pair before and 4 006 after commit
+//! 4890b686f408 ("net: keep sk->sk_forward_alloc as small as possible",
+//! merged for 6.0), which the seed's 6.6-based kernels contain (the
+//! robot's report "[net] 4890b686f4: netperf.Throughput_Mbps -69.4%
+//! regression", linux-mm/netdev, 16 August 2022, `netperf.Throughput_Mbps`
+//! 9078 → 4006, `netperf.Throughput_total_Mbps` 581006 → 256385).
 
 use crate::params::{Args, Count, Count::N, ParamError, ParamSpec as P};
 use crate::WorkloadDef;
@@ -60,6 +76,13 @@ pub(crate) const DEF: WorkloadDef = WorkloadDef {
             N(1_000_000_000),
             "time per message on each side besides the allocator",
         ),
+        P::int(
+            "mbps",
+            N(0),
+            0,
+            N(10_000_000),
+            "if not 0: the sender's time per message is its bytes at this many Mbit/s (instead of work_ns)",
+        ),
         P::flag(
             "pingpong",
             false,
@@ -76,6 +99,7 @@ struct StreamParams {
     blocks: u32,
     high_order_pct: u32,
     work_ns: u64,
+    mbps: u64,
     pingpong: bool,
 }
 
@@ -88,6 +112,7 @@ fn build(a: &Args) -> Result<Vec<TaskSpec>, ParamError> {
         blocks: a.int("blocks_per_message")? as u32,
         high_order_pct: a.int("high_order_pct")? as u32,
         work_ns: a.int("work_ns")? as u64,
+        mbps: a.int("mbps")? as u64,
         pingpong: a.flag("pingpong")?,
     };
     let mut tasks = Vec::new();
@@ -187,8 +212,15 @@ impl Program for Side {
                 }
                 Phase::Work => {
                     self.phase = Phase::Send;
-                    if self.p.work_ns > 0 {
-                        return Some(Op::Compute { ns: self.p.work_ns });
+                    let ns = match self.p.mbps {
+                        0 => self.p.work_ns,
+                        mbps => {
+                            let bytes: u64 = self.buf.iter().map(|b| mm::PAGE_SIZE << b.1).sum();
+                            bytes * 8000 / mbps
+                        }
+                    };
+                    if ns > 0 {
+                        return Some(Op::Compute { ns });
                     }
                 }
                 Phase::Send => {

@@ -104,3 +104,28 @@ fn smaller_high_means_more_zone_lock_traffic() {
         "a larger high holds more pages"
     );
 }
+
+/// `stream` with `mbps`: the sender's user time is its messages' bytes at
+/// that rate, and every block it sent is freed by the receiver.
+#[test]
+fn stream_at_a_throughput_spends_the_bytes_time() {
+    let m = machine(2);
+    let pa = PageAlloc::new(
+        &m.memory_layout(),
+        VmSysctl::default(),
+        PcpPolicy::default(),
+    );
+    let mut eng = Engine::new(pa, CostTable::uniform(0), 5);
+    let mut p = Params::default();
+    p.0.insert("pairs".into(), ParamValue::Int(1));
+    p.0.insert("messages".into(), ParamValue::Int(50));
+    // 8000 Mbit/s: one byte per nanosecond.
+    p.0.insert("mbps".into(), ParamValue::Int(8000));
+    for t in workloads::build("stream", &p, &m).unwrap() {
+        eng.spawn(t);
+    }
+    let stats = eng.run();
+    let pages = eng.pa.vmstat.get(VmEvent::PGFREE);
+    assert!(pages > 50, "{pages} pages");
+    assert_eq!(stats.user_ns, pages * 4096);
+}

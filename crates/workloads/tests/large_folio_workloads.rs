@@ -122,6 +122,7 @@ fn kernel_compile_grows_the_heap_with_brk() {
     let p = params(&[
         ("tasks", ParamValue::Int(1)),
         ("jobs", ParamValue::Int(1)),
+        ("job_sizes", ParamValue::Str("uniform".into())),
         ("job_mib", ParamValue::Int(2)),
         ("mmap_pct", ParamValue::Int(0)),
         ("free_pct", ParamValue::Int(0)),

@@ -42,6 +42,7 @@ fn hw(costs: &CostTable) -> NumaHw {
         link_mbps: 23_400,
         dma_channels: 8,
         dma_channel_mbps: 1000,
+        line_fill_buffers: 0,
         ..NumaHw::from_costs(costs)
     }
 }

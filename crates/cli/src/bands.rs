@@ -1,0 +1,659 @@
+//! The seeds' headline figures, and how far each moves when the model's
+//! uncertain inputs move (`mmlab reproduce --bands`).
+//!
+//! # Headlines
+//!
+//! [`HEADLINES`] names the fifteen published figures the reproductions are
+//! judged on, each as an experiment, a workload, a kernel (and the kernel it
+//! is compared with), a metric and the published value. They are data, so
+//! the README's table, this command and the issue's audit all mean the same
+//! figures.
+//!
+//! # Bands
+//!
+//! A profile gives a `band = [low, high]` for every figure that is an
+//! estimate or a bound (a `[costs.*]` entry, or `line_fill_buffers` and
+//! `link_mbps` of `[numa]`). A headline's band is the range it takes when
+//! those inputs move across their bands:
+//!
+//! - one at a time: each input alone at its low and then its high end, the
+//!   others at their central values (which input moves the headline most
+//!   is reported as its "widest input");
+//! - together, by a small Latin-hypercube sample ([`LHS_SAMPLES`] points:
+//!   every input's band cut into that many equal strata, each stratum used
+//!   once, at its middle, the strata of different inputs paired by seeded
+//!   permutations), so that inputs that push the same way are seen acting
+//!   together.
+//!
+//! A headline whose band stays on the published figure's side of "no
+//! change" keeps its conclusion whatever those inputs are; one whose band
+//! crosses it does not. Without `--bands` only the central values are
+//! computed, from the runs `reproduce` makes anyway.
+
+use crate::api::BUILTIN_EXPERIMENTS;
+use crate::experiment::Experiment;
+use crate::report::RunResult;
+use crate::runner::{run_experiment, RunOpts};
+use anyhow::{anyhow, Result};
+use serde::{Deserialize, Serialize};
+use std::path::Path;
+
+/// Points of the Latin-hypercube sample.
+pub const LHS_SAMPLES: usize = 8;
+/// The seed of the sample's permutations (any fixed number: the sample is
+/// part of the result and must not change between runs).
+const LHS_SEED: u64 = 14;
+
+/// How a headline's value is computed from the runs.
+#[derive(Clone, Copy, Debug)]
+pub enum Value {
+    /// The metric of the kernel as it is.
+    Abs,
+    /// `(kernel / base - 1) x 100` of the metric.
+    ChangePct,
+    /// `(base / kernel - 1) x 100` of the metric (a score that is the
+    /// inverse of a run time).
+    InverseChangePct,
+    /// `kernel / base` of the metric.
+    Ratio,
+}
+
+/// One published figure and where the model's counterpart comes from.
+#[derive(Clone, Copy, Debug)]
+pub struct Headline {
+    /// Short name (seed and figure).
+    pub name: &'static str,
+    /// Built-in experiment.
+    pub experiment: &'static str,
+    /// Its workload.
+    pub workload: &'static str,
+    /// The kernel whose figure it is.
+    pub kernel: &'static str,
+    /// The kernel it is compared with (for changes and ratios).
+    pub base: &'static str,
+    /// The metric.
+    pub metric: &'static str,
+    /// How the value is formed.
+    pub value: Value,
+    /// The published figure.
+    pub published: f64,
+}
+
+/// A headline: `[kernel, base]` are the kernel whose figure it is and the
+/// one it is compared with (`""` for none).
+const fn h(
+    name: &'static str,
+    experiment: &'static str,
+    workload: &'static str,
+    [kernel, base]: [&'static str; 2],
+    metric: &'static str,
+    value: Value,
+    published: f64,
+) -> Headline {
+    Headline {
+        name,
+        experiment,
+        workload,
+        kernel,
+        base,
+        metric,
+        value,
+        published,
+    }
+}
+
+/// The fifteen headlines of the five seeds.
+pub const HEADLINES: &[Headline] = &[
+    h(
+        "000 anon-cow-seq throughput, target-last (%)",
+        "huge-copy-order",
+        "anon-cow-seq",
+        ["target-last", "sequential"],
+        "throughput",
+        Value::ChangePct,
+        16.6,
+    ),
+    h(
+        "000 anon-w-seq throughput, target-last (%)",
+        "huge-copy-order",
+        "anon-w-seq",
+        ["target-last", "sequential"],
+        "throughput",
+        Value::ChangePct,
+        28.3,
+    ),
+    h(
+        "001 1x4K, 4.x single (GB/s)",
+        "thp-migration",
+        "1x4K",
+        ["4.x single", ""],
+        "migrate_gbps",
+        Value::Abs,
+        0.06,
+    ),
+    h(
+        "001 512x4K, 4.x single (GB/s)",
+        "thp-migration",
+        "512x4K",
+        ["4.x single", ""],
+        "migrate_gbps",
+        Value::Abs,
+        0.98,
+    ),
+    h(
+        "001 1x2M, 4.x single (GB/s)",
+        "thp-migration",
+        "1x2M",
+        ["4.x single", ""],
+        "migrate_gbps",
+        Value::Abs,
+        2.97,
+    ),
+    h(
+        "001 1x2M, 8 threads (GB/s)",
+        "thp-migration",
+        "1x2M",
+        ["mt-8", ""],
+        "migrate_gbps",
+        Value::Abs,
+        8.58,
+    ),
+    h(
+        "002 first-slot share of hits, pfn (%)",
+        "vmacache",
+        "ebizzy",
+        ["pfn (4.18)", ""],
+        "vmacache_first_slot_pct",
+        Value::Abs,
+        25.0,
+    ),
+    h(
+        "002 first-slot share of hits, pmd (%)",
+        "vmacache",
+        "ebizzy",
+        ["pmd (4.19)", ""],
+        "vmacache_first_slot_pct",
+        Value::Abs,
+        70.0,
+    ),
+    h(
+        "003 kbuild zone lock, base (%)",
+        "pcp-autotune",
+        "kbuild",
+        ["base", ""],
+        "zone_lock_pct",
+        Value::Abs,
+        43.6,
+    ),
+    h(
+        "003 kbuild build time, patch9 (%)",
+        "pcp-autotune",
+        "kbuild",
+        ["patch9", "base"],
+        "runtime_ns",
+        Value::ChangePct,
+        -14.1,
+    ),
+    h(
+        "003 lmbench UNIX score, patch3 (%)",
+        "pcp-autotune-lmbench",
+        "lmbench-unix",
+        ["patch3", "base"],
+        "runtime_ns",
+        Value::InverseChangePct,
+        101.6,
+    ),
+    h(
+        "003 netperf zone lock, base (%)",
+        "pcp-autotune-netperf",
+        "netperf",
+        ["base", ""],
+        "zone_lock_pct",
+        Value::Abs,
+        2.0,
+    ),
+    h(
+        "004 kbuild -j8 kernel time, v2 (%)",
+        "large-anon-folios",
+        "kernel-compile-j8",
+        ["anonfolio-lkml-v2", "baseline-4k"],
+        "sys_ns",
+        Value::ChangePct,
+        -38.6,
+    ),
+    h(
+        "004 kbuild -j8 real time, v2 (%)",
+        "large-anon-folios",
+        "kernel-compile-j8",
+        ["anonfolio-lkml-v2", "baseline-4k"],
+        "runtime_ns",
+        Value::ChangePct,
+        -4.8,
+    ),
+    h(
+        "004 page faults, simple-order / v1",
+        "large-anon-folios-order-mix",
+        "speedometer",
+        ["anonfolio-lkml-v2-simple-order", "anonfolio-lkml-v1"],
+        "pgfault",
+        Value::Ratio,
+        2.75,
+    ),
+];
+
+impl Headline {
+    /// The headline's value in `results` (NaN if a run is missing).
+    pub fn eval(&self, results: &[RunResult]) -> f64 {
+        let get = |k: &str| {
+            results
+                .iter()
+                .find(|r| r.kernel == k && r.workload == self.workload)
+                .and_then(|r| r.metric(self.metric))
+                .map_or(f64::NAN, |v| v.as_f64())
+        };
+        let x = get(self.kernel);
+        match self.value {
+            Value::Abs => x,
+            Value::ChangePct => (x / get(self.base) - 1.0) * 100.0,
+            Value::InverseChangePct => (get(self.base) / x - 1.0) * 100.0,
+            Value::Ratio => x / get(self.base),
+        }
+    }
+
+    /// The value that means "no effect": a conclusion is the side of it
+    /// the figure is on (none for absolute figures).
+    pub fn neutral(&self) -> Option<f64> {
+        match self.value {
+            Value::Abs => None,
+            Value::ChangePct | Value::InverseChangePct => Some(0.0),
+            Value::Ratio => Some(1.0),
+        }
+    }
+}
+
+/// How a headline's value is formed, as the results document names it.
+fn value_name(v: Value) -> &'static str {
+    match v {
+        Value::Abs => "absolute",
+        Value::ChangePct => "change_pct",
+        Value::InverseChangePct => "inverse_change_pct",
+        Value::Ratio => "ratio",
+    }
+}
+
+/// One headline in a results document (its `headlines` array): the
+/// published figure, the model's, and, with `--bands`, the range the
+/// model's takes over its profile's uncertain inputs.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct HeadlineResult {
+    /// Seed and figure.
+    pub name: String,
+    /// The built-in experiment, workload and kernel the figure comes from.
+    pub experiment: String,
+    pub workload: String,
+    pub kernel: String,
+    /// The kernel it is compared with (`null` for an absolute figure).
+    pub base: Option<String>,
+    /// The metric.
+    pub metric: String,
+    /// `absolute`, `change_pct` ((kernel / base − 1) × 100),
+    /// `inverse_change_pct` ((base / kernel − 1) × 100: a score that is the
+    /// inverse of a time) or `ratio` (kernel / base).
+    pub value: String,
+    /// The published figure.
+    pub published: f64,
+    /// The model's figure at the profile's central values (`null` if a run
+    /// it needs is missing).
+    pub model: Option<f64>,
+    /// `[low, high]`: the union of the two bands below (`null` without
+    /// `--bands`).
+    pub band: Option<[f64; 2]>,
+    /// The range over each banded input alone at either end of its band.
+    pub band_one_at_a_time: Option<[f64; 2]>,
+    /// The range over the Latin-hypercube sample of all banded inputs.
+    pub band_sample: Option<[f64; 2]>,
+    /// The input that moved the figure most on its own: `key [low, high]`.
+    pub widest_input: Option<String>,
+    /// Within ±30 % of the published figure, with the same direction (for
+    /// a change or a ratio).
+    pub within_30pct: bool,
+    /// For a change or a ratio: the band stays on the published figure's
+    /// side of "no change" (`null` without a band, or for an absolute
+    /// figure).
+    pub band_keeps_direction: Option<bool>,
+}
+
+/// Rounds to 4 decimals, so that documents do not carry float noise.
+fn round(x: f64) -> f64 {
+    (x * 10_000.0).round() / 10_000.0
+}
+
+impl Headline {
+    /// This headline with the model's central value `model` and no band.
+    fn result(&self, model: f64) -> HeadlineResult {
+        let model = model.is_finite().then(|| round(model));
+        let mut r = HeadlineResult {
+            name: self.name.to_string(),
+            experiment: self.experiment.to_string(),
+            workload: self.workload.to_string(),
+            kernel: self.kernel.to_string(),
+            base: (!self.base.is_empty()).then(|| self.base.to_string()),
+            metric: self.metric.to_string(),
+            value: value_name(self.value).to_string(),
+            published: self.published,
+            model,
+            band: None,
+            band_one_at_a_time: None,
+            band_sample: None,
+            widest_input: None,
+            within_30pct: false,
+            band_keeps_direction: None,
+        };
+        r.within_30pct = model.is_some_and(|m| self.within(m));
+        r
+    }
+
+    /// Within ±30 % of the published figure and on its side of "no
+    /// change": for a change, the changes themselves are compared.
+    fn within(&self, model: f64) -> bool {
+        let p = self.published;
+        match self.neutral() {
+            Some(n) => {
+                let (dp, dm) = (p - n, model - n);
+                dp.signum() == dm.signum() && (dm - dp).abs() <= 0.3 * dp.abs()
+            }
+            None => (model - p).abs() <= 0.3 * p.abs(),
+        }
+    }
+
+    /// For a change or ratio: `[lo, hi]` stays on the published side.
+    fn keeps(&self, lo: f64, hi: f64) -> Option<bool> {
+        let n = self.neutral()?;
+        let side = (self.published - n).signum();
+        Some((lo - n).signum() == side && (hi - n).signum() == side)
+    }
+}
+
+/// The headlines of experiment `name` evaluated on its runs `results` (the
+/// central values; no band).
+pub fn central(name: &str, results: &[RunResult]) -> Vec<HeadlineResult> {
+    HEADLINES
+        .iter()
+        .filter(|h| h.experiment == name)
+        .map(|h| h.result(h.eval(results)))
+        .collect()
+}
+
+/// One uncertain input of a profile: its key and band.
+#[derive(Clone, Debug)]
+pub struct Input {
+    /// `costs.x` or `numa.x`.
+    pub key: String,
+    /// Low end of the band.
+    pub lo: u64,
+    /// High end of the band.
+    pub hi: u64,
+}
+
+/// The banded inputs of `exp`'s profile.
+pub fn inputs(exp: &Experiment) -> Vec<Input> {
+    let mut v: Vec<Input> = exp
+        .profile
+        .entries
+        .iter()
+        .filter_map(|(k, e)| {
+            let (lo, hi) = e.band?;
+            (lo < hi).then(|| Input {
+                key: format!("costs.{k}"),
+                lo,
+                hi,
+            })
+        })
+        .collect();
+    if let Some(n) = &exp.profile.numa {
+        for (k, &(lo, hi)) in &n.bands {
+            let varied = matches!(k.as_str(), "link_mbps" | "line_fill_buffers");
+            if varied && lo < hi {
+                v.push(Input {
+                    key: format!("numa.{k}"),
+                    lo,
+                    hi,
+                });
+            }
+        }
+    }
+    v
+}
+
+/// Sets input `key` of `exp`'s profile to `value`.
+fn set(exp: &mut Experiment, key: &str, value: u64) {
+    if let Some(k) = key.strip_prefix("costs.") {
+        if let Some(e) = exp.profile.entries.get_mut(k) {
+            e.ns = value;
+        }
+    } else if let Some(n) = exp.profile.numa.as_mut() {
+        match key {
+            "numa.link_mbps" => n.link_mbps = value,
+            "numa.line_fill_buffers" => n.line_fill_buffers = Some(value as u32),
+            _ => {}
+        }
+    }
+}
+
+/// The built-in experiment `name`, reduced to the runs `hs` need.
+fn load(name: &str, hs: &[&Headline]) -> Result<Experiment> {
+    let text = BUILTIN_EXPERIMENTS
+        .iter()
+        .find(|(n, _)| *n == name)
+        .map(|(_, t)| *t)
+        .ok_or_else(|| anyhow!("no built-in experiment {name}"))?;
+    let mut exp = Experiment::parse(text, Path::new(&format!("experiments/{name}.toml")))?;
+    exp.kernels
+        .retain(|k| hs.iter().any(|h| h.kernel == k.name || h.base == k.name));
+    exp.workloads
+        .retain(|w| hs.iter().any(|h| h.workload == w.name));
+    Ok(exp)
+}
+
+/// The Latin-hypercube sample: `LHS_SAMPLES` points, each a value for
+/// every input (the middle of one of its strata; every stratum of every
+/// input used once; strata paired across inputs by seeded permutations).
+fn lhs(inputs: &[Input]) -> Vec<Vec<u64>> {
+    let n = LHS_SAMPLES;
+    let mut rng = mm::rng::SplitMix64(LHS_SEED);
+    let perms: Vec<Vec<usize>> = inputs
+        .iter()
+        .map(|_| {
+            // Fisher-Yates.
+            let mut p: Vec<usize> = (0..n).collect();
+            for i in (1..n).rev() {
+                p.swap(i, rng.below(i as u64 + 1) as usize);
+            }
+            p
+        })
+        .collect();
+    (0..n)
+        .map(|j| {
+            inputs
+                .iter()
+                .zip(&perms)
+                .map(|(inp, p)| {
+                    let frac = (p[j] as f64 + 0.5) / n as f64;
+                    (inp.lo as f64 + frac * (inp.hi - inp.lo) as f64).round() as u64
+                })
+                .collect()
+        })
+        .collect()
+}
+
+/// `[min, max]` of `xs` (the finite ones), or `None`.
+fn range(xs: impl Iterator<Item = f64>) -> Option<[f64; 2]> {
+    xs.filter(|x| x.is_finite()).fold(None, |r, x| match r {
+        None => Some([x, x]),
+        Some([lo, hi]) => Some([lo.min(x), hi.max(x)]),
+    })
+}
+
+/// Fills in the bands of `results` (the headlines of one or more
+/// experiments, as [`central`] made them): each experiment's runs again with
+/// every banded input at either end of its band, one at a time, and at each
+/// point of the Latin-hypercube sample.
+pub fn fill_bands(results: &mut [HeadlineResult], jobs: usize, quiet: bool) -> Result<()> {
+    let mut names: Vec<String> = results.iter().map(|r| r.experiment.clone()).collect();
+    names.dedup();
+    for name in names {
+        let hs: Vec<&Headline> = HEADLINES.iter().filter(|h| h.experiment == name).collect();
+        let base = load(&name, &hs)?;
+        let ins = inputs(&base);
+        let run = |values: &[(usize, u64)]| -> Result<Vec<f64>> {
+            let mut e = load(&name, &hs)?;
+            for &(i, v) in values {
+                set(&mut e, &ins[i].key, v);
+            }
+            let seeds = [e.seed];
+            let res = run_experiment(
+                &e,
+                RunOpts {
+                    seeds: &seeds,
+                    quiet,
+                    jobs,
+                },
+            )?;
+            Ok(hs.iter().map(|h| h.eval(&res)).collect())
+        };
+        let mut oat: Vec<Vec<f64>> = vec![Vec::new(); hs.len()];
+        let mut widest: Vec<(f64, Option<String>)> = vec![(-1.0, None); hs.len()];
+        for (i, input) in ins.iter().enumerate() {
+            let (a, b) = (run(&[(i, input.lo)])?, run(&[(i, input.hi)])?);
+            for k in 0..hs.len() {
+                oat[k].extend([a[k], b[k]]);
+                let swing = (a[k] - b[k]).abs();
+                if swing.is_finite() && swing > widest[k].0 {
+                    widest[k] = (
+                        swing,
+                        Some(format!("{} [{}, {}]", input.key, input.lo, input.hi)),
+                    );
+                }
+            }
+        }
+        let mut sample: Vec<Vec<f64>> = vec![Vec::new(); hs.len()];
+        if !ins.is_empty() {
+            for point in lhs(&ins) {
+                let values: Vec<(usize, u64)> = point.into_iter().enumerate().collect();
+                let v = run(&values)?;
+                for k in 0..hs.len() {
+                    sample[k].push(v[k]);
+                }
+            }
+        }
+        for (k, h) in hs.iter().enumerate() {
+            let Some(r) = results.iter_mut().find(|r| r.name == h.name) else {
+                continue;
+            };
+            let centre = r.model.into_iter();
+            let one = range(oat[k].iter().copied().chain(centre.clone()));
+            let smp = range(sample[k].iter().copied().chain(centre));
+            let all = range(one.into_iter().chain(smp).flatten());
+            let rounded = |b: Option<[f64; 2]>| b.map(|[lo, hi]| [round(lo), round(hi)]);
+            r.band_one_at_a_time = rounded(one);
+            r.band_sample = rounded(smp);
+            r.band = rounded(all);
+            r.widest_input = widest[k].1.clone();
+            r.band_keeps_direction = all.and_then(|[lo, hi]| h.keeps(lo, hi));
+        }
+    }
+    Ok(())
+}
+
+/// The table `reproduce` prints after the experiments' tables.
+pub fn table(results: &[HeadlineResult]) -> String {
+    let banded = results.iter().any(|r| r.band.is_some());
+    let mut s = String::from(if banded {
+        "headlines: the seeds' published figures beside the model's; band: the model with the profile's estimated inputs moved across their ranges (each alone, and a Latin-hypercube sample of all together)\n\n"
+    } else {
+        "headlines: the seeds' published figures beside the model's (mmlab reproduce --bands adds each one's range over the profile's estimated inputs)\n\n"
+    });
+    s += &format!(
+        "{:<44} {:>10} {:>10} {:>21} {:>7} {:>6}  {}\n",
+        "headline", "published", "model", "band", "±30 %", "keeps", "widest input"
+    );
+    s += &format!("{}\n", "-".repeat(130));
+    for r in results {
+        let model = r.model.map_or("-".to_string(), |m| format!("{m:.2}"));
+        let band = r
+            .band
+            .map_or("-".to_string(), |[lo, hi]| format!("[{lo:.2}, {hi:.2}]"));
+        let keeps = match r.band_keeps_direction {
+            None => "-",
+            Some(true) => "yes",
+            Some(false) => "no",
+        };
+        s += &format!(
+            "{:<44} {:>10.2} {:>10} {:>21} {:>7} {:>6}  {}\n",
+            r.name,
+            r.published,
+            model,
+            band,
+            if r.within_30pct { "yes" } else { "no" },
+            keeps,
+            r.widest_input.as_deref().unwrap_or("")
+        );
+    }
+    s
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn input(lo: u64, hi: u64) -> Input {
+        Input {
+            key: "costs.x".into(),
+            lo,
+            hi,
+        }
+    }
+
+    /// Every input's strata are each used once, at their middles.
+    #[test]
+    fn the_sample_uses_every_stratum_of_every_input_once() {
+        let ins = [input(0, 80), input(100, 260), input(5, 5 + 8 * 3)];
+        let pts = lhs(&ins);
+        assert_eq!(pts.len(), LHS_SAMPLES);
+        for (i, inp) in ins.iter().enumerate() {
+            let width = (inp.hi - inp.lo) as f64 / LHS_SAMPLES as f64;
+            let mut strata: Vec<usize> = pts
+                .iter()
+                .map(|p| ((p[i] - inp.lo) as f64 / width) as usize)
+                .collect();
+            strata.sort_unstable();
+            assert_eq!(strata, (0..LHS_SAMPLES).collect::<Vec<_>>(), "input {i}");
+        }
+        // Not the same permutation for every input.
+        assert!(pts
+            .iter()
+            .any(|p| (p[0] / 10) as usize != ((p[1] - 100) / 20) as usize));
+        // Deterministic.
+        assert_eq!(lhs(&ins), pts);
+    }
+
+    #[test]
+    fn verdicts_compare_changes_and_keep_the_side() {
+        let h = HEADLINES
+            .iter()
+            .find(|h| h.name.starts_with("000 anon-w-seq"))
+            .unwrap();
+        // Published +28.3 %: within 30 % of the change is 19.81..36.79.
+        assert!(h.within(24.6) && h.within(36.0));
+        assert!(!h.within(19.0) && !h.within(-28.3));
+        assert_eq!(h.keeps(1.0, 40.0), Some(true));
+        assert_eq!(h.keeps(-1.0, 40.0), Some(false));
+        let abs = HEADLINES
+            .iter()
+            .find(|h| h.name.starts_with("001 1x2M, 4.x"))
+            .unwrap();
+        assert_eq!(abs.keeps(0.0, 9.0), None);
+        assert!(abs.within(2.63) && !abs.within(2.0));
+    }
+}
