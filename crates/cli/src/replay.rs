@@ -315,6 +315,7 @@ pub fn replay(
         .and_then(|p| p.recorded.cpus.last().map(|c| c + 1))
         .unwrap_or(1);
     let exp = replay_experiment(trace, &header, min_cpus, exp_file)?;
+    let fold = cpu_fold_warning(&header, min_cpus, &exp);
     let seed = seed.unwrap_or(exp.seed);
     let t1 = std::time::Instant::now();
     let mut results = Vec::new();
@@ -348,6 +349,7 @@ pub fn replay(
     }
     part.aspace = aspace.as_ref().map(|a| crate::aspace::json(&exp, a));
     part.warnings = crate::aspace::warnings(&header, &exp, aspace.as_ref());
+    part.warnings.extend(fold);
     let doc = ResultsDoc::new(vec![part]);
     let secs = [(t1 - t0), (t2 - t1), (t3 - t2)].map(|d| d.as_secs_f64());
     Ok(Replayed {
