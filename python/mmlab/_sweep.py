@@ -194,7 +194,10 @@ def sweep(
     keys = list(values)
     pts = points(values, seeds)
     spec = resolve(experiment)
-    invalid = dict(_native.sweep_check(*spec, keys, pts))
+    # Every key must name something before anything runs. Ray tasks are
+    # costly to submit, so points whose experiment is invalid are found here
+    # for Ray; locally they fail in the run with the same message.
+    invalid = dict(_native.sweep_check(*spec, keys, pts if backend == "ray" else []))
     todo = [(i, p) for i, p in enumerate(pts) if i not in invalid]
     bar = _Progress(len(pts), progress, f"sweep ({backend})")
     bar(len(invalid))

@@ -394,9 +394,29 @@ pub fn warnings(h: &Header, exp: &Experiment, a: Option<&AspaceReplay>) -> Vec<S
             );
         }
     }
-    // Large folios the recording's kernel mapped: a folio of 2^k pages
-    // answers the first touch of each of its pages with one fault, so the
-    // other touches are not in the trace.
+    w.extend(large_folio_warning(h, exp, a));
+    w.extend(layout_warning(h, exp));
+    if let Some(m) = a.models.first() {
+        let r = &a.recorded;
+        let all = r.faults + r.kernel_faults;
+        if all > 0 && m.faults_passthrough * 2 > all {
+            w.push(format!(
+                "{} of the {} recorded faults ({:.0}%) are outside modelled anonymous memory and are carried over \
+                 unchanged under every kernel",
+                m.faults_passthrough,
+                all,
+                100.0 * m.faults_passthrough as f64 / all as f64
+            ));
+        }
+    }
+    w
+}
+
+/// The warning for large folios the recording's kernel mapped where some of
+/// `exp`'s kernels map other sizes: a folio of 2^k pages answers the first
+/// touch of each of its pages with one fault, so the other touches are not
+/// in the trace.
+fn large_folio_warning(h: &Header, exp: &Experiment, a: &AspaceReplay) -> Option<String> {
     let before = h.counters_before.as_ref();
     let after = a.trailer.as_ref().and_then(|t| t.counters_after.as_ref());
     let mut recorded_large: Vec<String> = Vec::new();
@@ -429,7 +449,7 @@ pub fn warnings(h: &Header, exp: &Experiment, a: Option<&AspaceReplay>) -> Vec<S
             .map(|k| k.name.as_str())
             .collect();
         if !others.is_empty() {
-            w.push(format!(
+            return Some(format!(
                 "the recording's kernel mapped large anonymous folios of {}: touches of a folio's other pages did not \
                  fault and are not in the trace, so kernel(s) {} that map smaller folios there under-predict faults; \
                  record with the large sizes off (transparent_hugepage/enabled=never, every hugepages-*/enabled=never) \
@@ -439,6 +459,12 @@ pub fn warnings(h: &Header, exp: &Experiment, a: Option<&AspaceReplay>) -> Vec<S
             ));
         }
     }
+    None
+}
+
+/// The warning for kernels of `exp` that place anonymous mappings otherwise
+/// than the recording's kernel (the 2 MiB alignment of 6.7+).
+fn layout_warning(h: &Header, exp: &Experiment) -> Option<String> {
     let recorded_layout = match h.kernel_release.as_deref().and_then(release_version) {
         Some(v) if v >= (6, 7) => Some(MmapLayout::ThpAligned),
         Some(_) => Some(MmapLayout::PageAligned),
@@ -452,7 +478,7 @@ pub fn warnings(h: &Header, exp: &Experiment, a: Option<&AspaceReplay>) -> Vec<S
             .map(|k| k.name.as_str())
             .collect();
         if !differ.is_empty() {
-            w.push(format!(
+            return Some(format!(
                 "kernel(s) {} place anonymous mappings {} the recording's kernel; the replay keeps the recorded \
                  addresses, so their THP counts follow the recorded placement",
                 differ.join(", "),
@@ -464,18 +490,5 @@ pub fn warnings(h: &Header, exp: &Experiment, a: Option<&AspaceReplay>) -> Vec<S
             ));
         }
     }
-    if let Some(m) = a.models.first() {
-        let r = &a.recorded;
-        let all = r.faults + r.kernel_faults;
-        if all > 0 && m.faults_passthrough * 2 > all {
-            w.push(format!(
-                "{} of the {} recorded faults ({:.0}%) are outside modelled anonymous memory and are carried over \
-                 unchanged under every kernel",
-                m.faults_passthrough,
-                all,
-                100.0 * m.faults_passthrough as f64 / all as f64
-            ));
-        }
-    }
-    w
+    None
 }

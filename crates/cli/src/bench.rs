@@ -183,9 +183,8 @@ fn small_llc() -> CacheConfig {
 /// The live half needs root and writable THP knobs (restored afterwards);
 /// without them the line says why it was not measured.
 pub fn faults(mib: u64, live: bool, runs: u32) -> anyhow::Result<()> {
-    use crate::fault_model::run_model;
     use native::faults::{Advice, FaultPattern};
-    use native::knobs::{LiveKernel, ThpEnabled, ThpKnobs};
+    use native::knobs::{ThpEnabled, ThpKnobs};
     let runs = runs.max(1);
     let len = (mib.max(2) << 20) as usize;
     let mut m64 = FaultPattern::new(
@@ -213,92 +212,12 @@ pub fn faults(mib: u64, live: bool, runs: u32) -> anyhow::Result<()> {
         "model/live".into(),
         "model/live (CPU)".into(),
     ]];
-    let rate = |n: u64, ns: u64| n as f64 / (ns.max(1) as f64 / 1e9);
-    let ratio = |a: f64, b: f64| format!("{:.1}x", a / b);
-    let mega = |v: &[f64]| {
-        v.iter()
-            .map(|r| format!("{:.2}", r / 1e6))
-            .collect::<Vec<_>>()
-            .join(", ")
-    };
     let mut per_run = Vec::new();
     for p in &patterns {
-        let sizes: Vec<u32> = p.knobs.sizes.iter().map(|&(s, _)| s).collect();
-        let mut why_not: Option<String> = match LiveKernel::probe().require_thp_knobs(&sizes) {
-            _ if !live => Some("--no-live".to_string()),
-            Err(why) => Some(why.to_string()),
-            Ok(()) => None,
-        };
-        // (faults, wall rate, CPU rate) of each run.
-        let mut model = Vec::new();
-        let mut kernel = Vec::new();
-        for _ in 0..runs {
-            let m = run_model(p, mm::knobs::Preset::Linux6_18).map_err(anyhow::Error::msg)?;
-            model.push((
-                m.touch,
-                rate(m.touch, m.touch_host_ns),
-                rate(m.touch, m.touch_cpu_ns),
-            ));
-            if why_not.is_none() {
-                match native::faults::run(p) {
-                    Ok(r) => kernel.push((
-                        r.touch.nr_minflt,
-                        rate(r.touch.nr_minflt, r.touch.elapsed_ns),
-                        rate(r.touch.nr_minflt, r.touch.cpu_ns),
-                    )),
-                    Err(e) => why_not = Some(e.to_string()),
-                }
-            }
-        }
-        let best = |v: &[(u64, f64, f64)]| {
-            (
-                v.iter().map(|r| r.1).fold(0.0, f64::max),
-                v.iter().map(|r| r.2).fold(0.0, f64::max),
-            )
-        };
-        let (m_rate, m_cpu_rate) = best(&model);
-        let mut row = vec![
-            p.name.clone(),
-            model[0].0.to_string(),
-            format!("{m_rate:.0}"),
-            format!("{m_cpu_rate:.0}"),
-        ];
-        let m_cpu: Vec<f64> = model.iter().map(|r| r.2).collect();
-        match &why_not {
-            None => {
-                let (l_rate, l_cpu_rate) = best(&kernel);
-                row.extend([
-                    kernel[0].0.to_string(),
-                    format!("{l_rate:.0}"),
-                    format!("{l_cpu_rate:.0}"),
-                    ratio(m_rate, l_rate),
-                    ratio(m_cpu_rate, l_cpu_rate),
-                ]);
-                let l_cpu: Vec<f64> = kernel.iter().map(|r| r.2).collect();
-                per_run.push(format!(
-                    "{}: M faults/CPU-s per run: model {}; live {}",
-                    p.name,
-                    mega(&m_cpu),
-                    mega(&l_cpu)
-                ));
-            }
-            Some(why) => {
-                row.extend([
-                    "-".into(),
-                    "not measured".into(),
-                    "-".into(),
-                    "-".into(),
-                    "-".into(),
-                ]);
-                println!("live kernel: {}: could not be measured: {why}", p.name);
-                per_run.push(format!(
-                    "{}: M faults/CPU-s per run: model {}",
-                    p.name,
-                    mega(&m_cpu)
-                ));
-            }
-        }
+        let (model, kernel) = measure_faults(p, runs, live)?;
+        let (row, line) = fault_row(p, &model, &kernel);
         rows.push(row);
+        per_run.push(line);
     }
     print!("{}", native::table::format(&rows));
     if runs > 1 {
@@ -307,4 +226,117 @@ pub fn faults(mib: u64, live: bool, runs: u32) -> anyhow::Result<()> {
         }
     }
     Ok(())
+}
+
+/// One run of a fault pattern: its faults, and their rate per wall-clock
+/// second and per CPU-second.
+type FaultRun = (u64, f64, f64);
+
+/// The live kernel's runs, or why it was not measured.
+type LiveRuns = Result<Vec<FaultRun>, String>;
+
+fn fault_rate(n: u64, ns: u64) -> f64 {
+    n as f64 / (ns.max(1) as f64 / 1e9)
+}
+
+/// `runs` runs of pattern `p` on the model and on the live kernel,
+/// alternating so that both meet the same host conditions; the live side is
+/// the reason it was not measured when it could not be.
+fn measure_faults(
+    p: &native::faults::FaultPattern,
+    runs: u32,
+    live: bool,
+) -> anyhow::Result<(Vec<FaultRun>, LiveRuns)> {
+    let sizes: Vec<u32> = p.knobs.sizes.iter().map(|&(s, _)| s).collect();
+    let mut why_not: Option<String> =
+        match native::knobs::LiveKernel::probe().require_thp_knobs(&sizes) {
+            _ if !live => Some("--no-live".to_string()),
+            Err(why) => Some(why.to_string()),
+            Ok(()) => None,
+        };
+    let mut model = Vec::new();
+    let mut kernel = Vec::new();
+    for _ in 0..runs {
+        let m = crate::fault_model::run_model(p, mm::knobs::Preset::Linux6_18)
+            .map_err(anyhow::Error::msg)?;
+        model.push((
+            m.touch,
+            fault_rate(m.touch, m.touch_host_ns),
+            fault_rate(m.touch, m.touch_cpu_ns),
+        ));
+        if why_not.is_none() {
+            match native::faults::run(p) {
+                Ok(r) => kernel.push((
+                    r.touch.nr_minflt,
+                    fault_rate(r.touch.nr_minflt, r.touch.elapsed_ns),
+                    fault_rate(r.touch.nr_minflt, r.touch.cpu_ns),
+                )),
+                Err(e) => why_not = Some(e.to_string()),
+            }
+        }
+    }
+    Ok((model, why_not.map_or(Ok(kernel), Err)))
+}
+
+/// The table row of pattern `p` (each side's best rates, the run least
+/// disturbed by other work) and the line listing every run's rate per
+/// CPU-second; says why when the live kernel was not measured.
+fn fault_row(
+    p: &native::faults::FaultPattern,
+    model: &[FaultRun],
+    kernel: &LiveRuns,
+) -> (Vec<String>, String) {
+    let ratio = |a: f64, b: f64| format!("{:.1}x", a / b);
+    let mega = |v: &[f64]| {
+        v.iter()
+            .map(|r| format!("{:.2}", r / 1e6))
+            .collect::<Vec<_>>()
+            .join(", ")
+    };
+    let best = |v: &[FaultRun]| {
+        (
+            v.iter().map(|r| r.1).fold(0.0, f64::max),
+            v.iter().map(|r| r.2).fold(0.0, f64::max),
+        )
+    };
+    let (m_rate, m_cpu_rate) = best(model);
+    let mut row = vec![
+        p.name.clone(),
+        model[0].0.to_string(),
+        format!("{m_rate:.0}"),
+        format!("{m_cpu_rate:.0}"),
+    ];
+    let m_cpu: Vec<f64> = model.iter().map(|r| r.2).collect();
+    match kernel {
+        Ok(kernel) => {
+            let (l_rate, l_cpu_rate) = best(kernel);
+            row.extend([
+                kernel[0].0.to_string(),
+                format!("{l_rate:.0}"),
+                format!("{l_cpu_rate:.0}"),
+                ratio(m_rate, l_rate),
+                ratio(m_cpu_rate, l_cpu_rate),
+            ]);
+            let l_cpu: Vec<f64> = kernel.iter().map(|r| r.2).collect();
+            let line = format!(
+                "{}: M faults/CPU-s per run: model {}; live {}",
+                p.name,
+                mega(&m_cpu),
+                mega(&l_cpu)
+            );
+            (row, line)
+        }
+        Err(why) => {
+            row.extend([
+                "-".into(),
+                "not measured".into(),
+                "-".into(),
+                "-".into(),
+                "-".into(),
+            ]);
+            println!("live kernel: {}: could not be measured: {why}", p.name);
+            let line = format!("{}: M faults/CPU-s per run: model {}", p.name, mega(&m_cpu));
+            (row, line)
+        }
+    }
 }

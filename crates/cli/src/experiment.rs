@@ -61,6 +61,34 @@ pub struct MachineFile {
     pub cache_model: bool,
 }
 
+impl MachineFile {
+    /// The machine this section describes, checked against the host's
+    /// memory; `origin` names the experiment in errors.
+    fn to_machine(&self, origin: &str) -> Result<Machine> {
+        if self.nodes == 0 {
+            bail!("{origin}: machine.nodes = 0: a machine needs at least one node");
+        }
+        let machine = Machine {
+            name: self.name.clone(),
+            nodes: (0..self.nodes)
+                .map(|_| NodeSpec {
+                    cpus: self.cpus_per_node,
+                    memory_bytes: self.memory_per_node.0,
+                })
+                .collect(),
+            llc_bytes: self.llc_per_node.map_or(0, |s| s.0),
+            dma32_bytes: self
+                .dma32
+                .map_or(4 << 30, |s| s.0)
+                .min(self.memory_per_node.0),
+        };
+        machine
+            .validate(host_memory_bytes())
+            .map_err(|e| anyhow!("{origin}: machine \"{}\": {e}", self.name))?;
+        Ok(machine)
+    }
+}
+
 #[derive(Clone, Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct KernelFile {
@@ -655,23 +683,7 @@ impl Experiment {
             p.check().map_err(|e| anyhow!("{origin}: {e}"))?;
         }
         let m = &f.machine;
-        if m.nodes == 0 {
-            bail!("{origin}: machine.nodes = 0: a machine needs at least one node");
-        }
-        let machine = Machine {
-            name: m.name.clone(),
-            nodes: (0..m.nodes)
-                .map(|_| NodeSpec {
-                    cpus: m.cpus_per_node,
-                    memory_bytes: m.memory_per_node.0,
-                })
-                .collect(),
-            llc_bytes: m.llc_per_node.map_or(0, |s| s.0),
-            dma32_bytes: m.dma32.map_or(4 << 30, |s| s.0).min(m.memory_per_node.0),
-        };
-        machine
-            .validate(host_memory_bytes())
-            .map_err(|e| anyhow!("{origin}: machine \"{}\": {e}", m.name))?;
+        let machine = m.to_machine(&origin)?;
         let profile =
             load_profile(&f.profile, base).map_err(|e| anyhow!("{origin}: profile: {e}"))?;
         let cache = if m.cache_model {
@@ -705,98 +717,8 @@ impl Experiment {
         if f.workloads.is_empty() && !for_replay {
             bail!("{origin}: no [[workload]] given; expected at least one");
         }
-        let mut kernels = Vec::new();
-        for k in &f.kernels {
-            let preset = Preset::from_name(&k.preset).ok_or_else(|| {
-                let names: Vec<_> = Preset::ALL.iter().map(|p| p.name()).collect();
-                anyhow!(
-                    "{origin}: kernel \"{}\": unknown preset \"{}\"; valid presets: {}",
-                    k.name,
-                    k.preset,
-                    names.join(", ")
-                )
-            })?;
-            let mut config = preset.config();
-            let mut knobs = Vec::new();
-            for (name, v) in &k.knobs {
-                let kv = knob_value(v).ok_or_else(|| anyhow!("{origin}: kernel \"{}\": knob {name}: expected an integer or a string, found {v}", k.name))?;
-                config
-                    .set_knob(name, &kv)
-                    .map_err(|e| anyhow!("{origin}: kernel \"{}\": {e}", k.name))?;
-                knobs.push((name.clone(), kv));
-            }
-            if kernels.iter().any(|x: &Kernel| x.name == k.name) {
-                bail!("{origin}: two kernels are named \"{}\"", k.name);
-            }
-            check_fits_machine(&machine, &config).map_err(|e| {
-                anyhow!(
-                    "{origin}: kernel \"{}\" on machine \"{}\": {e}",
-                    k.name,
-                    m.name
-                )
-            })?;
-            kernels.push(Kernel {
-                name: k.name.clone(),
-                config,
-                knobs,
-            });
-        }
-        let mut wls = Vec::new();
-        for w in &f.workloads {
-            let mut params = workloads::Params::default();
-            for (k, v) in &w.params {
-                let pv = match v {
-                    toml::Value::Integer(i) => workloads::ParamValue::Int(*i),
-                    toml::Value::String(s) => workloads::ParamValue::Str(s.clone()),
-                    other => bail!("{origin}: workload \"{}\": parameter {k}: expected an integer or a string, found {other}", w.name),
-                };
-                params.0.insert(k.clone(), pv);
-            }
-            // Build once now so that bad parameters fail before anything runs.
-            workloads::build(&w.kind, &params, &machine)
-                .map_err(|e| anyhow!("{origin}: workload \"{}\": {e}", w.name))?;
-            if wls.iter().any(|x: &Workload| x.name == w.name) {
-                bail!("{origin}: two workloads are named \"{}\"", w.name);
-            }
-            let names: Vec<&str> = kernels.iter().map(|k| k.name.as_str()).collect();
-            if let Some(ks) = &w.kernels {
-                if ks.is_empty() {
-                    bail!("{origin}: workload \"{}\": kernels = []: expected at least one kernel name (or no kernels key: all kernels)", w.name);
-                }
-                for k in ks {
-                    if !names.contains(&k.as_str()) {
-                        bail!(
-                            "{origin}: workload \"{}\": kernels: \"{k}\" names no kernel of this experiment; expected one of {}",
-                            w.name,
-                            names.join(", ")
-                        );
-                    }
-                }
-            }
-            let wl = Workload {
-                name: w.name.clone(),
-                kind: w.kind.clone(),
-                params,
-                kernels: w.kernels.clone(),
-                baseline: w.baseline.clone(),
-            };
-            if let Some(b) = &w.baseline {
-                if !wl.runs_on(b) {
-                    bail!(
-                        "{origin}: workload \"{}\": baseline = \"{b}\" is not one of the kernels it runs on",
-                        w.name
-                    );
-                }
-            } else if let Some(b) = &f.report.baseline {
-                if names.contains(&b.as_str()) && !wl.runs_on(b) {
-                    bail!(
-                        "{origin}: workload \"{}\" does not run on report.baseline \"{b}\"; give it its own baseline (one of its kernels)",
-                        w.name
-                    );
-                }
-            }
-            wls.push(wl);
-        }
+        let kernels = kernels_of(&f.kernels, &origin, &machine)?;
+        let wls = workloads_of(&f, &origin, &machine, &kernels)?;
         if let Some(b) = &f.report.baseline {
             if !kernels.iter().any(|k| &k.name == b) {
                 bail!("{origin}: report.baseline = \"{b}\" names no kernel of this experiment");
@@ -832,4 +754,114 @@ impl Experiment {
             cache,
         })
     }
+}
+
+/// The experiment's kernels: each preset with its knobs set, checked to
+/// fit `machine`; names must be distinct.
+fn kernels_of(files: &[KernelFile], origin: &str, machine: &Machine) -> Result<Vec<Kernel>> {
+    let mut kernels = Vec::new();
+    for k in files {
+        let preset = Preset::from_name(&k.preset).ok_or_else(|| {
+            let names: Vec<_> = Preset::ALL.iter().map(|p| p.name()).collect();
+            anyhow!(
+                "{origin}: kernel \"{}\": unknown preset \"{}\"; valid presets: {}",
+                k.name,
+                k.preset,
+                names.join(", ")
+            )
+        })?;
+        let mut config = preset.config();
+        let mut knobs = Vec::new();
+        for (name, v) in &k.knobs {
+            let kv = knob_value(v).ok_or_else(|| anyhow!("{origin}: kernel \"{}\": knob {name}: expected an integer or a string, found {v}", k.name))?;
+            config
+                .set_knob(name, &kv)
+                .map_err(|e| anyhow!("{origin}: kernel \"{}\": {e}", k.name))?;
+            knobs.push((name.clone(), kv));
+        }
+        if kernels.iter().any(|x: &Kernel| x.name == k.name) {
+            bail!("{origin}: two kernels are named \"{}\"", k.name);
+        }
+        check_fits_machine(machine, &config).map_err(|e| {
+            anyhow!(
+                "{origin}: kernel \"{}\" on machine \"{}\": {e}",
+                k.name,
+                machine.name
+            )
+        })?;
+        kernels.push(Kernel {
+            name: k.name.clone(),
+            config,
+            knobs,
+        });
+    }
+    Ok(kernels)
+}
+
+/// The experiment's workloads, each built once so that bad parameters fail
+/// before anything runs, with their kernels and baselines checked against
+/// `kernels`.
+fn workloads_of(
+    f: &ExperimentFile,
+    origin: &str,
+    machine: &Machine,
+    kernels: &[Kernel],
+) -> Result<Vec<Workload>> {
+    let mut wls = Vec::new();
+    for w in &f.workloads {
+        let mut params = workloads::Params::default();
+        for (k, v) in &w.params {
+            let pv = match v {
+                toml::Value::Integer(i) => workloads::ParamValue::Int(*i),
+                toml::Value::String(s) => workloads::ParamValue::Str(s.clone()),
+                other => bail!("{origin}: workload \"{}\": parameter {k}: expected an integer or a string, found {other}", w.name),
+            };
+            params.0.insert(k.clone(), pv);
+        }
+        // Build once now so that bad parameters fail before anything runs.
+        workloads::build(&w.kind, &params, machine)
+            .map_err(|e| anyhow!("{origin}: workload \"{}\": {e}", w.name))?;
+        if wls.iter().any(|x: &Workload| x.name == w.name) {
+            bail!("{origin}: two workloads are named \"{}\"", w.name);
+        }
+        let names: Vec<&str> = kernels.iter().map(|k| k.name.as_str()).collect();
+        if let Some(ks) = &w.kernels {
+            if ks.is_empty() {
+                bail!("{origin}: workload \"{}\": kernels = []: expected at least one kernel name (or no kernels key: all kernels)", w.name);
+            }
+            for k in ks {
+                if !names.contains(&k.as_str()) {
+                    bail!(
+                        "{origin}: workload \"{}\": kernels: \"{k}\" names no kernel of this experiment; expected one of {}",
+                        w.name,
+                        names.join(", ")
+                    );
+                }
+            }
+        }
+        let wl = Workload {
+            name: w.name.clone(),
+            kind: w.kind.clone(),
+            params,
+            kernels: w.kernels.clone(),
+            baseline: w.baseline.clone(),
+        };
+        if let Some(b) = &w.baseline {
+            if !wl.runs_on(b) {
+                bail!(
+                    "{origin}: workload \"{}\": baseline = \"{b}\" is not one of the kernels it runs on",
+                    w.name
+                );
+            }
+        } else if let Some(b) = &f.report.baseline {
+            if names.contains(&b.as_str()) && !wl.runs_on(b) {
+                bail!(
+                    "{origin}: workload \"{}\" does not run on report.baseline \"{b}\"; give it its own baseline (one of its kernels)",
+                    w.name
+                );
+            }
+        }
+        wls.push(wl);
+    }
+    Ok(wls)
 }

@@ -963,6 +963,31 @@ pub fn exit_mmap(pa: &mut PageAlloc, cx: &mut Cx, mut mm: MmStruct) {
     mm.pgt.free_pgd(pa, cx);
 }
 
+/// For [`check_mm_invariants`]: the leaf entry of `level` at `addr` in mm
+/// `i` lies wholly inside a VMA that agrees with it on `PROT_NONE` and on
+/// write permission.
+fn check_leaf_vma(mm: &MmStruct, i: usize, addr: u64, level: Level, e: u64) {
+    let size = if level == Level::Pmd {
+        PMD_SIZE
+    } else {
+        PAGE_SIZE
+    };
+    let vma = mm
+        .vma_at(addr)
+        .filter(|v| v.end >= addr + size)
+        .unwrap_or_else(|| panic!("mm {i}: {level:?} entry at {addr:#x} outside any VMA"));
+    let accessible = vma.flags.0 & VmFlags::ACCESS.0 != 0;
+    assert_eq!(
+        e & PAGE_PROTNONE == 0,
+        accessible,
+        "mm {i}: entry at {addr:#x} ({e:#x}) and VMA {vma:?} disagree on PROT_NONE"
+    );
+    assert!(
+        e & PAGE_RW == 0 || vma.flags.contains(VmFlags::WRITE),
+        "mm {i}: writable entry at {addr:#x} in a read-only VMA {vma:?}"
+    );
+}
+
 /// Checks the address spaces `mms` against each other and the allocator
 /// (the model's CONFIG_DEBUG_VM): every VMA tree is consistent; every page
 /// table (deposited ones included) is an allocated order-0 block; every
@@ -995,21 +1020,7 @@ pub fn check_mm_invariants(pa: &PageAlloc, mms: &[&MmStruct]) {
         }
         let mut pmd_leaves = Vec::new();
         mm.pgt.for_each_leaf(|addr, level, slot, e| {
-            let size = if level == Level::Pmd { PMD_SIZE } else { PAGE_SIZE };
-            let vma = mm
-                .vma_at(addr)
-                .filter(|v| v.end >= addr + size)
-                .unwrap_or_else(|| panic!("mm {i}: {level:?} entry at {addr:#x} outside any VMA"));
-            let accessible = vma.flags.0 & VmFlags::ACCESS.0 != 0;
-            assert_eq!(
-                e & PAGE_PROTNONE == 0,
-                accessible,
-                "mm {i}: entry at {addr:#x} ({e:#x}) and VMA {vma:?} disagree on PROT_NONE"
-            );
-            assert!(
-                e & PAGE_RW == 0 || vma.flags.contains(VmFlags::WRITE),
-                "mm {i}: writable entry at {addr:#x} in a read-only VMA {vma:?}"
-            );
+            check_leaf_vma(mm, i, addr, level, e);
             if level == Level::Pmd {
                 pmd_leaves.push(slot);
             }

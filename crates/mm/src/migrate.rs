@@ -781,26 +781,7 @@ impl<'a> MigrateCtx<'a> {
         let (mut thp_retry, mut nr_retry_pages) = (0u64, 0u64);
         let mut pass = 0;
         while pass < nr_pass && retry > 0 && !unmapped.is_empty() {
-            retry = 0;
-            thp_retry = 0;
-            nr_retry_pages = 0;
-            let list = std::mem::take(&mut unmapped);
-            for u in list {
-                let nr_pages = 1u64 << u.order;
-                let is_thp = (u.order == HPAGE_PMD_ORDER) as u64;
-                match self.migrate_folio_move(&u) {
-                    Ok(()) => {
-                        stats.nr_succeeded += nr_pages;
-                        stats.nr_thp_succeeded += is_thp;
-                    }
-                    Err(_) => {
-                        retry += 1;
-                        thp_retry += is_thp;
-                        nr_retry_pages += nr_pages;
-                        unmapped.push(u);
-                    }
-                }
-            }
+            (retry, thp_retry, nr_retry_pages) = self.migrate_folios_move(&mut unmapped, stats);
             pass += 1;
         }
         nr_failed += retry.min(unmapped.len() as u64);
@@ -809,13 +790,48 @@ impl<'a> MigrateCtx<'a> {
             stats.nr_failed_pages += nr_retry_pages;
         }
         // out: clean up what is left.
-        for u in unmapped {
-            self.migrate_folio_undo(&u);
-            ret.push(u.src);
-        }
+        self.migrate_folios_undo(unmapped, ret);
         match rc_saved {
             Some(e) => Err(e),
             None => Ok(nr_failed),
+        }
+    }
+
+    /// Models `migrate_folios_move()` (split out of `migrate_pages_batch()`
+    /// before 6.18): one pass moving every unmapped folio; those that answer
+    /// `-EAGAIN` stay in `unmapped`. Returns this pass's (retry, THP retry,
+    /// retried pages).
+    fn migrate_folios_move(
+        &mut self,
+        unmapped: &mut Vec<Unmapped>,
+        stats: &mut MigrateStats,
+    ) -> (u64, u64, u64) {
+        let (mut retry, mut thp_retry, mut nr_retry_pages) = (0u64, 0u64, 0u64);
+        for u in std::mem::take(unmapped) {
+            let nr_pages = 1u64 << u.order;
+            let is_thp = (u.order == HPAGE_PMD_ORDER) as u64;
+            match self.migrate_folio_move(&u) {
+                Ok(()) => {
+                    stats.nr_succeeded += nr_pages;
+                    stats.nr_thp_succeeded += is_thp;
+                }
+                Err(_) => {
+                    retry += 1;
+                    thp_retry += is_thp;
+                    nr_retry_pages += nr_pages;
+                    unmapped.push(u);
+                }
+            }
+        }
+        (retry, thp_retry, nr_retry_pages)
+    }
+
+    /// Models `migrate_folios_undo()`: each folio still unmapped is mapped
+    /// again at its source (its destination freed) and put on `ret`.
+    fn migrate_folios_undo(&mut self, unmapped: Vec<Unmapped>, ret: &mut Vec<IsolatedFolio>) {
+        for u in unmapped {
+            self.migrate_folio_undo(&u);
+            ret.push(u.src);
         }
     }
 

@@ -1,8 +1,13 @@
 //! Newtypes for the model's index and address spaces.
 //!
-//! Every space the kernel keeps apart gets its own type, so that a page frame
-//! number can never be passed where a virtual address or a CPU number is
-//! expected (the habit of rust-vmm's `GuestAddress`).
+//! A page frame number, a user address, a CPU, a node and a simulated time
+//! each have their own type where they cross an interface (the habit of
+//! rust-vmm's `GuestAddress`), so that one cannot be passed where another
+//! is expected. Inside a function, where the kernel does arithmetic on an
+//! `unsigned long`, values are plain integers, and an allocation order is a
+//! `u8` as the kernel's `unsigned int order` (an `Order` newtype was
+//! declared and never used, and is gone; so is `NrPages`). The memory
+//! map's compact page index is described in `page.rs`.
 
 use std::fmt;
 
@@ -114,24 +119,6 @@ impl fmt::LowerHex for Vaddr {
 impl fmt::Display for Vaddr {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(f, "{:#x}", self.0)
-    }
-}
-
-/// An allocation order: a block of `2^order` base pages.
-#[derive(Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Debug, Default)]
-pub struct Order(pub u8);
-
-impl Order {
-    /// Number of base pages in a block of this order.
-    #[inline]
-    pub fn nr_pages(self) -> u64 {
-        1u64 << self.0
-    }
-}
-
-impl fmt::Display for Order {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "order-{}", self.0)
     }
 }
 

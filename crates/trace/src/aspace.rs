@@ -1680,6 +1680,130 @@ fn replay_events<I: Iterator<Item = Result<Event, ReplayError>>>(
     }
 }
 
+/// One 24-byte record of [`replay_fuzz_input`]: byte 0 picks the event,
+/// 1-7 its pid, thread, value shapes and small fields, 8-15 and 16-23 two
+/// words.
+struct FuzzRecord<'a>(&'a [u8]);
+
+impl FuzzRecord<'_> {
+    fn word(&self, i: usize) -> u64 {
+        let mut b = [0u8; 8];
+        b.copy_from_slice(&self.0[i..i + 8]);
+        u64::from_le_bytes(b)
+    }
+
+    /// Mostly an address in a 1 GiB window (pages, sometimes odd bytes),
+    /// now and then any value.
+    fn addr(&self, v: u64) -> u64 {
+        if self.0[3] & 0x80 != 0 {
+            v
+        } else {
+            0x7f00_0000_0000 + (v & 0x3fff_ffff & if self.0[3] & 1 != 0 { !0 } else { !0xfff })
+        }
+    }
+
+    /// Mostly a length under 8 MiB, now and then any value.
+    fn len(&self, v: u64) -> u64 {
+        if self.0[3] & 0x40 != 0 {
+            v
+        } else {
+            (v >> 32) & 0x7f_ffff
+        }
+    }
+
+    /// Failed, not recorded (an entry without its exit), or succeeded.
+    fn ret(&self, ok: i64) -> Option<i64> {
+        match self.0[4] & 7 {
+            0 => Some(-12),
+            1 => None,
+            _ => Some(ok),
+        }
+    }
+
+    fn kind(&self, pid: i32, tid: i32) -> EventKind {
+        let (x, y) = (self.word(8), self.word(16));
+        match self.0[0] % 16 {
+            0 | 1 => EventKind::PageFaultUser {
+                address: self.addr(x),
+                ip: 0,
+                error_code: y & 0x1f,
+            },
+            2 => EventKind::PageFaultKernel {
+                address: self.addr(x),
+                ip: 0,
+                error_code: y & 0x1f,
+            },
+            3 | 4 => EventKind::Mmap {
+                addr: 0,
+                len: self.len(y),
+                prot: (self.0[5] & 7) as u64,
+                flags: [0x22, 0x22, 0x02, 0x21, 0x40022, 0x8022][self.0[6] as usize % 6],
+                fd: u64::MAX,
+                off: 0,
+                ret: self.ret(self.addr(x) as i64),
+            },
+            5 => EventKind::Munmap {
+                addr: self.addr(x),
+                len: self.len(y),
+                ret: self.ret(0),
+            },
+            6 => EventKind::Brk {
+                brk: self.addr(x),
+                ret: self.ret(self.addr(x) as i64),
+            },
+            7 => EventKind::Mremap {
+                addr: self.addr(x),
+                old_len: self.len(y),
+                new_len: self.len(y.rotate_left(17)),
+                flags: (self.0[5] & 7) as u64,
+                new_addr: 0,
+                ret: self.ret(if self.0[6] & 1 != 0 {
+                    self.addr(x)
+                } else {
+                    self.addr(y)
+                } as i64),
+            },
+            8 => EventKind::Mprotect {
+                start: self.addr(x),
+                len: self.len(y),
+                prot: (self.0[5] & 7) as u64,
+                ret: self.ret(0),
+            },
+            9 => EventKind::Madvise {
+                start: self.addr(x),
+                len_in: self.len(y),
+                behavior: [4, 8, 14, 15, 24, 3, 9][self.0[5] as usize % 7],
+                ret: self.ret(0),
+            },
+            10 | 11 => EventKind::Fork {
+                parent: pid,
+                child: 1 + (self.0[5] % 8) as i32 + if self.0[6] & 1 != 0 { 100 } else { 0 },
+            },
+            12 => EventKind::Exec {
+                pid,
+                filename: String::new(),
+            },
+            13 => EventKind::Exit {
+                pid: if self.0[5] & 1 != 0 { tid } else { pid },
+            },
+            14 => EventKind::MmapRecord {
+                addr: self.addr(x),
+                len: self.len(y),
+                pgoff: 0,
+                prot: (self.0[5] & 7) as u32,
+                flags: 0x02,
+                filename: if self.0[6] & 1 != 0 {
+                    "[heap]"
+                } else {
+                    "//anon"
+                }
+                .to_string(),
+            },
+            _ => EventKind::PageFree { pfn: x, order: 0 },
+        }
+    }
+}
+
 /// The fuzz target `aspace_replay` (and its regression test): `bytes` read
 /// as 24-byte records, each one event with its fields taken from the bytes
 /// (addresses mostly inside a 1 GiB window, so that events meet), replayed
@@ -1688,113 +1812,15 @@ fn replay_events<I: Iterator<Item = Result<Event, ReplayError>>>(
 /// the events, the replay must not panic.
 #[doc(hidden)]
 pub fn replay_fuzz_input(bytes: &[u8]) -> AspaceRecorded {
-    let word = |c: &[u8], i: usize| -> u64 {
-        let mut b = [0u8; 8];
-        b.copy_from_slice(&c[i..i + 8]);
-        u64::from_le_bytes(b)
-    };
     let events = bytes.chunks_exact(24).enumerate().map(|(i, c)| {
         let pid = 1 + (c[1] % 4) as i32;
         let tid = if c[2] & 3 == 0 { pid + 100 } else { pid };
-        let (x, y) = (word(c, 8), word(c, 16));
-        // Mostly addresses in a 1 GiB window (pages, sometimes odd bytes),
-        // now and then any value.
-        let addr = |v: u64| {
-            if c[3] & 0x80 != 0 {
-                v
-            } else {
-                0x7f00_0000_0000 + (v & 0x3fff_ffff & if c[3] & 1 != 0 { !0 } else { !0xfff })
-            }
-        };
-        let len = |v: u64| {
-            if c[3] & 0x40 != 0 {
-                v
-            } else {
-                (v >> 32) & 0x7f_ffff
-            }
-        };
-        // Failed, not recorded (an entry without its exit), or succeeded.
-        let ret = |ok: i64| match c[4] & 7 {
-            0 => Some(-12),
-            1 => None,
-            _ => Some(ok),
-        };
-        let kind = match c[0] % 16 {
-            0 | 1 => EventKind::PageFaultUser {
-                address: addr(x),
-                ip: 0,
-                error_code: y & 0x1f,
-            },
-            2 => EventKind::PageFaultKernel {
-                address: addr(x),
-                ip: 0,
-                error_code: y & 0x1f,
-            },
-            3 | 4 => EventKind::Mmap {
-                addr: 0,
-                len: len(y),
-                prot: (c[5] & 7) as u64,
-                flags: [0x22, 0x22, 0x02, 0x21, 0x40022, 0x8022][c[6] as usize % 6],
-                fd: u64::MAX,
-                off: 0,
-                ret: ret(addr(x) as i64),
-            },
-            5 => EventKind::Munmap {
-                addr: addr(x),
-                len: len(y),
-                ret: ret(0),
-            },
-            6 => EventKind::Brk {
-                brk: addr(x),
-                ret: ret(addr(x) as i64),
-            },
-            7 => EventKind::Mremap {
-                addr: addr(x),
-                old_len: len(y),
-                new_len: len(y.rotate_left(17)),
-                flags: (c[5] & 7) as u64,
-                new_addr: 0,
-                ret: ret(if c[6] & 1 != 0 { addr(x) } else { addr(y) } as i64),
-            },
-            8 => EventKind::Mprotect {
-                start: addr(x),
-                len: len(y),
-                prot: (c[5] & 7) as u64,
-                ret: ret(0),
-            },
-            9 => EventKind::Madvise {
-                start: addr(x),
-                len_in: len(y),
-                behavior: [4, 8, 14, 15, 24, 3, 9][c[5] as usize % 7],
-                ret: ret(0),
-            },
-            10 | 11 => EventKind::Fork {
-                parent: pid,
-                child: 1 + (c[5] % 8) as i32 + if c[6] & 1 != 0 { 100 } else { 0 },
-            },
-            12 => EventKind::Exec {
-                pid,
-                filename: String::new(),
-            },
-            13 => EventKind::Exit {
-                pid: if c[5] & 1 != 0 { tid } else { pid },
-            },
-            14 => EventKind::MmapRecord {
-                addr: addr(x),
-                len: len(y),
-                pgoff: 0,
-                prot: (c[5] & 7) as u32,
-                flags: 0x02,
-                filename: if c[6] & 1 != 0 { "[heap]" } else { "//anon" }.to_string(),
-            },
-            _ => EventKind::PageFree { pfn: x, order: 0 },
-        };
         Ok(Event {
             ts_ns: i as u64 * 100,
             cpu: (c[7] % 2) as u32,
             pid,
             tid,
-            kind,
+            kind: FuzzRecord(c).kind(pid, tid),
         })
     });
     let layout = MemoryLayout {

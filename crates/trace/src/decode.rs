@@ -344,98 +344,24 @@ impl Decoder {
             return Decoded::Ignored(name.clone());
         };
         let short = || Decoded::Malformed(name.clone());
-        let u = |f: &Field| f.read_u64(data);
-        let i32f = |f: &Field| f.read_i64(data).map(|v| v as i32);
         let kind = match handler {
-            Handler::PageAlloc {
-                pfn,
-                order,
-                migratetype,
-                gfp_flags,
-            } => {
-                let (Some(pfn), Some(order), Some(mt), Some(gfp)) =
-                    (u(pfn), u(order), i32f(migratetype), u(gfp_flags))
-                else {
-                    return short();
-                };
-                EventKind::PageAlloc {
-                    pfn,
-                    order: order as u32,
-                    migratetype: mt,
-                    gfp_flags: gfp,
-                }
-            }
-            Handler::PageFree { pfn, order } => {
-                let (Some(pfn), Some(order)) = (u(pfn), u(order)) else {
-                    return short();
-                };
-                EventKind::PageFree {
-                    pfn,
-                    order: order as u32,
-                }
-            }
-            Handler::ZoneLocked {
-                pfn,
-                order,
-                migratetype,
-                percpu_refill,
-            } => {
-                let (Some(pfn), Some(order), Some(mt), Some(refill)) =
-                    (u(pfn), u(order), i32f(migratetype), u(percpu_refill))
-                else {
-                    return short();
-                };
-                EventKind::PageAllocZoneLocked {
-                    pfn,
-                    order: order as u32,
-                    migratetype: mt,
-                    percpu_refill: refill != 0,
-                }
-            }
-            Handler::PcpuDrain {
-                pfn,
-                order,
-                migratetype,
-            } => {
-                let (Some(pfn), Some(order), Some(mt)) = (u(pfn), u(order), i32f(migratetype))
-                else {
-                    return short();
-                };
-                EventKind::PagePcpuDrain {
-                    pfn,
-                    order: order as u32,
-                    migratetype: mt,
-                }
-            }
-            Handler::FaultUser {
-                address,
-                ip,
-                error_code,
-                kernel,
-            } => {
-                let (Some(address), Some(ip), Some(error_code)) =
-                    (u(address), u(ip), u(error_code))
-                else {
-                    return short();
-                };
-                if *kernel {
-                    EventKind::PageFaultKernel {
-                        address,
-                        ip,
-                        error_code,
-                    }
-                } else {
-                    EventKind::PageFaultUser {
-                        address,
-                        ip,
-                        error_code,
-                    }
+            h @ (Handler::PageAlloc { .. }
+            | Handler::PageFree { .. }
+            | Handler::ZoneLocked { .. }
+            | Handler::PcpuDrain { .. }) => match page_event(h, data) {
+                Some(kind) => kind,
+                None => return short(),
+            },
+            h @ (Handler::FaultUser { .. } | Handler::Fork { .. } | Handler::Exec { .. }) => {
+                match task_event(h, data) {
+                    Some(kind) => kind,
+                    None => return short(),
                 }
             }
             Handler::SysEnter { call, args } => {
                 let mut a = [0u64; 6];
                 for (slot, f) in a.iter_mut().zip(args) {
-                    let Some(v) = u(f) else {
+                    let Some(v) = f.read_u64(data) else {
                         return short();
                     };
                     *slot = v;
@@ -463,20 +389,8 @@ impl Decoder {
                     }
                 }
             }
-            Handler::Fork { parent, child } => {
-                let (Some(parent), Some(child)) = (i32f(parent), i32f(child)) else {
-                    return short();
-                };
-                EventKind::Fork { parent, child }
-            }
-            Handler::Exec { filename, pid: p } => {
-                let (Some(filename), Some(p)) = (filename.read_str(data), i32f(p)) else {
-                    return short();
-                };
-                EventKind::Exec { pid: p, filename }
-            }
             Handler::Exit { pid: p } => {
-                let Some(p) = i32f(p) else {
+                let Some(p) = p.read_i64(data).map(|v| v as i32) else {
                     return short();
                 };
                 // A thread that exits inside a system call never returns
@@ -501,4 +415,121 @@ impl Decoder {
         self.nr_unpaired_syscalls += self.pending.len() as u64;
         self.pending.clear();
     }
+}
+
+/// The event of a page-allocator tracepoint (`mm_page_alloc`,
+/// `mm_page_free`, `mm_page_alloc_zone_locked`, `mm_page_pcpu_drain`); None
+/// when a field lies outside the record (or `h` is another handler).
+fn page_event(h: &Handler, data: &[u8]) -> Option<EventKind> {
+    let u = |f: &Field| f.read_u64(data);
+    let i32f = |f: &Field| f.read_i64(data).map(|v| v as i32);
+    Some(match h {
+        Handler::PageAlloc {
+            pfn,
+            order,
+            migratetype,
+            gfp_flags,
+        } => {
+            let (Some(pfn), Some(order), Some(mt), Some(gfp)) =
+                (u(pfn), u(order), i32f(migratetype), u(gfp_flags))
+            else {
+                return None;
+            };
+            EventKind::PageAlloc {
+                pfn,
+                order: order as u32,
+                migratetype: mt,
+                gfp_flags: gfp,
+            }
+        }
+        Handler::PageFree { pfn, order } => {
+            let (Some(pfn), Some(order)) = (u(pfn), u(order)) else {
+                return None;
+            };
+            EventKind::PageFree {
+                pfn,
+                order: order as u32,
+            }
+        }
+        Handler::ZoneLocked {
+            pfn,
+            order,
+            migratetype,
+            percpu_refill,
+        } => {
+            let (Some(pfn), Some(order), Some(mt), Some(refill)) =
+                (u(pfn), u(order), i32f(migratetype), u(percpu_refill))
+            else {
+                return None;
+            };
+            EventKind::PageAllocZoneLocked {
+                pfn,
+                order: order as u32,
+                migratetype: mt,
+                percpu_refill: refill != 0,
+            }
+        }
+        Handler::PcpuDrain {
+            pfn,
+            order,
+            migratetype,
+        } => {
+            let (Some(pfn), Some(order), Some(mt)) = (u(pfn), u(order), i32f(migratetype)) else {
+                return None;
+            };
+            EventKind::PagePcpuDrain {
+                pfn,
+                order: order as u32,
+                migratetype: mt,
+            }
+        }
+        _ => return None,
+    })
+}
+
+/// The event of a fault or task tracepoint that needs no pairing
+/// (`page_fault_user`/`_kernel`, `sched_process_fork`, `sched_process_exec`);
+/// None when a field lies outside the record (or `h` is another handler).
+fn task_event(h: &Handler, data: &[u8]) -> Option<EventKind> {
+    let u = |f: &Field| f.read_u64(data);
+    let i32f = |f: &Field| f.read_i64(data).map(|v| v as i32);
+    Some(match h {
+        Handler::FaultUser {
+            address,
+            ip,
+            error_code,
+            kernel,
+        } => {
+            let (Some(address), Some(ip), Some(error_code)) = (u(address), u(ip), u(error_code))
+            else {
+                return None;
+            };
+            if *kernel {
+                EventKind::PageFaultKernel {
+                    address,
+                    ip,
+                    error_code,
+                }
+            } else {
+                EventKind::PageFaultUser {
+                    address,
+                    ip,
+                    error_code,
+                }
+            }
+        }
+        Handler::Fork { parent, child } => {
+            let (Some(parent), Some(child)) = (i32f(parent), i32f(child)) else {
+                return None;
+            };
+            EventKind::Fork { parent, child }
+        }
+        Handler::Exec { filename, pid: p } => {
+            let (Some(filename), Some(p)) = (filename.read_str(data), i32f(p)) else {
+                return None;
+            };
+            EventKind::Exec { pid: p, filename }
+        }
+        _ => return None,
+    })
 }

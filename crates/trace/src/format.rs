@@ -782,6 +782,26 @@ fn read_full<R: Read>(
     Ok(true)
 }
 
+/// [`read_full`] where the end of the input is as much an error as a short
+/// read: the whole of `buf` (`expected` at `offset`) must be there.
+fn read_exact_at<R: Read>(
+    input: &mut R,
+    buf: &mut [u8],
+    offset: u64,
+    record: u64,
+    expected: &'static str,
+) -> Result<(), TraceError> {
+    if read_full(input, buf, offset, record, expected)? {
+        Ok(())
+    } else {
+        Err(TraceError::Truncated {
+            offset,
+            record,
+            expected,
+        })
+    }
+}
+
 fn le_u32(b: &[u8]) -> u32 {
     u32::from_le_bytes([b[0], b[1], b[2], b[3]])
 }
@@ -892,149 +912,16 @@ impl<R: Read> TraceReader<R> {
     /// end (`Ok(false)`).
     fn next_frame(&mut self) -> Result<bool, TraceError> {
         let mut tag = [0u8; 1];
-        if !read_full(
+        read_exact_at(
             &mut self.input,
             &mut tag,
             self.offset,
             self.nr_events,
             "a chunk or the trailer",
-        )? {
-            return Err(TraceError::Truncated {
-                offset: self.offset,
-                record: self.nr_events,
-                expected: "a chunk or the trailer",
-            });
-        }
+        )?;
         match tag[0] {
-            TAG_CHUNK => {
-                let mut frame = [0u8; 12];
-                if !read_full(
-                    &mut self.input,
-                    &mut frame,
-                    self.offset + 1,
-                    self.nr_events,
-                    "a chunk frame",
-                )? {
-                    return Err(TraceError::Truncated {
-                        offset: self.offset + 1,
-                        record: self.nr_events,
-                        expected: "a chunk frame",
-                    });
-                }
-                let len = le_u32(&frame[0..4]);
-                let nr = le_u32(&frame[4..8]);
-                let stored = le_u32(&frame[8..12]);
-                if len > MAX_CHUNK_BYTES || nr == 0 || nr > len {
-                    return Err(TraceError::Corrupt {
-                        offset: self.offset + 1,
-                        record: self.nr_events,
-                        what: format!(
-                            "chunk frame says {nr} events in {len} bytes (limit {MAX_CHUNK_BYTES})"
-                        ),
-                    });
-                }
-                self.chunk.resize(len as usize, 0);
-                let payload_offset = self.offset + 13;
-                if !read_full(
-                    &mut self.input,
-                    &mut self.chunk,
-                    payload_offset,
-                    self.nr_events,
-                    "a chunk payload",
-                )? {
-                    return Err(TraceError::Truncated {
-                        offset: payload_offset,
-                        record: self.nr_events,
-                        expected: "a chunk payload",
-                    });
-                }
-                let computed = crc32(&self.chunk);
-                if computed != stored {
-                    return Err(TraceError::ChecksumMismatch {
-                        offset: self.offset,
-                        record: self.nr_events,
-                        what: "chunk",
-                        stored,
-                        computed,
-                    });
-                }
-                self.chunk_offset = payload_offset;
-                self.offset = payload_offset + len as u64;
-                self.pos = 0;
-                self.chunk_events_left = nr;
-                self.state = DeltaState::default();
-                Ok(true)
-            }
-            TAG_TRAILER => {
-                let mut frame = [0u8; 8];
-                if !read_full(
-                    &mut self.input,
-                    &mut frame,
-                    self.offset + 1,
-                    self.nr_events,
-                    "the trailer frame",
-                )? {
-                    return Err(TraceError::Truncated {
-                        offset: self.offset + 1,
-                        record: self.nr_events,
-                        expected: "the trailer frame",
-                    });
-                }
-                let len = le_u32(&frame[0..4]);
-                let stored = le_u32(&frame[4..8]);
-                if len > MAX_CHUNK_BYTES {
-                    return Err(TraceError::Corrupt {
-                        offset: self.offset + 1,
-                        record: self.nr_events,
-                        what: format!(
-                            "trailer length {len} exceeds the limit of {MAX_CHUNK_BYTES} bytes"
-                        ),
-                    });
-                }
-                let mut json = vec![0u8; len as usize];
-                if !read_full(
-                    &mut self.input,
-                    &mut json,
-                    self.offset + 9,
-                    self.nr_events,
-                    "the trailer",
-                )? && len > 0
-                {
-                    return Err(TraceError::Truncated {
-                        offset: self.offset + 9,
-                        record: self.nr_events,
-                        expected: "the trailer",
-                    });
-                }
-                let computed = crc32(&json);
-                if computed != stored {
-                    return Err(TraceError::ChecksumMismatch {
-                        offset: self.offset,
-                        record: self.nr_events,
-                        what: "trailer",
-                        stored,
-                        computed,
-                    });
-                }
-                let trailer: Trailer =
-                    serde_json::from_slice(&json).map_err(|source| TraceError::Json {
-                        offset: self.offset + 9,
-                        what: "trace trailer",
-                        source,
-                    })?;
-                if trailer.nr_events != self.nr_events {
-                    return Err(TraceError::Corrupt {
-                        offset: self.offset,
-                        record: self.nr_events,
-                        what: format!(
-                            "trailer counts {} events but the file holds {}",
-                            trailer.nr_events, self.nr_events
-                        ),
-                    });
-                }
-                self.trailer = Some(trailer);
-                Ok(false)
-            }
+            TAG_CHUNK => self.read_chunk(),
+            TAG_TRAILER => self.read_trailer(),
             other => Err(TraceError::Corrupt {
                 offset: self.offset,
                 record: self.nr_events,
@@ -1043,6 +930,114 @@ impl<R: Read> TraceReader<R> {
                 ),
             }),
         }
+    }
+
+    /// Reads a chunk's frame and payload (its tag already read) and checks
+    /// its size and checksum.
+    fn read_chunk(&mut self) -> Result<bool, TraceError> {
+        let mut frame = [0u8; 12];
+        read_exact_at(
+            &mut self.input,
+            &mut frame,
+            self.offset + 1,
+            self.nr_events,
+            "a chunk frame",
+        )?;
+        let len = le_u32(&frame[0..4]);
+        let nr = le_u32(&frame[4..8]);
+        let stored = le_u32(&frame[8..12]);
+        if len > MAX_CHUNK_BYTES || nr == 0 || nr > len {
+            return Err(TraceError::Corrupt {
+                offset: self.offset + 1,
+                record: self.nr_events,
+                what: format!(
+                    "chunk frame says {nr} events in {len} bytes (limit {MAX_CHUNK_BYTES})"
+                ),
+            });
+        }
+        self.chunk.resize(len as usize, 0);
+        let payload_offset = self.offset + 13;
+        read_exact_at(
+            &mut self.input,
+            &mut self.chunk,
+            payload_offset,
+            self.nr_events,
+            "a chunk payload",
+        )?;
+        let computed = crc32(&self.chunk);
+        if computed != stored {
+            return Err(TraceError::ChecksumMismatch {
+                offset: self.offset,
+                record: self.nr_events,
+                what: "chunk",
+                stored,
+                computed,
+            });
+        }
+        self.chunk_offset = payload_offset;
+        self.offset = payload_offset + len as u64;
+        self.pos = 0;
+        self.chunk_events_left = nr;
+        self.state = DeltaState::default();
+        Ok(true)
+    }
+
+    /// Reads the trailer (its tag already read), checks its checksum and
+    /// that it counts the events read.
+    fn read_trailer(&mut self) -> Result<bool, TraceError> {
+        let mut frame = [0u8; 8];
+        read_exact_at(
+            &mut self.input,
+            &mut frame,
+            self.offset + 1,
+            self.nr_events,
+            "the trailer frame",
+        )?;
+        let len = le_u32(&frame[0..4]);
+        let stored = le_u32(&frame[4..8]);
+        if len > MAX_CHUNK_BYTES {
+            return Err(TraceError::Corrupt {
+                offset: self.offset + 1,
+                record: self.nr_events,
+                what: format!("trailer length {len} exceeds the limit of {MAX_CHUNK_BYTES} bytes"),
+            });
+        }
+        let mut json = vec![0u8; len as usize];
+        read_exact_at(
+            &mut self.input,
+            &mut json,
+            self.offset + 9,
+            self.nr_events,
+            "the trailer",
+        )?;
+        let computed = crc32(&json);
+        if computed != stored {
+            return Err(TraceError::ChecksumMismatch {
+                offset: self.offset,
+                record: self.nr_events,
+                what: "trailer",
+                stored,
+                computed,
+            });
+        }
+        let trailer: Trailer =
+            serde_json::from_slice(&json).map_err(|source| TraceError::Json {
+                offset: self.offset + 9,
+                what: "trace trailer",
+                source,
+            })?;
+        if trailer.nr_events != self.nr_events {
+            return Err(TraceError::Corrupt {
+                offset: self.offset,
+                record: self.nr_events,
+                what: format!(
+                    "trailer counts {} events but the file holds {}",
+                    trailer.nr_events, self.nr_events
+                ),
+            });
+        }
+        self.trailer = Some(trailer);
+        Ok(false)
     }
 
     fn next_event(&mut self) -> Result<Option<Event>, TraceError> {

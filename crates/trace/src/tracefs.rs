@@ -300,18 +300,14 @@ fn word(page: &[u8], at: usize) -> Option<u32> {
     Some(u32::from_le_bytes([b[0], b[1], b[2], b[3]]))
 }
 
-/// Parses one ring-buffer page into `out` (appending), returning what the
-/// page header says about lost events.
-pub fn parse_page(
-    page: &[u8],
-    layout: PageHeaderLayout,
-    out: &mut Vec<RbRecord>,
-) -> Result<PageInfo, PageError> {
+/// The page header: the page's timestamp, where its data ends, and what it
+/// says about lost events.
+fn page_header(page: &[u8], layout: PageHeaderLayout) -> Result<(u64, usize, PageInfo), PageError> {
     let pe = |offset: usize, what: String| PageError { offset, what };
     let ts_bytes = page
         .get(0..8)
         .ok_or_else(|| pe(0, format!("page of {} bytes has no header", page.len())))?;
-    let mut ts = u64::from_le_bytes([
+    let ts = u64::from_le_bytes([
         ts_bytes[0],
         ts_bytes[1],
         ts_bytes[2],
@@ -356,6 +352,18 @@ pub fn parse_page(
         };
         info.nr_missed = f.read_u64(page);
     }
+    Ok((ts, data_end, info))
+}
+
+/// Parses one ring-buffer page into `out` (appending), returning what the
+/// page header says about lost events.
+pub fn parse_page(
+    page: &[u8],
+    layout: PageHeaderLayout,
+    out: &mut Vec<RbRecord>,
+) -> Result<PageInfo, PageError> {
+    let pe = |offset: usize, what: String| PageError { offset, what };
+    let (mut ts, data_end, info) = page_header(page, layout)?;
     let mut pos = layout.data_offset;
     while pos + 4 <= data_end {
         let hdr = word(page, pos).unwrap_or(0);
