@@ -13,8 +13,10 @@ ray = pytest.importorskip("ray", reason="pip install 'mmlab[ray]' for the Ray ba
 
 
 @pytest.fixture(scope="module")
-def local_cluster():
-    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+def local_cluster(tmp_path_factory):
+    # Ray's session files go to pytest's temporary directory, not /tmp/ray.
+    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False,
+             _temp_dir=str(tmp_path_factory.mktemp("ray")))
     yield
     ray.shutdown()
 

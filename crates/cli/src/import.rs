@@ -177,6 +177,9 @@ pub fn import_cmd(a: &ImportArgs) -> Result<()> {
             sum.nr_mmaps_placed_by_records
         );
     }
+    if !sum.reduced_capability.is_empty() {
+        eprintln!("  what this recording lacks, and what the replay loses or estimates for it:");
+    }
     for line in sum.report() {
         eprintln!("  {line}");
     }

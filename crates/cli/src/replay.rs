@@ -315,7 +315,6 @@ pub fn replay(
         .and_then(|p| p.recorded.cpus.last().map(|c| c + 1))
         .unwrap_or(1);
     let exp = replay_experiment(trace, &header, min_cpus, exp_file)?;
-    let fold = cpu_fold_warning(&header, min_cpus, &exp);
     let seed = seed.unwrap_or(exp.seed);
     let t1 = std::time::Instant::now();
     let mut results = Vec::new();
@@ -348,8 +347,11 @@ pub fn replay(
         );
     }
     part.aspace = aspace.as_ref().map(|a| crate::aspace::json(&exp, a));
-    part.warnings = crate::aspace::warnings(&header, &exp, aspace.as_ref());
-    part.warnings.extend(fold);
+    // The fold first: it changes every allocator figure of the replay.
+    part.warnings = cpu_fold_warning(&header, min_cpus, &exp)
+        .into_iter()
+        .chain(crate::aspace::warnings(&header, &exp, aspace.as_ref()))
+        .collect();
     let doc = ResultsDoc::new(vec![part]);
     let secs = [(t1 - t0), (t2 - t1), (t3 - t2)].map(|d| d.as_secs_f64());
     Ok(Replayed {
@@ -533,13 +535,7 @@ pub fn validate_text(
             .map(|p| p.count)
             .sum();
         if at_start > 0 {
-            let _ = writeln!(
-                s,
-                "the recorded lists held {at_start} pages at the start, all migratetypes and orders together \
-                 (/proc/zoneinfo has no breakdown); the model puts them on the lists of the CPU's recorded \
-                 order-0 mix, a guess that dominates a short recording's zone-locked count: --warm-pcp false \
-                 starts them empty"
-            );
+            let _ = writeln!(s, "{}", warm_text(prep, at_start));
         }
     }
     // The PCP lists are per CPU, not per process: the kernel's saw every
@@ -588,6 +584,29 @@ pub fn validate_text(
         );
     }
     s
+}
+
+/// What the warm-up put on the lists, and how it knows.
+fn warm_text(prep: &Prepared, at_start: u64) -> String {
+    use trace::replay::Inferred;
+    let mut by_how = [0u64; 3];
+    for l in prep.recorded.pcp_start.values().flatten() {
+        let i = match l.how {
+            Inferred::Exact => 0,
+            Inferred::LowerBound => 1,
+            Inferred::Estimate => 2,
+        };
+        by_how[i] += l.blocks << l.order;
+    }
+    format!(
+        "the recorded lists held {at_start} pages at the start, all migratetypes and orders together \
+         (/proc/zoneinfo has no breakdown); the trace tells how they were spread over the lists: {} pages \
+         exactly (lists refilled during the recording), {} as lower bounds, {} ESTIMATED (the rest of each \
+         CPU's count shared over the lists never refilled); the warm-up puts up to high - batch of them back \
+         (lists the trace says nothing of: the CPU's recorded order-0 mix, a guess); --warm-pcp false starts \
+         the lists empty",
+        by_how[0], by_how[1], by_how[2]
+    )
 }
 
 /// A validation that has run: mode (a)'s replay under the recorded

@@ -207,6 +207,7 @@ fn gap_trace(path: &std::path::Path, gap_ns: u64) {
             min: 256,
             low: 320,
             high: 384,
+            start_pfn: None,
             pagesets: Vec::new(),
         }],
     };

@@ -30,6 +30,7 @@ fn header() -> Header {
             min: 256,
             low: 320,
             high: 384,
+            start_pfn: None,
             pagesets: Vec::new(),
         }],
     };

@@ -153,6 +153,7 @@ use mm::{SimTime, VcpuId, PAGE_SIZE};
 
 use crate::event::{Event, EventKind, ExecVma, Header, Trailer};
 use crate::format::TraceReader;
+use crate::kfault::{KernelFaultEstimate, KernelFaultEstimator};
 use crate::replay::ReplayError;
 
 /// `PROT_READ | PROT_WRITE`.
@@ -304,6 +305,11 @@ pub struct AspaceRecorded {
     pub procs_without_fork: u64,
     /// Nanoseconds from the first to the last event.
     pub span_ns: u64,
+    /// The kernel's faults on user memory as the allocator events tell
+    /// them ([`crate::kfault`]): what stands in for `page_fault_kernel`
+    /// when the trace lacks it (computed for every trace, so that it can be
+    /// checked against the recorded count where there is one).
+    pub kernel_fault_estimate: KernelFaultEstimate,
 }
 
 /// What one kernel's model did during a replay.
@@ -1612,6 +1618,7 @@ fn replay_events<I: Iterator<Item = Result<Event, ReplayError>>>(
     let mut t0: Option<u64> = None;
     let mut last = 0u64;
     let mut error = None;
+    let mut kfaults = KernelFaultEstimator::default();
     for ev in events {
         let ev = match ev {
             Ok(ev) => ev,
@@ -1621,6 +1628,7 @@ fn replay_events<I: Iterator<Item = Result<Event, ReplayError>>>(
             }
         };
         rec.nr_events += 1;
+        kfaults.observe(&ev);
         let name = match &ev.kind {
             EventKind::PageFaultUser { error_code, .. } => {
                 rec.faults += 1;
@@ -1673,6 +1681,7 @@ fn replay_events<I: Iterator<Item = Result<Event, ReplayError>>>(
         }
     }
     rec.span_ns = last.saturating_sub(t0.unwrap_or(0));
+    rec.kernel_fault_estimate = kfaults.finish();
     let models = worlds.into_iter().map(World::finish).collect();
     match error {
         Some(e) => (Err(e), models),

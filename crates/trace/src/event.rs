@@ -292,6 +292,9 @@ pub struct Zone {
     pub low: u64,
     pub high: u64,
     pub pagesets: Vec<Pageset>,
+    /// The zone's first page frame (`start_pfn:`), when the snapshot says.
+    #[serde(default)]
+    pub start_pfn: Option<u64>,
 }
 
 /// The machine a trace was recorded on.

@@ -10,6 +10,8 @@
 //! - [`exec_layout`]: each exec's mappings from perf's mapping records,
 //!   shared by the recorder and an importer.
 //! - [`perf`]: [`perf::import`] of `perf record -e kmem:...` files.
+//! - [`kfault`]: the estimate of the kernel's faults on user memory when
+//!   `exceptions:page_fault_kernel` was not recorded.
 //! - [`replay`]: replay mode (a), the allocator stream as engine tasks.
 //! - [`aspace`]: replay mode (b), the address-space stream through the
 //!   fault path, every kernel side by side in one pass.
@@ -27,6 +29,7 @@ pub mod decode;
 pub mod event;
 pub mod exec_layout;
 pub mod format;
+pub mod kfault;
 pub mod perf;
 pub mod record;
 pub mod replay;

@@ -78,7 +78,11 @@ use mm::{SimTime, VcpuId};
 use sim::{Block, Op, OpResult, Program, Rng, TaskSpec};
 
 use crate::event::{EventKind, Header};
+
+pub mod pcp_start;
 use crate::format::{TraceError, TraceReader};
+use pcp_start::PcpInference;
+pub use pcp_start::{Inferred, ListStart, PcpStart};
 
 /// The `mm_page_alloc` gfp flag bits the mapping reads (stable since 4.x).
 const GFP_DMA: u64 = 0x01;
@@ -178,6 +182,9 @@ pub struct Recorded {
     pub nr_events: u64,
     /// Nanoseconds from the first to the last allocator event.
     pub span_ns: u64,
+    /// What each CPU's lists held at the start, inferred from the trace
+    /// ([`pcp_start`]).
+    pub pcp_start: PcpStart,
 }
 
 /// What the model did during one replay.
@@ -304,6 +311,172 @@ fn new_id(free_slots: &mut Vec<u32>, generations: &mut Vec<u32>) -> u64 {
     slot as u64 | (*generation as u64) << 32
 }
 
+/// The first pass over a trace: the per-CPU streams being written, the
+/// blocks live in the trace, the counts, and what the lists held at the
+/// start ([`pcp_start`]).
+struct FirstPass {
+    rec: Recorded,
+    live: BTreeMap<u64, Live>,
+    writers: Writers,
+    // Allocation numbers: slot | generation << 32, the slot reused once its
+    // block is freed (so the replay's table is as big as the most blocks
+    // live at once), the generation telling its occupants apart.
+    free_slots: Vec<u32>,
+    generations: Vec<u32>,
+    pre: Vec<(u64, u8)>,
+    first_ts: Option<u64>,
+    last_ts: u64,
+    inference: PcpInference,
+}
+
+fn write_err(source: io::Error) -> ReplayError {
+    ReplayError::Io {
+        what: "cannot write a temporary replay stream".into(),
+        source,
+    }
+}
+
+impl FirstPass {
+    fn new(header: &Header) -> FirstPass {
+        FirstPass {
+            rec: Recorded::default(),
+            live: BTreeMap::new(),
+            writers: BTreeMap::new(),
+            free_slots: Vec::new(),
+            generations: Vec::new(),
+            pre: Vec::new(),
+            first_ts: None,
+            last_ts: 0,
+            inference: PcpInference::new(&header.machine.zones),
+        }
+    }
+
+    /// One event of the trace.
+    fn event(&mut self, ev: &crate::event::Event) -> Result<(), ReplayError> {
+        self.rec.nr_events += 1;
+        self.inference.observe(ev);
+        let r = match ev.kind {
+            EventKind::PageAlloc {
+                pfn,
+                order,
+                migratetype,
+                gfp_flags,
+            } => self.alloc(ev, pfn, order, gfp_of(migratetype, gfp_flags)),
+            EventKind::PageFree { pfn, order } => self.free(ev, pfn, order)?,
+            EventKind::PageAllocZoneLocked { .. } => {
+                self.rec.alloc_zone_locked += 1;
+                None
+            }
+            EventKind::PagePcpuDrain { .. } => {
+                self.rec.pcpu_drains += 1;
+                None
+            }
+            _ => None,
+        };
+        match r {
+            Some(r) => self.write(ev.cpu, &r),
+            None => Ok(()),
+        }
+    }
+
+    fn alloc(&mut self, ev: &crate::event::Event, pfn: u64, order: u32, gfp: Gfp) -> Option<Rec> {
+        let rec = &mut self.rec;
+        rec.allocs += 1;
+        rec.pages_allocated += 1u64 << order.min(63);
+        if order > MAX_ORDER as u32 {
+            rec.unsupported_order += 1;
+            return None;
+        }
+        if order == 0 {
+            let mt = if gfp.contains(Gfp::MOVABLE) {
+                1
+            } else if gfp.contains(Gfp::RECLAIMABLE) {
+                2
+            } else {
+                0
+            };
+            rec.order0_mix.entry(ev.cpu).or_default()[mt] += 1;
+        }
+        let id = new_id(&mut self.free_slots, &mut self.generations);
+        let l = Live {
+            id,
+            order,
+            cpu: ev.cpu,
+        };
+        if self.live.insert(pfn, l).is_some() {
+            // The old block's free was not recorded: it stays allocated in
+            // the model (and keeps its slot).
+            rec.never_freed += 1;
+        }
+        Some(Rec {
+            kind: REC_ALLOC,
+            order: order as u8,
+            gfp: gfp.0,
+            ts: ev.ts_ns,
+            id,
+        })
+    }
+
+    fn free(
+        &mut self,
+        ev: &crate::event::Event,
+        pfn: u64,
+        order: u32,
+    ) -> Result<Option<Rec>, ReplayError> {
+        self.rec.frees += 1;
+        let Some(l) = self.live.remove(&pfn) else {
+            self.rec.unmatched_frees += 1;
+            if order > MAX_ORDER as u32 {
+                return Ok(None);
+            }
+            // A page allocated before the recording: the replay sets one
+            // aside before it starts (`Prepared::preallocate`) and frees it
+            // here.
+            let id = new_id(&mut self.free_slots, &mut self.generations);
+            self.free_slots.push(id as u32);
+            self.pre.push((id, order as u8));
+            if self.pre.len() as u64 > MAX_PREEXISTING {
+                return Err(ReplayError::Io {
+                    what: format!(
+                        "more than {MAX_PREEXISTING} frees of pages allocated before the recording"
+                    ),
+                    source: io::Error::other("the trace frees more pages than it allocates"),
+                });
+            }
+            return Ok(Some(Rec {
+                kind: REC_FREE,
+                order: order as u8,
+                gfp: 0,
+                ts: ev.ts_ns,
+                id,
+            }));
+        };
+        self.free_slots.push(l.id as u32);
+        if l.order != order {
+            self.rec.order_mismatches += 1;
+        }
+        if l.cpu != ev.cpu {
+            self.rec.cross_cpu_frees += 1;
+        }
+        Ok(Some(Rec {
+            kind: REC_FREE,
+            order: l.order as u8,
+            gfp: 0,
+            ts: ev.ts_ns,
+            id: l.id,
+        }))
+    }
+
+    fn write(&mut self, cpu: u32, r: &Rec) -> Result<(), ReplayError> {
+        self.first_ts.get_or_insert(r.ts);
+        self.last_ts = self.last_ts.max(r.ts);
+        let w = writer_for(&mut self.writers, cpu)?;
+        w.0.write_all(&r.encode()).map_err(write_err)?;
+        w.2 += REC_BYTES as u64;
+        Ok(())
+    }
+}
+
 impl Prepared {
     /// Reads the trace at `path` once and splits its allocator events.
     pub fn open(path: &Path) -> Result<Prepared, ReplayError> {
@@ -313,160 +486,34 @@ impl Prepared {
         };
         let mut reader = TraceReader::open(path).map_err(terr)?;
         let header = reader.header().clone();
-        let mut rec = Recorded::default();
-        let mut live: BTreeMap<u64, Live> = BTreeMap::new();
-        let mut writers: Writers = BTreeMap::new();
-        // Allocation numbers: slot | generation << 32, the slot reused once
-        // its block is freed (so the replay's table is as big as the most
-        // blocks live at once), the generation telling its occupants apart.
-        let mut free_slots: Vec<u32> = Vec::new();
-        let mut pre: Vec<(u64, u8)> = Vec::new();
-        let mut generations: Vec<u32> = Vec::new();
-        let mut first_ts: Option<u64> = None;
-        let mut last_ts = 0u64;
-        let ioerr = |what: String| move |source| ReplayError::Io { what, source };
+        let mut pass = FirstPass::new(&header);
         for ev in reader.by_ref() {
-            let ev = ev.map_err(terr)?;
-            rec.nr_events += 1;
-            let r = match ev.kind {
-                EventKind::PageAlloc {
-                    pfn,
-                    order,
-                    migratetype,
-                    gfp_flags,
-                } => {
-                    rec.allocs += 1;
-                    rec.pages_allocated += 1u64 << order.min(63);
-                    if order > MAX_ORDER as u32 {
-                        rec.unsupported_order += 1;
-                        continue;
-                    }
-                    if order == 0 {
-                        let g = gfp_of(migratetype, gfp_flags);
-                        let mt = if g.contains(Gfp::MOVABLE) {
-                            1
-                        } else if g.contains(Gfp::RECLAIMABLE) {
-                            2
-                        } else {
-                            0
-                        };
-                        rec.order0_mix.entry(ev.cpu).or_default()[mt] += 1;
-                    }
-                    let id = new_id(&mut free_slots, &mut generations);
-                    if live
-                        .insert(
-                            pfn,
-                            Live {
-                                id,
-                                order,
-                                cpu: ev.cpu,
-                            },
-                        )
-                        .is_some()
-                    {
-                        // The old block's free was not recorded: it stays
-                        // allocated in the model (and keeps its slot).
-                        rec.never_freed += 1;
-                    }
-                    Rec {
-                        kind: REC_ALLOC,
-                        order: order as u8,
-                        gfp: gfp_of(migratetype, gfp_flags).0,
-                        ts: ev.ts_ns,
-                        id,
-                    }
-                }
-                EventKind::PageFree { pfn, order } => {
-                    rec.frees += 1;
-                    let Some(l) = live.remove(&pfn) else {
-                        rec.unmatched_frees += 1;
-                        if order > MAX_ORDER as u32 {
-                            continue;
-                        }
-                        // A page allocated before the recording: the
-                        // replay sets one aside before it starts
-                        // (`Prepared::preallocate`) and frees it here.
-                        let id = new_id(&mut free_slots, &mut generations);
-                        free_slots.push(id as u32);
-                        pre.push((id, order as u8));
-                        if pre.len() as u64 > MAX_PREEXISTING {
-                            return Err(ReplayError::Io {
-                                what: format!(
-                                    "more than {MAX_PREEXISTING} frees of pages allocated before the recording"
-                                ),
-                                source: io::Error::other("the trace frees more pages than it allocates"),
-                            });
-                        }
-                        let r = Rec {
-                            kind: REC_FREE,
-                            order: order as u8,
-                            gfp: 0,
-                            ts: ev.ts_ns,
-                            id,
-                        };
-                        first_ts.get_or_insert(r.ts);
-                        last_ts = last_ts.max(r.ts);
-                        let w = writer_for(&mut writers, ev.cpu)?;
-                        w.0.write_all(&r.encode())
-                            .map_err(ioerr("cannot write a temporary replay stream".into()))?;
-                        w.2 += REC_BYTES as u64;
-                        continue;
-                    };
-                    free_slots.push(l.id as u32);
-                    if l.order != order {
-                        rec.order_mismatches += 1;
-                    }
-                    if l.cpu != ev.cpu {
-                        rec.cross_cpu_frees += 1;
-                    }
-                    Rec {
-                        kind: REC_FREE,
-                        order: l.order as u8,
-                        gfp: 0,
-                        ts: ev.ts_ns,
-                        id: l.id,
-                    }
-                }
-                EventKind::PageAllocZoneLocked { .. } => {
-                    rec.alloc_zone_locked += 1;
-                    continue;
-                }
-                EventKind::PagePcpuDrain { .. } => {
-                    rec.pcpu_drains += 1;
-                    continue;
-                }
-                _ => continue,
-            };
-            first_ts.get_or_insert(r.ts);
-            last_ts = last_ts.max(r.ts);
-            let w = writer_for(&mut writers, ev.cpu)?;
-            w.0.write_all(&r.encode())
-                .map_err(ioerr("cannot write a temporary replay stream".into()))?;
-            w.2 += REC_BYTES as u64;
+            pass.event(&ev.map_err(terr)?)?;
         }
-        rec.never_freed += live.len() as u64;
+        let mut rec = pass.rec;
+        rec.never_freed += pass.live.len() as u64;
         if rec.allocs == 0 && rec.frees == 0 {
             return Err(ReplayError::NoAllocatorEvents {
                 path: path.to_path_buf(),
             });
         }
         let mut streams = Vec::new();
-        for (cpu, (mut w, r, len)) in writers {
-            w.flush()
-                .map_err(ioerr("cannot write a temporary replay stream".into()))?;
+        for (cpu, (mut w, r, len)) in pass.writers {
+            w.flush().map_err(write_err)?;
             rec.cpus.push(cpu);
             streams.push((cpu, r, len));
         }
-        let start_ts = first_ts.unwrap_or(0);
-        rec.span_ns = last_ts.saturating_sub(start_ts);
+        let start_ts = pass.first_ts.unwrap_or(0);
+        rec.span_ns = pass.last_ts.saturating_sub(start_ts);
+        rec.pcp_start = pass.inference.finish(&header.machine.zones);
         Ok(Prepared {
             header,
             trailer: reader.trailer().cloned(),
             recorded: rec,
             streams,
             start_ts,
-            nr_slots: generations.len(),
-            pre,
+            nr_slots: pass.generations.len(),
+            pre: pass.pre,
         })
     }
 
@@ -558,25 +605,22 @@ impl Prepared {
     /// Puts the recorded per-CPU list contents back before a replay: under
     /// a kernel that auto-tunes `high` (6.7+), each list's `high` starts at
     /// the recorded one (clamped to the model's `high_min..=high_max`), as
-    /// the kernel's had been tuned by what ran before; then for
-    /// every recorded pageset with pages on it (`count` in the header's
+    /// the kernel's had been tuned by what ran before; then for every
+    /// recorded pageset with pages on it (`count` in the header's
     /// `/proc/zoneinfo` snapshot, taken just before the command started),
-    /// allocates that many order-0 pages of its zone on the CPU's
-    /// vCPU and frees them there, so the model starts with warm PCP lists
-    /// as the kernel did, up to the model's own `high - batch` (the fullest
-    /// a list stays after a drain: fuller, the replay's first free would
-    /// drain what the warm-up put there). The counters are
-    /// reset afterwards: they count the replay only. Returns the pages on
-    /// PCP lists after the warm-up.
-    ///
-    /// Deviation: the recorded count does not say which migratetype the
-    /// pages were; they are split in the proportions of the CPU's recorded
-    /// order-0 allocations (a guess: the lists hold what the CPU uses).
+    /// puts that many pages on the CPU's lists, up to the model's own
+    /// `high - batch` (the fullest a list stays after a drain: fuller, the
+    /// replay's first free would drain what the warm-up put there): each
+    /// list as [`pcp_start`] inferred it from the trace (blocks of its order
+    /// and migratetype, allocated on the CPU's vCPU and freed there), or,
+    /// where the trace says nothing of a CPU's lists, order-0 pages in the
+    /// proportions of the CPU's recorded order-0 allocations (a guess). The
+    /// counters are reset afterwards: they count the replay only. Returns
+    /// the pages on PCP lists after the warm-up.
     pub fn warm_pcp(&self, pa: &mut PageAlloc, nr_cpus: u32) -> u64 {
         let mut cx = Cx::new(VcpuId(0), CostTable::uniform(0));
-        let mut held = Vec::new();
-        for z in &self.header.machine.zones {
-            let gfp = match z.name.as_str() {
+        for (zh, z) in self.header.machine.zones.iter().enumerate() {
+            let zone_gfp = match z.name.as_str() {
                 "DMA" | "DMA32" => Gfp::DMA32,
                 "Normal" | "Movable" => Gfp::KERNEL,
                 _ => continue,
@@ -586,43 +630,75 @@ impl Prepared {
             };
             for ps in &z.pagesets {
                 let v = VcpuId(ps.cpu % nr_cpus.max(1));
-                let pi = pa.pcp_index(v, zi);
-                let pcp = &mut pa.pcp[pi];
-                if pcp.high_min != pcp.high_max && ps.high > 0 {
-                    // Auto-tuning: start from the kernel's tuned `high`,
-                    // within the model's bounds.
-                    pcp.high =
-                        (ps.high.min(i32::MAX as u64) as i32).clamp(pcp.high_min, pcp.high_max);
-                }
-                let pcp = &pa.pcp[pi];
-                let room = (pcp.high - pcp.batch - pcp.count).max(0) as u64;
-                let n = ps.count.min(room);
-                let mix = self
-                    .recorded
-                    .order0_mix
-                    .get(&ps.cpu)
-                    .copied()
-                    .unwrap_or([0, 1, 0]);
-                let total: u64 = mix.iter().sum::<u64>().max(1);
-                for (mt, share) in mix.iter().enumerate() {
-                    let mt_gfp = [Gfp::KERNEL, Gfp::MOVABLE, Gfp::RECLAIMABLE][mt];
-                    let g = Gfp(mt_gfp.0 | (gfp.0 & Gfp::DMA32.0));
-                    for _ in 0..n * share / total {
-                        cx.begin(v, SimTime(0));
-                        match pa.alloc_pages(&mut cx, g, 0) {
-                            Ok(p) => held.push(p),
-                            Err(_) => break,
-                        }
-                    }
-                }
-                for p in held.drain(..) {
-                    cx.begin(v, SimTime(0));
-                    pa.free_pages(&mut cx, p, 0);
-                }
+                let room = start_high(pa, pa.pcp_index(v, zi), ps);
+                let want = ps.count.min(room);
+                let lists = self.start_lists(ps.cpu, zh, want);
+                cx.begin(v, SimTime(0));
+                put_on_lists(pa, &mut cx, zone_gfp, &lists);
             }
         }
         pa.vmstat = mm::vmstat::VmStat::default();
         pa.nr_pcp_pages()
+    }
+
+    /// The lists to warm for recorded CPU `cpu` in header zone `zh`, as
+    /// (order, migratetype, blocks), `pages` pages in all: the inferred
+    /// start scaled to `pages`, or the order-0 guess.
+    fn start_lists(&self, cpu: u32, zh: usize, pages: u64) -> Vec<(u8, u8, u64)> {
+        let inferred = self.recorded.pcp_start.get(&(cpu, zh));
+        let total: u64 = inferred
+            .map(|l| l.iter().map(|x| x.blocks << x.order).sum())
+            .unwrap_or(0);
+        if let (Some(lists), true) = (inferred, total > 0) {
+            let scale = |b: u64| (b as u128 * pages.min(total) as u128 / total as u128) as u64;
+            return lists
+                .iter()
+                .map(|l| (l.order, l.migratetype, scale(l.blocks)))
+                .collect();
+        }
+        let mix = self
+            .recorded
+            .order0_mix
+            .get(&cpu)
+            .copied()
+            .unwrap_or([0, 1, 0]);
+        let sum: u64 = mix.iter().sum::<u64>().max(1);
+        (0..3)
+            .map(|mt| (0, mt as u8, pages * mix[mt] / sum))
+            .collect()
+    }
+}
+
+/// Sets the pageset's `high` to the recorded one under auto-tuning (within
+/// the model's bounds); returns the pages it may take before a free
+/// would drain (`high - batch - count`).
+fn start_high(pa: &mut PageAlloc, pi: usize, ps: &crate::event::Pageset) -> u64 {
+    let pcp = &mut pa.pcp[pi];
+    if pcp.high_min != pcp.high_max && ps.high > 0 {
+        pcp.high = (ps.high.min(i32::MAX as u64) as i32).clamp(pcp.high_min, pcp.high_max);
+    }
+    (pcp.high - pcp.batch - pcp.count).max(0) as u64
+}
+
+/// Allocates the blocks of each (order, migratetype, blocks) on the vCPU
+/// `cx` runs on, then frees them there: they land on its lists.
+fn put_on_lists(pa: &mut PageAlloc, cx: &mut Cx, zone_gfp: Gfp, lists: &[(u8, u8, u64)]) {
+    let mut held = Vec::new();
+    for &(order, mt, blocks) in lists {
+        let mt_gfp = [Gfp::KERNEL, Gfp::MOVABLE, Gfp::RECLAIMABLE][mt.min(2) as usize];
+        let g = Gfp(mt_gfp.0 | (zone_gfp.0 & Gfp::DMA32.0));
+        for _ in 0..blocks {
+            // One operation per begin: the segments do not pile up.
+            cx.begin(cx.cpu, SimTime(0));
+            match pa.alloc_pages(cx, g, order) {
+                Ok(p) => held.push((p, order)),
+                Err(_) => break,
+            }
+        }
+    }
+    for (p, order) in held {
+        cx.begin(cx.cpu, SimTime(0));
+        pa.free_pages(cx, p, order);
     }
 }
 

@@ -86,6 +86,10 @@ pub fn parse_zoneinfo(text: &str) -> Vec<Zone> {
             }
             continue;
         }
+        if key == "start_pfn:" {
+            zone.start_pfn = num;
+            continue;
+        }
         if let Some(v) = num {
             match key {
                 "min" => zone.min = v,
@@ -306,6 +310,10 @@ fn pageset_line(
 fn zone_line(t: &str, n: usize, zone: &mut Zone, zs: &mut ZoneSeen) -> Result<(), SnapshotError> {
     let tokens: Vec<&str> = t.split_whitespace().collect();
     let (key, value) = (tokens[0], tokens.get(1).copied());
+    if key == "start_pfn:" {
+        zone.start_pfn = Some(number(value.unwrap_or(""), n, key)?);
+        return Ok(());
+    }
     if let Some(i) = ZONE_FIELDS.iter().position(|f| *f == key) {
         let v = number(value.unwrap_or(""), n, key)?;
         match i {

@@ -163,3 +163,57 @@ fn foreign_and_truncated_files_are_clear_errors() {
     );
     assert!(matches!(missing, Err(PerfImportError::Open { .. })));
 }
+
+/// The offset of the `n`th record of the data section of a perf.data.
+fn record_at(bytes: &[u8], n: usize) -> usize {
+    let u64_at = |at: usize| u64::from_le_bytes(bytes[at..at + 8].try_into().expect("8 bytes"));
+    let mut at = u64_at(40) as usize;
+    for _ in 0..n {
+        at += u16::from_le_bytes([bytes[at + 6], bytes[at + 7]]) as usize;
+    }
+    at
+}
+
+#[test]
+fn a_damaged_record_is_an_error_naming_it() {
+    let good = std::fs::read(fixture("readbuf.perf.data")).expect("fixture present");
+    let at = record_at(&good, 300);
+    let err = |bytes: &[u8]| {
+        import_bytes(bytes)
+            .err()
+            .map(|e| e.to_string())
+            .unwrap_or_default()
+    };
+    // A size of 0 (the parser would read that record forever), one
+    // smaller than the header, one that runs past the section's end.
+    for (size, what) in [
+        (0u16, "size 0 is smaller than its 8-byte header"),
+        (4, "size 4 is smaller"),
+        (u16::MAX, "run past the end of the data section"),
+    ] {
+        let mut bad = good.clone();
+        bad[at + 6..at + 8].copy_from_slice(&size.to_le_bytes());
+        let msg = err(&bad);
+        assert!(
+            msg.contains(&format!("record 300 at byte {at}")) && msg.contains(what),
+            "{msg}"
+        );
+    }
+    // A type that no perf record has: the data is damaged or misaligned.
+    let mut bad = good.clone();
+    bad[at..at + 4].copy_from_slice(&0x4000_u32.to_le_bytes());
+    assert!(err(&bad).contains("type 16384 is not a perf record type"));
+    // perf record killed before it wrote the header's sizes.
+    let mut bad = good.clone();
+    bad[48..56].copy_from_slice(&0u64.to_le_bytes());
+    assert!(err(&bad).contains("data section is empty"), "{}", err(&bad));
+    // The section's size cut inside the last record's header.
+    let mut bad = good.clone();
+    let size = u64::from_le_bytes(good[48..56].try_into().expect("8 bytes"));
+    bad[48..56].copy_from_slice(&(size - 3).to_le_bytes());
+    assert!(
+        err(&bad).contains("bytes into its 8-byte header"),
+        "{}",
+        err(&bad)
+    );
+}

@@ -27,6 +27,7 @@ fn header(nr_cpus: u32) -> Header {
             min: 256,
             low: 320,
             high: 384,
+            start_pfn: None,
             pagesets: (0..nr_cpus)
                 .map(|cpu| Pageset {
                     cpu,
