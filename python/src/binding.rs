@@ -138,6 +138,7 @@ fn run<'py>(
         seeds,
         jobs,
         progress,
+        timeline: None,
     };
     let table = py
         .detach(|| {
@@ -164,6 +165,7 @@ fn run_document(
         seeds,
         jobs,
         progress: false,
+        timeline: None,
     };
     py.detach(|| {
         src.with_source(|s| api::run(s, &opts))

@@ -166,6 +166,9 @@ pub struct RunOptions {
     pub jobs: Option<usize>,
     /// Show progress on stderr for runs longer than a second.
     pub progress: bool,
+    /// Record a timeline of each run (`--timeline`); `max_records` is for
+    /// all the runs of an experiment together.
+    pub timeline: Option<sim::TimelineOptions>,
 }
 
 /// One experiment that has run: its definition, seeds and raw results.
@@ -203,6 +206,7 @@ pub fn run_experiment(exp: Experiment, opts: &RunOptions) -> Result<ExperimentRu
             seeds: &seeds,
             quiet: !opts.progress,
             jobs,
+            timeline: opts.timeline,
         },
     )?;
     Ok(ExperimentRun {

@@ -518,6 +518,7 @@ pub fn fill_bands(results: &mut [HeadlineResult], jobs: usize, quiet: bool) -> R
                     seeds: &seeds,
                     quiet,
                     jobs,
+                    timeline: None,
                 },
             )?;
             Ok(hs.iter().map(|h| h.eval(&res)).collect())

@@ -68,6 +68,14 @@ impl MachineFile {
         if self.nodes == 0 {
             bail!("{origin}: machine.nodes = 0: a machine needs at least one node");
         }
+        // Checked before the nodes are built: 2^31 of them asked for 32 GiB.
+        if self.nodes > MAX_NUMNODES {
+            bail!(
+                "{origin}: machine.nodes = {}: at most {MAX_NUMNODES} (MAX_NUMNODES with \
+                 CONFIG_NODES_SHIFT = 10, the largest x86-64 Linux allows)",
+                self.nodes
+            );
+        }
         let machine = Machine {
             name: self.name.clone(),
             nodes: (0..self.nodes)
@@ -213,30 +221,10 @@ impl<'de> Deserialize<'de> for Size {
     }
 }
 
-/// Parses `64GiB`, `4 KiB`, `2MB` (MB means MiB here, as in the kernel's
-/// messages) or a plain number of bytes.
+/// Parses a size: `mm::types::parse_size`, the one size parser (machines
+/// and workload parameters alike).
 pub fn parse_size(s: &str) -> std::result::Result<u64, String> {
-    let t = s.trim();
-    let split = t.find(|c: char| !c.is_ascii_digit()).unwrap_or(t.len());
-    let (num, unit) = t.split_at(split);
-    let n: u64 = num.parse().map_err(|_| {
-        format!("invalid size \"{s}\": expected a number followed by B, KiB, MiB, GiB, TiB or PiB")
-    })?;
-    let mult: u64 = match unit.trim() {
-        "" | "B" => 1,
-        "K" | "KB" | "KiB" | "k" => 1 << 10,
-        "M" | "MB" | "MiB" => 1 << 20,
-        "G" | "GB" | "GiB" => 1 << 30,
-        "T" | "TB" | "TiB" => 1 << 40,
-        "P" | "PB" | "PiB" => 1 << 50,
-        u => {
-            return Err(format!(
-                "invalid size \"{s}\": unknown unit \"{u}\"; expected B, KiB, MiB, GiB, TiB or PiB"
-            ))
-        }
-    };
-    n.checked_mul(mult)
-        .ok_or_else(|| format!("invalid size \"{s}\": too large"))
+    mm::types::parse_size(s)
 }
 
 /// A kernel to run: its name and configuration.
@@ -571,11 +559,29 @@ fn knob_value(v: &toml::Value) -> Option<KnobValue> {
     }
 }
 
+/// The most NUMA nodes a machine may have: Linux's `MAX_NUMNODES` at the
+/// largest `CONFIG_NODES_SHIFT` x86-64 accepts (10, `arch/x86/Kconfig`).
+pub const MAX_NUMNODES: u32 = 1 << 10;
+
 /// The longest idle tail accepted: an hour.
 pub const MAX_IDLE_TAIL_S: u64 = 3600;
 
+/// A smaller host to check machines against, when set (the fuzzer's memory
+/// budget); 0: the real host.
+static HOST_MEMORY_OVERRIDE: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+
+/// Makes [`host_memory_bytes`] report `bytes` (0: the real host again), so
+/// that validation refuses machines that would not fit a fuzzer's budget.
+pub fn set_host_memory_override(bytes: u64) {
+    HOST_MEMORY_OVERRIDE.store(bytes, std::sync::atomic::Ordering::Relaxed);
+}
+
 /// Host memory in bytes (from /proc/meminfo; 16 GiB if unreadable).
 pub fn host_memory_bytes() -> u64 {
+    let o = HOST_MEMORY_OVERRIDE.load(std::sync::atomic::Ordering::Relaxed);
+    if o > 0 {
+        return o;
+    }
     std::fs::read_to_string("/proc/meminfo")
         .ok()
         .and_then(|s| {

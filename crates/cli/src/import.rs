@@ -10,7 +10,7 @@ use trace::sysinfo;
 
 /// The text after `mmlab import --help`'s options.
 pub const AFTER_HELP: &str = concat!(
-    "Record everything mmlab can use (every tracepoint it replays, -d for the PERF_RECORD_MMAP2 of \
+    "Example: record everything mmlab can use (every tracepoint it replays, -d for the PERF_RECORD_MMAP2 of \
      data and anonymous mappings, -a for every process's allocator events), with a snapshot of the \
      machine just before:\n\n",
     "  mkdir snap && cat /proc/zoneinfo >snap/zoneinfo && cat /proc/vmstat >snap/vmstat && \\\n",
@@ -38,8 +38,16 @@ pub struct ImportArgs {
     /// The perf.data file.
     pub input: PathBuf,
     /// The mmlab trace to write (mode 0600; written whole or not at all).
-    #[arg(short, long)]
+    #[arg(
+        short = 'o',
+        long = "out",
+        visible_alias = "output",
+        value_name = "FILE"
+    )]
     pub output: PathBuf,
+    /// No summary on stderr.
+    #[arg(long, short)]
+    pub quiet: bool,
     /// A snapshot directory: `zoneinfo` (required), and where present `vmstat`,
     /// `vmstat-after`, `thp/`, `thp-after/`, `percpu_pagelist_high_fraction` (see below).
     #[arg(long, value_name = "DIR")]
@@ -165,6 +173,9 @@ pub fn options(a: &ImportArgs) -> Result<ImportOptions> {
 pub fn import_cmd(a: &ImportArgs) -> Result<()> {
     let opts = options(a)?;
     let sum = trace::perf::import_with(&a.input, &a.output, &opts)?;
+    if a.quiet {
+        return Ok(());
+    }
     eprintln!(
         "mmlab import: {} events written to {}",
         sum.nr_events,

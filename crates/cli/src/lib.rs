@@ -20,20 +20,30 @@
 //!   `tests/model_vs_live.rs`.
 //! - [`calibrate`]: `mmlab calibrate`, the host's costs measured and fitted.
 //! - [`output`]: atomic file writes and closed-pipe handling.
+//! - [`fuzz`]: seeded fuzzing of experiments, traces and perf.data files
+//!   (`mmlab fuzz`).
 
 pub mod api;
+pub mod args;
 pub mod aspace;
 pub mod bands;
 pub mod bench;
 pub mod calibrate;
+pub mod charts;
+pub mod compare;
 pub mod csv_out;
 pub mod experiment;
 pub mod fault_model;
+pub mod fuzz;
+pub mod html;
 pub mod import;
+pub mod info;
 pub mod metrics;
+pub mod native_json;
 pub mod output;
 pub mod replay;
 pub mod report;
 pub mod results;
 pub mod runner;
 pub mod sweep;
+pub mod timeline_out;

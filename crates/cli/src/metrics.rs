@@ -56,6 +56,22 @@ impl MetricValue {
         }
     }
 
+    /// The value of metric or counter `name` as read back from a results
+    /// document: its kind follows from its unit (a share of a hundredth
+    /// is a `SmallPct`), so that tables printed from a document look like
+    /// the ones printed from the run.
+    pub fn from_doc(name: &str, v: f64) -> MetricValue {
+        match unit_of(name).unwrap_or("count") {
+            "%" if name.ends_with("_share_pct") && name.starts_with("vmacache_") => {
+                MetricValue::SmallPct(v)
+            }
+            "%" => MetricValue::Pct(v),
+            "runs/min" => MetricValue::Rate(v),
+            "GB/s" => MetricValue::Gbps(v),
+            _ => MetricValue::Int(v.round().max(0.0) as u64),
+        }
+    }
+
     /// The number written in the results document: integers as they are,
     /// fractions rounded to three decimals (five for the small shares), so
     /// that the document does not carry noise digits.
@@ -548,6 +564,33 @@ mod tests {
         assert_eq!(unit_of("fault_ns"), Some("ns"));
         assert_eq!(unit_of("pgalloc_normal"), Some("pages"));
         assert_eq!(unit_of("no_such_metric"), None);
+    }
+
+    /// `from_doc` gives every metric the kind its value function gives.
+    #[test]
+    fn kinds_read_back_from_a_document_match_the_registry() {
+        let r = RunResult {
+            kernel: "k".into(),
+            workload: "w".into(),
+            seed: 1,
+            stats: sim::RunStats {
+                locks: vec![Default::default(); 8],
+                ..Default::default()
+            },
+            vmstat: Default::default(),
+            nr_runs: 0,
+            timeline: None,
+        };
+        for m in METRICS {
+            let v = (m.value)(&r);
+            let back = MetricValue::from_doc(m.name, v.as_f64());
+            assert_eq!(
+                std::mem::discriminant(&v),
+                std::mem::discriminant(&back),
+                "{}",
+                m.name
+            );
+        }
     }
 
     #[test]

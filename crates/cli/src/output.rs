@@ -83,6 +83,70 @@ pub fn write_results(path: &Path, doc: &ResultsDoc) -> Result<()> {
     write_with(path, |w| write_document(doc, Format::Json, w))
 }
 
+/// Writes the results document to `path` in the form its extension names:
+/// `.jsonl` JSON Lines, `.csv` tidy CSV, `.html`/`.htm` the HTML report,
+/// anything else JSON.
+pub fn write_results_as(path: &Path, doc: &ResultsDoc) -> Result<()> {
+    let ext = path
+        .extension()
+        .map(|e| e.to_string_lossy().to_ascii_lowercase())
+        .unwrap_or_default();
+    match ext.as_str() {
+        "jsonl" => write_with(path, |w| write_document(doc, Format::Jsonl, w)),
+        "csv" => write_with(path, |w| write_document(doc, Format::Csv, w)),
+        "html" | "htm" => {
+            let name = path
+                .file_name()
+                .map_or_else(String::new, |n| n.to_string_lossy().into_owned());
+            write_atomically(path, crate::html::render(doc, &name).as_bytes())
+        }
+        _ => write_results(path, doc),
+    }
+}
+
+/// Fails now, before any work, if `path` could not be written at the end.
+pub fn check_out(path: Option<&Path>) -> Result<()> {
+    if let Some(p) = path {
+        host::output::check_writable(p, host::Mode::Shared)?;
+    }
+    Ok(())
+}
+
+/// The directory of `--report DIR`, created if missing.
+pub fn report_dir(dir: &Path) -> Result<std::path::PathBuf> {
+    std::fs::create_dir_all(dir)
+        .with_context(|| format!("--report {}: cannot create the directory", dir.display()))?;
+    check_out(Some(&dir.join("report.html")))?;
+    Ok(dir.to_path_buf())
+}
+
+/// Writes `text` to `out` (atomically) or, without one, to stdout.
+pub fn emit(out: Option<&Path>, text: &str) -> Result<()> {
+    match out {
+        Some(p) => write_atomically(p, text.as_bytes()),
+        None => Ok(print(text)?),
+    }
+}
+
+/// Makes a panic on a closed stdout (`print!` to `mmlab ... | head` in code
+/// that does not return the error) end the process quietly with status 0,
+/// as the returned errors do; every other panic keeps its message.
+pub fn quiet_broken_pipe_panics() {
+    let default = std::panic::take_hook();
+    std::panic::set_hook(Box::new(move |info| {
+        let msg = info
+            .payload()
+            .downcast_ref::<String>()
+            .map(String::as_str)
+            .or_else(|| info.payload().downcast_ref::<&str>().copied())
+            .unwrap_or("");
+        if msg.contains("failed printing to stdout") && msg.contains("Broken pipe") {
+            std::process::exit(0);
+        }
+        default(info);
+    }));
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -9,7 +9,7 @@
 //! recorded zones' min watermarks summed.
 
 use crate::experiment::{self, Experiment, Kernel, Mode, ReportFile, Workload};
-use crate::report::{self, Format, RunResult};
+use crate::report::{self, RunResult};
 use crate::results::{ExperimentResults, ResultsDoc};
 use anyhow::{anyhow, bail, Result};
 use mm::knobs::{KnobValue, Preset};
@@ -143,7 +143,7 @@ pub fn replay_experiment(
         .find(|(n, _)| *n == DEFAULT_PROFILE)
         .ok_or_else(|| anyhow!("no built-in profile {DEFAULT_PROFILE}"))?;
     let profile = experiment::parse_profile(text, DEFAULT_PROFILE)?;
-    let kernel = recorded_kernel(header)?;
+    let kernel = recorded_kernel(header).map_err(|e| anyhow!("{}: {e}", trace.display()))?;
     experiment::check_fits_machine(&machine, &kernel.config).map_err(|e| {
         anyhow!(
             "{}: the recorded knobs on the recorded machine: {e}",
@@ -193,6 +193,7 @@ pub fn replay_one(
     prep: &Prepared,
     seed: u64,
     warm: bool,
+    timeline: Option<sim::TimelineOptions>,
 ) -> (RunResult, ReplayStats) {
     let mut pa = PageAlloc::new(&exp.machine.memory_layout(), k.config.sysctl, k.config.pcp);
     let pre = prep.preallocate(&mut pa, exp.machine.nr_cpus());
@@ -200,6 +201,9 @@ pub fn replay_one(
         prep.warm_pcp(&mut pa, exp.machine.nr_cpus());
     }
     let mut eng = Engine::new(pa, exp.profile.table(), seed);
+    if let Some(t) = timeline {
+        eng = eng.with_timeline(t);
+    }
     let (tasks, stats) = prep.tasks_with(exp.machine.nr_cpus(), pre);
     for t in tasks {
         eng.spawn(t);
@@ -214,6 +218,7 @@ pub fn replay_one(
             vmstat: eng.pa.vmstat.clone(),
             nr_runs: 0,
             seed,
+            timeline: eng.take_timeline().map(std::sync::Arc::new),
         },
         st,
     )
@@ -259,7 +264,7 @@ pub enum ReplayMode {
 
 /// Mode (a) of a trace, or why it cannot run: `Ok(None)` when the trace has
 /// no allocator events and the mode was not asked for by name.
-fn open_alloc(trace: &Path, mode: ReplayMode) -> Result<Option<Prepared>> {
+pub(crate) fn open_alloc(trace: &Path, mode: ReplayMode) -> Result<Option<Prepared>> {
     if mode == ReplayMode::Aspace {
         return Ok(None);
     }
@@ -273,7 +278,7 @@ fn open_alloc(trace: &Path, mode: ReplayMode) -> Result<Option<Prepared>> {
 }
 
 /// The trace's header, read without replaying anything.
-fn read_header(trace: &Path) -> Result<Header> {
+pub(crate) fn read_header(trace: &Path) -> Result<Header> {
     let r = trace::TraceReader::open(trace).map_err(|e| anyhow!("{}: {e}", trace.display()))?;
     Ok(r.header().clone())
 }
@@ -304,6 +309,19 @@ pub fn replay(
     warm: bool,
     mode: ReplayMode,
 ) -> Result<Replayed> {
+    replay_with(trace, exp_file, seed, warm, mode, None)
+}
+
+/// [`replay`], with a timeline of each kernel's allocator replay (mode a)
+/// recorded in its `RunResult` when `timeline` is given.
+pub fn replay_with(
+    trace: &Path,
+    exp_file: Option<&Path>,
+    seed: Option<u64>,
+    warm: bool,
+    mode: ReplayMode,
+    timeline: Option<sim::TimelineOptions>,
+) -> Result<Replayed> {
     let t0 = std::time::Instant::now();
     let prep = open_alloc(trace, mode)?;
     let header = match &prep {
@@ -312,16 +330,21 @@ pub fn replay(
     };
     let min_cpus = prep
         .as_ref()
-        .and_then(|p| p.recorded.cpus.last().map(|c| c + 1))
+        .and_then(|p| p.recorded.cpus.last().map(|c| c.saturating_add(1)))
         .unwrap_or(1);
     let exp = replay_experiment(trace, &header, min_cpus, exp_file)?;
     let seed = seed.unwrap_or(exp.seed);
     let t1 = std::time::Instant::now();
     let mut results = Vec::new();
+    // Each kernel's replay gets its share of the timeline's record limit.
+    let timeline = timeline.map(|mut t| {
+        t.max_records = (t.max_records / exp.kernels.len().max(1)).max(1000);
+        t
+    });
     let mut per_kernel = serde_json::Map::new();
     if let Some(prep) = &prep {
         for k in &exp.kernels {
-            let (r, st) = replay_one(&exp, k, prep, seed, warm);
+            let (r, st) = replay_one(&exp, k, prep, seed, warm, timeline);
             per_kernel.insert(k.name.clone(), stats_json(&st));
             results.push(r);
         }
@@ -365,19 +388,19 @@ pub fn replay(
     })
 }
 
-/// `mmlab replay`.
-#[allow(clippy::too_many_arguments)]
-pub fn replay_cmd(
-    trace: &Path,
-    exp_file: Option<&Path>,
-    format: Format,
-    out: Option<&Path>,
-    seed: Option<u64>,
-    quiet: bool,
-    warm: bool,
-    mode: ReplayMode,
-) -> Result<()> {
-    let r = replay(trace, exp_file, seed, warm, mode)?;
+/// `mmlab replay`: replays, prints the warnings, the tables (or the
+/// document in a data `--format`) and the speed; the caller writes `--out`
+/// and `--timeline` from what it returns.
+pub fn replay_cmd(trace: &Path, a: &crate::args::ReplayArgs) -> Result<Replayed> {
+    let r = replay_with(
+        trace,
+        a.experiment.as_deref(),
+        a.seed,
+        a.warm_pcp,
+        a.mode,
+        a.timeline.options(),
+    )?;
+    let format = a.format;
     let (exp, doc) = (&r.exp, &r.doc);
     for w in doc.experiments.iter().flat_map(|e| &e.warnings) {
         eprintln!("warning: {w}");
@@ -397,13 +420,10 @@ pub fn replay_cmd(
             write!(stdout, "{}", crate::aspace::table(exp, a, format))?;
         }
     }
-    if let Some(path) = out {
-        crate::output::write_results(path, doc)?;
-    }
-    if !quiet {
+    if !a.quiet {
         print_speed(&r);
     }
-    Ok(())
+    Ok(r)
 }
 
 /// The replay's speed on stderr.
@@ -474,6 +494,37 @@ pub fn alloc_rows(
             r.vmstat.get(VmEvent::MM_PAGE_PCPU_DRAIN),
         ),
     ]
+}
+
+/// `mmlab validate --format json`'s allocator part: what the table shows.
+fn validate_json(
+    prep: &Prepared,
+    exp: &Experiment,
+    r: &RunResult,
+    st: &ReplayStats,
+    warm: bool,
+) -> serde_json::Value {
+    let k = &exp.kernels[0];
+    let rows: Vec<serde_json::Value> = alloc_rows(prep, r, st)
+        .iter()
+        .map(|(name, rec, model)| {
+            let error_pct = (*rec > 0).then(|| 100.0 * (*model as f64 - *rec as f64) / *rec as f64);
+            json!({ "counter": name, "recorded": rec, "model": model, "error_pct": error_pct })
+        })
+        .collect();
+    let knobs: serde_json::Map<String, serde_json::Value> = k
+        .knobs
+        .iter()
+        .map(|(n, v)| (n.clone(), json!(v.to_string())))
+        .collect();
+    json!({
+        "kernel_recorded": prep.header.kernel_release,
+        "model": { "preset": k.config.preset.name(), "knobs": knobs, "machine": exp.machine.name, "profile": exp.profile.name },
+        "warm_pcp": warm,
+        "counters": rows,
+        "recorded": recorded_json(prep),
+        "replayed": stats_json(st),
+    })
 }
 
 /// The `mmlab validate` table: recorded counters beside the model's.
@@ -616,6 +667,8 @@ pub struct Validation {
     pub alloc: Option<(Prepared, RunResult, ReplayStats)>,
     pub aspace: Option<trace::aspace::AspaceReplay>,
     pub warnings: Vec<String>,
+    /// The seed of the replay.
+    pub seed: u64,
     warm: bool,
 }
 
@@ -644,7 +697,7 @@ pub fn validate(
     };
     let min_cpus = prep
         .as_ref()
-        .and_then(|p| p.recorded.cpus.last().map(|c| c + 1))
+        .and_then(|p| p.recorded.cpus.last().map(|c| c.saturating_add(1)))
         .unwrap_or(1);
     let exp = replay_experiment(trace, &header, min_cpus, None)?;
     let seed = seed.unwrap_or(exp.seed);
@@ -662,7 +715,7 @@ pub fn validate(
     }
     let warnings = crate::aspace::warnings(&header, &exp, aspace.as_ref());
     let alloc = prep.map(|p| {
-        let (r, st) = replay_one(&exp, &exp.kernels[0], &p, seed, warm);
+        let (r, st) = replay_one(&exp, &exp.kernels[0], &p, seed, warm, None);
         (p, r, st)
     });
     Ok(Validation {
@@ -670,6 +723,7 @@ pub fn validate(
         alloc,
         aspace,
         warnings,
+        seed,
         warm,
     })
 }
@@ -688,6 +742,23 @@ impl Validation {
             s += &crate::aspace::validate_text(trace, &self.exp, a);
         }
         s
+    }
+
+    /// What `mmlab validate --format json` prints: the trace, seed and
+    /// warnings, and each mode's counters recorded and modelled.
+    pub fn json(&self, trace: &Path) -> serde_json::Value {
+        let mut doc = json!({
+            "trace": trace.display().to_string(),
+            "seed": self.seed,
+            "warnings": self.warnings,
+        });
+        if let Some((prep, r, st)) = &self.alloc {
+            doc["alloc"] = validate_json(prep, &self.exp, r, st, self.warm);
+        }
+        if let Some(a) = &self.aspace {
+            doc["aspace"] = crate::aspace::json(&self.exp, a);
+        }
+        doc
     }
 
     /// The tables' rows, mode (a)'s first.

@@ -4,6 +4,7 @@
 use crate::experiment::{Experiment, Mode, Workload};
 pub use crate::metrics::MetricValue;
 use crate::metrics::{self};
+use crate::results::{ExperimentResults, PublishedTable, ResultsDoc};
 use sim::RunStats;
 use std::fmt::Write;
 
@@ -18,6 +19,8 @@ pub struct RunResult {
     pub vmstat: mm::vmstat::VmStat,
     /// Benchmark runs the workload made (0 if it does not count runs).
     pub nr_runs: u64,
+    /// What each vCPU did when, if a timeline was asked for.
+    pub timeline: Option<std::sync::Arc<sim::Timeline>>,
 }
 
 impl RunResult {
@@ -67,6 +70,11 @@ impl Format {
     pub fn is_data(self) -> bool {
         !matches!(self, Format::Text | Format::Markdown)
     }
+}
+
+/// A table cell: `v` shown in `mode` against the baseline's value `base`.
+pub fn cell_text(v: MetricValue, base: Option<MetricValue>, mode: Mode) -> String {
+    cell(v, base, mode)
 }
 
 fn cell(v: MetricValue, base: Option<MetricValue>, mode: Mode) -> String {
@@ -243,9 +251,148 @@ pub fn tables(exp: &Experiment, seeds: &[u64], results: &[RunResult], format: Fo
     out
 }
 
+/// One table read back from a results document: title, header, rows.
+pub struct DocTable {
+    pub title: String,
+    pub header: Vec<String>,
+    pub body: Vec<Vec<String>>,
+}
+
+/// The mean of `metric` over the seeds of each kernel of workload `w`, in
+/// the experiment's kernel order (kernels that did not run it left out).
+pub fn doc_means(e: &ExperimentResults, w: &str, metric: &str) -> Vec<(String, Option<f64>)> {
+    e.kernels
+        .iter()
+        .filter(|k| e.runs_of(w, &k.name).next().is_some())
+        .map(|k| {
+            let v: Vec<f64> = e
+                .runs_of(w, &k.name)
+                .filter_map(|r| r.value(metric))
+                .collect();
+            let mean = (!v.is_empty()).then(|| v.iter().sum::<f64>() / v.len() as f64);
+            (k.name.clone(), mean)
+        })
+        .collect()
+}
+
+/// The table mode of workload `w` of a document's experiment, and its
+/// baseline kernel.
+pub fn doc_mode<'a>(e: &'a ExperimentResults, w: &str) -> (Mode, Option<&'a str>) {
+    let baseline = e
+        .workloads
+        .iter()
+        .find(|x| x.name == w)
+        .and_then(|x| x.baseline.as_deref());
+    let mode = match (e.report.mode.as_str(), baseline) {
+        (_, None) | ("absolute", _) => Mode::Absolute,
+        ("relative", _) => Mode::Relative,
+        _ => Mode::Change,
+    };
+    (mode, baseline)
+}
+
+/// Workload `w`'s table from a results document, as `tables` prints it
+/// from the runs (the values as rounded in the document).
+pub fn doc_table(e: &ExperimentResults, w: &str) -> DocTable {
+    let (mode, baseline) = doc_mode(e, w);
+    type Column<'a> = (&'a String, Vec<(String, Option<f64>)>);
+    let cols: Vec<Column> = e
+        .report
+        .metrics
+        .iter()
+        .map(|m| (m, doc_means(e, w, m)))
+        .collect();
+    let kernels: Vec<String> = cols
+        .first()
+        .map(|(_, v)| v.iter().map(|x| x.0.clone()).collect())
+        .unwrap_or_default();
+    let body = kernels
+        .iter()
+        .enumerate()
+        .map(|(row, k)| {
+            std::iter::once(k.clone())
+                .chain(cols.iter().map(|(m, vals)| {
+                    let base = baseline
+                        .and_then(|b| vals.iter().find(|(k, _)| k == b))
+                        .and_then(|x| x.1)
+                        .map(|b| MetricValue::from_doc(m, b));
+                    match vals[row].1 {
+                        None => "?".to_string(),
+                        Some(v) => cell(MetricValue::from_doc(m, v), base, mode),
+                    }
+                }))
+                .collect()
+        })
+        .collect();
+    let m = &e.machine;
+    let cpus: u32 = m.nodes.iter().map(|n| n.cpus).sum();
+    let nodes = m.nodes.len();
+    let title = format!(
+        "{} / {w} — {} ({cpus} CPUs, {nodes} node{}), profile {}, {}{}",
+        e.name,
+        m.name,
+        if nodes == 1 { "" } else { "s" },
+        e.profile.name,
+        seeds_text(&e.seeds),
+        match (mode, baseline) {
+            (Mode::Relative, Some(b)) =>
+                format!("; counts relative to {b} = 100.0, percentages absolute"),
+            (Mode::Change, Some(b)) =>
+                format!("; counts as % change from {b}, percentages absolute"),
+            _ => String::new(),
+        }
+    );
+    DocTable {
+        title,
+        header: std::iter::once("kernel".to_string())
+            .chain(e.report.metrics.iter().cloned())
+            .collect(),
+        body,
+    }
+}
+
+/// A published table of a results document.
+pub fn doc_published(t: &PublishedTable) -> DocTable {
+    DocTable {
+        title: format!("published: {}", t.source),
+        header: std::iter::once("kernel".to_string())
+            .chain(t.columns.iter().cloned())
+            .collect(),
+        body: t
+            .rows
+            .iter()
+            .map(|r| {
+                std::iter::once(r.label.clone())
+                    .chain(
+                        r.values
+                            .iter()
+                            .map(|v| published_cell(v.unwrap_or(f64::NAN), t.precision)),
+                    )
+                    .collect()
+            })
+            .collect(),
+    }
+}
+
+/// Every table of a results document, as `mmlab run` prints them.
+pub fn tables_from_doc(doc: &ResultsDoc, format: Format) -> String {
+    let mut out = String::new();
+    for e in &doc.experiments {
+        for w in &e.workloads {
+            let t = doc_table(e, &w.name);
+            render(&mut out, format, &t.title, &t.header, &t.body);
+        }
+        for p in &e.published {
+            let t = doc_published(p);
+            render(&mut out, format, &t.title, &t.header, &t.body);
+        }
+    }
+    out
+}
+
 /// A published figure: "-" for `nan` (the source gives none), else as
 /// many decimals as it was published with (at least one, at most three).
-fn published_cell(v: f64, precision: Option<usize>) -> String {
+pub fn published_cell(v: f64, precision: Option<usize>) -> String {
     if v.is_nan() {
         return "-".into();
     }
@@ -357,6 +504,7 @@ mod tests {
             vmstat,
             nr_runs: 0,
             seed: 1,
+            timeline: None,
         };
         let m = |n: &str| r.metric(n).expect("a metric");
         assert_eq!(pct_of(m("vmacache_hit_pct")), 40.0);

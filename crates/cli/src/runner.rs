@@ -19,10 +19,32 @@ pub struct RunOpts<'a> {
     pub quiet: bool,
     /// Host threads (each runs whole simulations).
     pub jobs: usize,
+    /// Record a timeline of every run, with these bounds (its record limit
+    /// is shared by the runs).
+    pub timeline: Option<sim::TimelineOptions>,
 }
 
 /// Runs one kernel on one workload.
-pub fn run_one(exp: &Experiment, k: &Kernel, w: &Workload, seed: u64) -> Result<RunResult> {
+pub fn run_one(
+    exp: &Experiment,
+    k: &Kernel,
+    w: &Workload,
+    seed: u64,
+    timeline: Option<sim::TimelineOptions>,
+) -> Result<RunResult> {
+    run_one_within(exp, k, w, seed, timeline, None).map(|(r, _)| r)
+}
+
+/// [`run_one`] that stops after `event_budget` engine events, if given;
+/// the flag says whether it did (the fuzzer's liveness check).
+pub fn run_one_within(
+    exp: &Experiment,
+    k: &Kernel,
+    w: &Workload,
+    seed: u64,
+    timeline: Option<sim::TimelineOptions>,
+    event_budget: Option<u64>,
+) -> Result<(RunResult, bool)> {
     let layout = exp.machine.memory_layout();
     let mut pa = PageAlloc::new(&layout, k.config.sysctl, k.config.pcp);
     // Each CPU's share of its node's last-level cache (patch 2 of the PCP
@@ -48,13 +70,19 @@ pub fn run_one(exp: &Experiment, k: &Kernel, w: &Workload, seed: u64) -> Result<
         eng = eng.with_numa(exp.profile.numa_hw(), &n.distance_flat());
     }
     eng.set_idle_tail_ns(exp.idle_tail_s * 1_000_000_000);
+    if let Some(t) = timeline {
+        eng = eng.with_timeline(t);
+    }
     let tasks = workloads::build(&w.kind, &w.params, &exp.machine)
         .map_err(|e| anyhow!("workload \"{}\": {e}", w.name))?;
     for t in tasks {
         eng.spawn(t);
     }
+    if let Some(b) = event_budget {
+        eng.set_event_budget(b);
+    }
     let stats = eng.run();
-    Ok(RunResult {
+    let result = RunResult {
         kernel: k.name.clone(),
         workload: w.name.clone(),
         stats,
@@ -62,7 +90,9 @@ pub fn run_one(exp: &Experiment, k: &Kernel, w: &Workload, seed: u64) -> Result<
         nr_runs: workloads::nr_runs(&w.kind, &w.params, &exp.machine)
             .map_err(|e| anyhow!("workload \"{}\": {e}", w.name))?,
         seed,
-    })
+        timeline: eng.take_timeline().map(std::sync::Arc::new),
+    };
+    Ok((result, eng.budget_exhausted()))
 }
 
 /// Runs every (kernel, workload) pair with every seed; results come back
@@ -76,6 +106,11 @@ pub fn run_experiment(exp: &Experiment, opts: RunOpts) -> Result<Vec<RunResult>>
         .collect();
     let n = pairs.len();
     let jobs = fit_jobs(exp, opts.jobs.max(1).min(n), opts.quiet);
+    // Each run gets its share of the timeline's record limit.
+    let timeline = opts.timeline.map(|mut t| {
+        t.max_records = (t.max_records / n.max(1)).max(1000);
+        t
+    });
     let start = Instant::now();
     let mut slots: Vec<Option<Result<RunResult>>> = (0..n).map(|_| None).collect();
     let next = std::sync::atomic::AtomicUsize::new(0);
@@ -91,7 +126,7 @@ pub fn run_experiment(exp: &Experiment, opts: RunOpts) -> Result<Vec<RunResult>>
                     break;
                 }
                 let (k, w, seed) = pairs[i];
-                let r = run_one(exp, k, w, seed);
+                let r = run_one(exp, k, w, seed, timeline);
                 if tx.send((i, r)).is_err() {
                     break;
                 }

@@ -167,6 +167,7 @@ pub fn run_point(spec: &Spec, point: &Point) -> Result<ResultsDoc> {
         seeds: point.seed.into_iter().collect(),
         jobs: Some(1),
         progress: false,
+        ..Default::default()
     };
     api::run_loaded(exps, &opts, |_| Ok(()))
 }

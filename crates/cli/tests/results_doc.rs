@@ -13,6 +13,9 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 use std::sync::OnceLock;
 
+mod scratch;
+use scratch::Scratch;
+
 fn mmlab(args: &[&str]) -> Output {
     Command::new(env!("CARGO_BIN_EXE_mmlab"))
         .args(args)
@@ -20,46 +23,44 @@ fn mmlab(args: &[&str]) -> Output {
         .expect("run mmlab")
 }
 
-/// A file in a directory of its own, removed with the directory when the
-/// guard drops (also when the test fails).
-struct Scratch {
-    dir: PathBuf,
-    path: PathBuf,
-}
-
-impl Drop for Scratch {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.dir);
-    }
-}
-
-fn scratch(name: &str) -> Scratch {
-    static NR: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
-    let nr = NR.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-    let dir = std::env::temp_dir().join(format!("mmlab-results-doc-{}-{nr}", std::process::id()));
-    std::fs::create_dir_all(&dir).expect("scratch dir");
-    let path = dir.join(name);
-    Scratch { dir, path }
-}
-
 /// `mmlab reproduce` of every built-in experiment: (JSON Lines printed,
-/// JSON written by --out).
-fn reproduce_all() -> &'static (String, String) {
-    static RUN: OnceLock<(String, String)> = OnceLock::new();
+/// JSON written by --out, the --timeline file of every run). The files are
+/// read into memory and their directory removed at once.
+struct AllRuns {
+    stdout: String,
+    file: String,
+    timeline: Vec<u8>,
+}
+
+fn reproduce_all_runs() -> &'static AllRuns {
+    static RUN: OnceLock<AllRuns> = OnceLock::new();
     RUN.get_or_init(|| {
-        let out = scratch("all.json");
+        let scratch = Scratch::new("results-doc");
+        let out = scratch.join("all.json");
+        let tl = scratch.join("all.pftrace");
         let o = mmlab(&[
             "reproduce",
             "--quiet",
             "--format",
             "jsonl",
             "--out",
-            out.path.to_str().expect("utf-8"),
+            out.to_str().expect("utf-8"),
+            "--timeline",
+            tl.to_str().expect("utf-8"),
         ]);
         assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
-        let file = std::fs::read_to_string(&out.path).expect("--out file");
-        (String::from_utf8(o.stdout).expect("utf-8"), file)
+        AllRuns {
+            stdout: String::from_utf8(o.stdout).expect("utf-8"),
+            file: std::fs::read_to_string(&out).expect("--out file"),
+            timeline: std::fs::read(&tl).expect("--timeline file"),
+        }
     })
+}
+
+/// (JSON Lines printed, JSON written by --out) of `reproduce_all_runs`.
+fn reproduce_all() -> (&'static String, &'static String) {
+    let r = reproduce_all_runs();
+    (&r.stdout, &r.file)
 }
 
 fn validator() -> jsonschema::Validator {
@@ -235,9 +236,10 @@ rows = { "base" = [1.5, nan], 'frac,64 "big"' = [-2.0, 3.0] }
 
 #[test]
 fn csv_quotes_names_with_commas_and_quotes_and_keeps_numbers_numbers() {
-    let nasty = scratch("nasty.toml");
-    std::fs::write(&nasty.path, NASTY).expect("write");
-    let p = nasty.path.to_str().expect("utf-8");
+    let scratch = Scratch::new("results-doc");
+    let path = scratch.join("nasty.toml");
+    std::fs::write(&path, NASTY).expect("write");
+    let p = path.to_str().expect("utf-8");
     let o = mmlab(&["run", p, "--quiet", "--format", "csv"]);
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
     let text = String::from_utf8(o.stdout).expect("utf-8");
@@ -287,4 +289,186 @@ fn csv_quotes_names_with_commas_and_quotes_and_keeps_numbers_numbers() {
         ]
     );
     assert_eq!(r.records().count(), 4);
+}
+
+mod perfetto_check;
+
+#[test]
+fn every_builtin_experiment_has_a_timeline_perfetto_decodes() {
+    let (_, file) = reproduce_all();
+    let doc = ResultsDoc::from_json(file).expect("doc");
+    let s = perfetto_check::check_bytes(&reproduce_all_runs().timeline);
+    let nr_runs: usize = doc.experiments.iter().map(|e| e.runs.len()).sum();
+    let roots = s.tracks.values().filter(|t| t.parent.is_none()).count();
+    assert_eq!(roots, nr_runs, "one root track per run");
+    for e in &doc.experiments {
+        let cpus: u32 = e.machine.nodes.iter().map(|n| n.cpus).sum();
+        assert!(cpus > 0);
+        assert!(
+            s.tracks
+                .values()
+                .any(|t| t.parent.is_none() && t.name.starts_with(&format!("{}: ", e.name))),
+            "no run of {}",
+            e.name
+        );
+    }
+}
+
+#[test]
+fn compare_works_on_every_builtin_experiment() {
+    let scratch = Scratch::new("results-doc");
+    let (_, file) = reproduce_all();
+    let a = scratch.join("cmp-a.json");
+    std::fs::write(&a, file).expect("write");
+    let a = a.to_str().expect("utf-8");
+    let o = mmlab(&["compare", a, a, "--format", "json", "--metrics", "all"]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let v: Value = serde_json::from_slice(&o.stdout).expect("json");
+    let rows = v["rows"].as_array().expect("rows");
+    let doc = ResultsDoc::from_json(file).expect("doc");
+    let experiments: std::collections::BTreeSet<&str> = rows
+        .iter()
+        .map(|r| r["experiment"].as_str().expect("name"))
+        .collect();
+    assert_eq!(experiments.len(), doc.experiments.len());
+    for r in rows {
+        assert_eq!(r["change"][0].as_f64(), Some(0.0), "{r}");
+    }
+    let md = mmlab(&["compare", a, a, "--format", "markdown"]);
+    assert!(md.status.success());
+}
+
+/// A headless Chromium, or why there is none.
+fn chromium() -> Result<PathBuf, String> {
+    let path = std::env::var_os("PATH").unwrap_or_default();
+    for name in ["chromium", "chromium-browser", "google-chrome", "chrome"] {
+        for dir in std::env::split_paths(&path) {
+            let p = dir.join(name);
+            if p.is_file() {
+                return Ok(p);
+            }
+        }
+    }
+    Err(
+        "no chromium, chromium-browser or google-chrome on PATH (.ci/run installs \
+         Debian's chromium package)"
+            .into(),
+    )
+}
+
+/// Collects what a page would show in the DevTools console: console.error
+/// and console.warn, uncaught exceptions and rejections, and resources
+/// that failed to load. Injected first in <head>; the list ends up in a
+/// <pre id="__mmlab_errors"> that --dump-dom prints.
+const HOOK: &str = r#"<script>(function(){var errs=[];function rec(m){errs.push(String(m));var p=document.getElementById('__mmlab_errors');if(p)p.textContent=errs.join('\n');}
+var ce=console.error,cw=console.warn;console.error=function(){rec('console.error: '+Array.prototype.join.call(arguments,' '));ce.apply(console,arguments)};console.warn=function(){rec('console.warn: '+Array.prototype.join.call(arguments,' '));cw.apply(console,arguments)};
+window.addEventListener('error',function(e){var t=e.target;if(t&&t!==window&&(t.src||t.href)){rec('failed to load '+(t.src||t.href))}else{rec('error: '+e.message)}},true);
+window.addEventListener('unhandledrejection',function(e){rec('unhandled rejection: '+e.reason)});
+window.addEventListener('securitypolicyviolation',function(e){rec('CSP: '+e.violatedDirective)});
+document.addEventListener('DOMContentLoaded',function(){var p=document.createElement('pre');p.id='__mmlab_errors';p.textContent=errs.join('\n');document.body.appendChild(p)});})();</script>"#;
+
+/// Renders `html` in headless Chromium with no network; returns the DOM
+/// after load and the errors the hook saw.
+fn render(scratch: &Scratch, browser: &Path, html: &str, tag: &str) -> (String, Vec<String>) {
+    let page = scratch.join(&format!("{tag}.html"));
+    let hooked = html.replacen("<head>", &format!("<head>{HOOK}"), 1);
+    assert_ne!(hooked, html, "the page has no <head>");
+    std::fs::write(&page, hooked).expect("write page");
+    let url = format!("file://{}", page.display());
+    let profile = scratch.join(&format!("{tag}-profile"));
+    let out = Command::new(browser)
+        .args([
+            "--headless",
+            "--no-sandbox",
+            "--disable-gpu",
+            "--no-first-run",
+            "--virtual-time-budget=5000",
+            "--host-resolver-rules=MAP * ~NOTFOUND",
+            &format!("--user-data-dir={}", profile.display()),
+            "--dump-dom",
+            &url,
+        ])
+        .output()
+        .expect("run chromium");
+    assert!(
+        out.status.success(),
+        "chromium failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let dom = String::from_utf8_lossy(&out.stdout).into_owned();
+    let start = dom
+        .find("<pre id=\"__mmlab_errors\">")
+        .expect("the hook ran (its <pre> is in the DOM)");
+    let body = &dom[start + "<pre id=\"__mmlab_errors\">".len()..];
+    let errors = body[..body.find("</pre>").expect("</pre>")]
+        .lines()
+        .filter(|l| !l.trim().is_empty())
+        .map(String::from)
+        .collect();
+    (dom, errors)
+}
+
+#[test]
+fn the_html_report_of_every_builtin_renders_in_chromium_without_errors() {
+    let scratch = Scratch::new("results-doc");
+    let (_, file) = reproduce_all();
+    let json = scratch.join("report-src.json");
+    std::fs::write(&json, file).expect("write");
+    let html_path = scratch.join("report.html");
+    let o = mmlab(&[
+        "report",
+        json.to_str().expect("utf-8"),
+        "-o",
+        html_path.to_str().expect("utf-8"),
+    ]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let html = std::fs::read_to_string(&html_path).expect("report");
+    // Self-contained: nothing is fetched at view time.
+    for bad in [
+        "src=\"http",
+        "href=\"http",
+        "src=\"//",
+        "href=\"//",
+        "url(",
+        "@import",
+        "<script",
+        "<link",
+    ] {
+        assert!(!html.contains(bad), "the report references {bad}");
+    }
+    let doc = ResultsDoc::from_json(file).expect("doc");
+    for e in &doc.experiments {
+        assert!(html.contains(&format!("<h2>{}</h2>", e.name)), "{}", e.name);
+    }
+    let browser = match chromium() {
+        Ok(b) => b,
+        Err(why) => {
+            println!("SKIPPED (cannot run here): rendering in Chromium: {why}");
+            return;
+        }
+    };
+    // The checker sees errors where there are some...
+    let bad = "<!DOCTYPE html><html><head><title>t</title></head><body>\
+               <script>console.error('boom'); undefinedFunction();</script>\
+               <img src=\"http://example.invalid/x.png\"></body></html>";
+    let (_, errors) = render(&scratch, &browser, bad, "bad");
+    assert!(errors.iter().any(|e| e.contains("boom")), "{errors:?}");
+    assert!(
+        errors.iter().any(|e| e.contains("undefinedFunction")),
+        "{errors:?}"
+    );
+    assert!(
+        errors.iter().any(|e| e.contains("example.invalid")),
+        "{errors:?}"
+    );
+    // ... and none in the report.
+    let (dom, errors) = render(&scratch, &browser, &html, "report");
+    assert!(errors.is_empty(), "the report logged: {errors:?}");
+    let charts = dom.matches("<svg").count();
+    assert!(
+        charts >= 2 * doc.experiments.len(),
+        "{charts} charts rendered for {} experiments",
+        doc.experiments.len()
+    );
+    assert!(!dom.contains("chart not drawn"), "a chart failed to draw");
 }

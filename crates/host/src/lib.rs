@@ -11,12 +11,14 @@
 //! | [`journal`] | every change to system state is written down before it is made, with what undoes it; undone by its owner, on a signal, or by the next run after a kill |
 //! | [`signals`] | SIGINT, SIGTERM, SIGHUP, SIGQUIT undo the journal and end the process by the same signal; a recorded workload's group gets them first |
 //! | [`lock`] | [`lock::LiveLock`]: one user of system-wide state at a time, across threads and processes; taking it restores what a dead holder left |
+//! | [`limits`] | a cap on this process's address space (the fuzzers) |
 //! | [`live`] | where the kernel keeps its knobs and counters, and how their text reads (`[choice]` lists, `/proc/vmstat`) |
 //!
 //! The crate sits beside the model: it depends on no other mmlab crate, and
 //! `mm`/`sim` never use it (they do no I/O).
 
 pub mod journal;
+pub mod limits;
 pub mod live;
 pub mod lock;
 pub mod output;

@@ -809,9 +809,14 @@ impl PageAlloc {
                 let step = p.high - (p.high >> 3);
                 p.set_high(if pol.has(PcpPatch::DecayFloor) {
                     // Never below what the CPU is actively using.
+                    // Deviation: the kernel's max3() can leave high above
+                    // high_max when a list holds more than high_max plus a
+                    // big batch (the next nr_pcp_high() clamps it back);
+                    // the model keeps high within its bounds.
                     (p.count.saturating_sub(big_batch))
                         .max(step)
                         .max(p.high_min)
+                        .min(p.high_max.max(p.high_min))
                 } else {
                     step.max(p.high_min)
                 });

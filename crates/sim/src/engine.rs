@@ -68,6 +68,7 @@
 use crate::cache::{AccessKind, CacheCosts, CacheModel, CacheStats};
 use crate::op::{Block, ChanId, ChildProgram, Op, OpResult, Program, TaskSpec};
 use crate::rng::Rng;
+use crate::timeline::{MemKind, Timeline, TimelineOptions};
 use mm::cost::{Cost, CostTable, Cx, LockClass, LockId, MemAccess, Seg};
 use mm::memory::{MmConfig, MmGlobal, VmFault};
 use mm::mprotect::Prot;
@@ -396,7 +397,11 @@ impl Vcpu {
     /// True if the vCPU neither has an event queued nor runs a task: it
     /// needs an event to notice new work.
     fn idle(&self) -> bool {
-        !self.active && self.current.is_none()
+        // A vCPU with segments left and no event queued waits for a lock
+        // (its grant schedules it): it is not idle, even when the task
+        // whose exit it is playing is gone (`current` is None). Kicking it
+        // replayed its `Lock` segment: queued twice, it waited on itself.
+        !self.active && self.current.is_none() && self.pos >= self.segs.len()
     }
 }
 
@@ -558,12 +563,20 @@ pub struct Engine {
     /// vCPUs whose vmstat timer is paused until the next operation starts
     /// anywhere (see [`Engine::vmstat_timer`]).
     timers_paused: Vec<VcpuId>,
+    /// Events left before [`Engine::run`] gives up (a fuzzer's liveness
+    /// budget); `None`: no limit.
+    event_budget: Option<u64>,
+    /// The budget ran out: the run stopped with tasks still live.
+    budget_exhausted: bool,
     /// Lock statistics and busy time when the last task ended: the run's
     /// figures, before any idle tail.
     at_last_task: Option<(Vec<LockStats>, u64)>,
     last_task_end: SimTime,
     /// The cache model fed with the memory traffic, and what it costs.
     cache: Option<(CacheModel, CacheCosts)>,
+    /// What each vCPU did when, if a timeline was asked for
+    /// ([`Engine::with_timeline`]); it only observes.
+    timeline: Option<Box<Timeline>>,
     /// Per socket: the picosecond at which its memory channels have served
     /// every line missed so far (a FIFO server at the socket's bandwidth).
     dram_free_at_ps: Vec<u64>,
@@ -632,9 +645,12 @@ impl Engine {
             last_op_start: SimTime::default(),
             last_pcp_sample: Vec::new(),
             timers_paused: Vec::new(),
+            event_budget: None,
+            budget_exhausted: false,
             at_last_task: None,
             last_task_end: SimTime::default(),
             cache: None,
+            timeline: None,
             dram_free_at_ps: Vec::new(),
         }
     }
@@ -654,6 +670,26 @@ impl Engine {
         self.dram_free_at_ps = vec![0; cache.config().sockets as usize];
         self.cache = Some((cache, costs));
         self
+    }
+
+    /// Records a timeline of what each vCPU does (`sim::timeline`). It
+    /// observes only: the run's results are the same with it.
+    pub fn with_timeline(mut self, opts: TimelineOptions) -> Engine {
+        let tl = Timeline::new(opts, self.vcpus.len(), &self.pa);
+        self.timeline = Some(Box::new(tl));
+        self
+    }
+
+    /// The timeline recorded so far (taken out of the engine).
+    pub fn take_timeline(&mut self) -> Option<Timeline> {
+        self.timeline.take().map(|b| *b)
+    }
+
+    /// Names the next operation started on `v`, on the timeline if any.
+    fn timeline_name(&mut self, v: VcpuId, name: &'static str) {
+        if let Some(tl) = self.timeline.as_deref_mut() {
+            tl.name_next(v, name);
+        }
     }
 
     /// The cache model, if the engine has one.
@@ -843,6 +879,13 @@ impl Engine {
                 .push(SimTime(VMSTAT_INTERVAL_NS), Event::VmstatTimer(v));
         }
         while let Some((t, event)) = self.queue.pop() {
+            if let Some(left) = self.event_budget.as_mut() {
+                if *left == 0 {
+                    self.budget_exhausted = true;
+                    break;
+                }
+                *left -= 1;
+            }
             match event {
                 Event::Run(v) => self.step(v, t),
                 Event::VmstatTimer(v) => self.vmstat_timer(v, t),
@@ -863,11 +906,24 @@ impl Engine {
             .map(|i| i.0)
             .collect();
         assert!(
-            stuck.is_empty(),
+            stuck.is_empty() || self.budget_exhausted,
             "deadlock: tasks {stuck:?} never finished (waiting on a channel nobody sends to)"
         );
         self.sum_stats();
         self.stats.clone()
+    }
+
+    /// Makes [`Engine::run`] stop after `events` events, with tasks still
+    /// live if they need more ([`Engine::budget_exhausted`]). A fuzzer uses
+    /// it to tell a run that is merely long from one that never ends: its
+    /// inputs are sized so that every run ends well within the budget.
+    pub fn set_event_budget(&mut self, events: u64) {
+        self.event_budget = Some(events);
+    }
+
+    /// Whether the last [`Engine::run`] stopped at the event budget.
+    pub fn budget_exhausted(&self) -> bool {
+        self.budget_exhausted
     }
 
     /// Sums what the vCPUs and tasks counted into the run's statistics.
@@ -941,6 +997,9 @@ impl Engine {
             if !self.play_segs(v, &mut t, &mut now) {
                 return;
             }
+            if let Some(tl) = self.timeline.as_deref_mut() {
+                tl.op_ended(v, t);
+            }
             if self.vcpus[v].playing_task {
                 self.vcpus[v].task_work_end = self.vcpus[v].task_work_end.max(t);
             }
@@ -953,6 +1012,9 @@ impl Engine {
                 self.vcpus[v].playing_task = false;
                 self.vcpus[v].time = t;
                 return;
+            }
+            if let Some(tl) = self.timeline.as_deref_mut() {
+                tl.op_started(v, t, &self.pa);
             }
         }
     }
@@ -1023,6 +1085,9 @@ impl Engine {
         let ls = &mut self.stats.locks[l.class as usize];
         ls.acquisitions += 1;
         ls.wait_ns += extra;
+        if let Some(tl) = self.timeline.as_deref_mut() {
+            tl.lock_taken(v, l.class, read, t, t.after(extra));
+        }
         Some(extra)
     }
 
@@ -1076,6 +1141,13 @@ impl Engine {
             vc.user_ns += ns;
         } else {
             self.stats.cache_kernel += st;
+        }
+        if let Some(tl) = self.timeline.as_deref_mut() {
+            match m {
+                MemAccess::ClearPage(_) => tl.mem(v, MemKind::Clear, t, ns),
+                MemAccess::CopyPage { .. } => tl.mem(v, MemKind::Copy, t, ns),
+                MemAccess::User { .. } => {}
+            }
         }
         ns
     }
@@ -1171,6 +1243,9 @@ impl Engine {
             }
         }
         self.stats.locks[l.class as usize].hold_ns += t.0 - acquired_at.0;
+        if let Some(tl) = self.timeline.as_deref_mut() {
+            tl.lock_released(v, l.class, read, t);
+        }
         for (w, wr) in grants {
             let extra = self.handoff_ns(l, v, w, true);
             let tw = t.after(extra);
@@ -1182,6 +1257,9 @@ impl Engine {
                 st.acquired_at = tw;
             }
             let waited = tw.0 - self.vcpus[w].lock_wait_since.0;
+            if let Some(tl) = self.timeline.as_deref_mut() {
+                tl.lock_taken(w, l.class, wr, self.vcpus[w].lock_wait_since, tw);
+            }
             self.stats.locks[l.class as usize].wait_ns += waited;
             let wc = &mut self.vcpus[w];
             wc.charge_busy(waited);
@@ -1233,12 +1311,14 @@ impl Engine {
             vc.kwork_pending = false;
             vc.reset_segs();
             self.record(v, t, |e| e.pa.decay_pcp_high(&mut e.cx, v));
+            self.timeline_name(v, "vmstat_update (decay_pcp_high)");
             return true;
         }
         if vc.helper_ns > 0 {
             let ns = std::mem::take(&mut vc.helper_ns);
             vc.reset_segs();
             vc.segs.push(Seg::Compute(ns));
+            self.timeline_name(v, "migration copy work (kworker)");
             return true;
         }
         false
@@ -1258,20 +1338,26 @@ impl Engine {
         if self.procs[pid].dying {
             // A sibling called exit_group(): this thread ends here.
             self.tasks[tid].touch = None;
+            self.timeline_name(v, "exit_group (teardown)");
             return self.finish_task(tid, v, t);
         }
         if self.tasks[tid].touch.is_some() {
+            self.timeline_name(v, "touch");
             return self.continue_touch(tid, v, t);
         }
         let task = &mut self.tasks[tid];
         let res = task.result.take().unwrap_or(OpResult::Done);
         task.end_touch_phase(t);
         let Some(op) = task.program.next(res, &mut task.rng) else {
+            self.timeline_name(v, "exit (teardown)");
             return self.finish_task(tid, v, t);
         };
         task.nr_ops += 1;
         self.count_op();
         self.note_activity(t);
+        if self.timeline.is_some() {
+            self.timeline_name(v, crate::timeline::op_name(&op));
+        }
         self.start_op(OpCtx { tid, pid, v, t }, op)
     }
 

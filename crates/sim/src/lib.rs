@@ -12,8 +12,10 @@ pub mod machine;
 pub mod op;
 pub mod profile;
 pub mod rng;
+pub mod timeline;
 
 pub use engine::{Engine, LockStats, PcpSample, RunStats};
 pub use machine::{Machine, MachineError, NodeSpec};
 pub use op::{Block, ChanId, ChildProgram, Op, OpResult, Program, TaskSpec};
 pub use rng::Rng;
+pub use timeline::{Timeline, TimelineOptions};

@@ -249,6 +249,9 @@ impl Ranges {
 
     /// The parts of `[start, end)` of kind `kind`.
     fn parts(&self, start: u64, end: u64, kind: Kind) -> Vec<(u64, u64)> {
+        if start >= end {
+            return Vec::new();
+        }
         let first = self
             .0
             .range(..start)
@@ -1243,6 +1246,11 @@ impl World {
     /// joined into runs of adjacent VMAs.
     fn modelled_runs(mm: &MmStruct, start: u64, end: u64) -> Vec<(u64, u64)> {
         let mut runs: Vec<(u64, u64)> = Vec::new();
+        // An empty or wrapped range (a damaged length) covers nothing; a
+        // BTreeMap range with its start past its end would panic.
+        if end <= start {
+            return runs;
+        }
         let first = mm
             .vmas
             .range(..=start)

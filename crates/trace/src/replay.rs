@@ -382,7 +382,7 @@ impl FirstPass {
     fn alloc(&mut self, ev: &crate::event::Event, pfn: u64, order: u32, gfp: Gfp) -> Option<Rec> {
         let rec = &mut self.rec;
         rec.allocs += 1;
-        rec.pages_allocated += 1u64 << order.min(63);
+        rec.pages_allocated = rec.pages_allocated.saturating_add(1u64 << order.min(63));
         if order > MAX_ORDER as u32 {
             rec.unsupported_order += 1;
             return None;

@@ -152,8 +152,12 @@ impl Program for Ebizzy {
                 // `allocate()`, then `write_pattern()`: one write per page
                 // is what faults.
                 if let OpResult::Mapped(r) = last {
-                    // ebizzy exits if an allocation fails.
-                    let addr = r.ok()?;
+                    // ebizzy exit()s if an allocation fails: the whole
+                    // process, threads waiting to start included (ending
+                    // only this thread left them waiting forever).
+                    let Ok(addr) = r else {
+                        return Some(Op::Exit);
+                    };
                     self.mem.borrow_mut().push(addr);
                 }
                 if (self.mem.borrow().len() as u64) < self.chunks {

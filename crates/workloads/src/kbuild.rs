@@ -195,6 +195,10 @@ struct Kbuild {
     held: Vec<Block>,
     slab: Vec<Block>,
     stack: Vec<Block>,
+    /// Stack allocations tried for this job, failed ones included: a fork
+    /// goes on with the pages it got (counting only successes retried a
+    /// failing allocation forever when memory ran out).
+    nr_stack_tried: usize,
     pgd: Option<Block>,
     pending: For,
 }
@@ -212,6 +216,7 @@ impl Kbuild {
             held: Vec::new(),
             slab: Vec::new(),
             stack: Vec::new(),
+            nr_stack_tried: 0,
             pgd: None,
             pending: For::User,
         }
@@ -253,7 +258,7 @@ impl Kbuild {
     /// first), or, with the queue empty, the slot gives its slab pages back
     /// and ends.
     fn fork_stack(&mut self, rng: &mut Rng) -> ControlFlow<Option<Op>> {
-        if self.stack.is_empty() {
+        if self.nr_stack_tried == 0 {
             // make starts the next job of its queue on this slot.
             let mut ex = self.exits.borrow_mut();
             if ex.queued == 0 {
@@ -267,7 +272,8 @@ impl Kbuild {
             }
             ex.queued -= 1;
         }
-        if self.stack.len() < KERNEL_STACK_PAGES {
+        if self.nr_stack_tried < KERNEL_STACK_PAGES {
+            self.nr_stack_tried += 1;
             return ControlFlow::Break(self.alloc(For::Stack, Gfp::KERNEL, 0));
         }
         self.target = self.draw_pages(rng);
@@ -363,6 +369,7 @@ impl Program for Kbuild {
                 }
                 Phase::ExitPgd => {
                     // The PGD is the last, lone high-order free of the exit.
+                    self.nr_stack_tried = 0;
                     self.phase = Phase::ForkStack;
                     if let Some(b) = self.pgd.take() {
                         return Some(Op::FreePages { block: b });

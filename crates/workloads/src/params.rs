@@ -151,7 +151,7 @@ impl Params {
         let invalid = || ParamError::Invalid {
             name,
             expected: format!(
-                "a size from {} to {} bytes, as an integer or with a unit (KiB, MiB, GiB)",
+                "a size from {} to {} bytes, as an integer or with a unit (KiB, MiB, GiB, TiB)",
                 range.start(),
                 range.end()
             ),
@@ -159,7 +159,7 @@ impl Params {
         let v = match self.0.get(name) {
             None => return Ok(default),
             Some(ParamValue::Int(v)) => u64::try_from(*v).map_err(|_| invalid())?,
-            Some(ParamValue::Str(s)) => parse_size(s).ok_or_else(invalid)?,
+            Some(ParamValue::Str(s)) => mm::types::parse_size(s).map_err(|_| invalid())?,
         };
         if range.contains(&v) {
             Ok(v)
@@ -468,22 +468,6 @@ impl<'a> Args<'a> {
     }
 }
 
-/// Parses `"128MiB"`-style sizes (also `K`, `M`, `G` and `KB`-less forms).
-fn parse_size(s: &str) -> Option<u64> {
-    let s = s.trim();
-    let split = s.find(|c: char| !c.is_ascii_digit()).unwrap_or(s.len());
-    let (num, unit) = s.split_at(split);
-    let n: u64 = num.parse().ok()?;
-    let shift = match unit.trim() {
-        "" | "B" => 0,
-        "K" | "KiB" => 10,
-        "M" | "MiB" => 20,
-        "G" | "GiB" => 30,
-        _ => return None,
-    };
-    n.checked_mul(1 << shift)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -496,14 +480,5 @@ mod tests {
         assert_eq!(size_text((2 << 20) - 4096), "2044KiB");
         assert_eq!(size_text(0), "0");
         assert_eq!(size_text(1000), "1000");
-    }
-
-    #[test]
-    fn sizes_parse_with_binary_units() {
-        assert_eq!(parse_size("128MiB"), Some(128 << 20));
-        assert_eq!(parse_size("4K"), Some(4096));
-        assert_eq!(parse_size("7"), Some(7));
-        assert_eq!(parse_size("1TiB"), None);
-        assert_eq!(parse_size("MiB"), None);
     }
 }

@@ -150,6 +150,10 @@ struct Side {
     received: u32,
     phase: Phase,
     order: u8,
+    /// Allocations made for the message being built, failed ones included:
+    /// a message goes with the blocks it got (counting only successes
+    /// retried a failing allocation forever).
+    nr_tried: u32,
     buf: Vec<Block>,
     rx: Vec<Block>,
 }
@@ -168,6 +172,7 @@ impl Side {
             received: 0,
             phase: if first { Phase::Alloc } else { Phase::Recv },
             order: 0,
+            nr_tried: 0,
             buf: Vec::new(),
             rx: Vec::new(),
         }
@@ -196,7 +201,8 @@ impl Program for Side {
                         self.phase = Phase::Recv;
                         continue;
                     }
-                    if (self.buf.len() as u32) < self.p.blocks {
+                    if self.nr_tried < self.p.blocks {
+                        self.nr_tried += 1;
                         self.order = if rng.percent(self.p.high_order_pct) {
                             1 + rng.below(3) as u8
                         } else {
@@ -225,6 +231,7 @@ impl Program for Side {
                 }
                 Phase::Send => {
                     self.sent += 1;
+                    self.nr_tried = 0;
                     self.phase = if self.p.pingpong {
                         Phase::Recv
                     } else {

@@ -430,9 +430,14 @@ impl App {
             return self.next_round();
         }
         let OpResult::Mapped(Ok(raw)) = last else {
-            // No address space left: end the thread.
+            // No address space left: end the thread, telling a promoter
+            // that waits for work (it waited forever when this was the
+            // last thread running).
             self.shared.borrow_mut().running -= 1;
             self.step = Step::Done;
+            if self.cfg.interval_ns == 0 {
+                return Some(kick(&self.cfg));
+            }
             return None;
         };
         let raw_len = self.cfg.chunk + if self.cfg.huge { self.cfg.page } else { 0 };
