@@ -19,7 +19,10 @@
 //! each with a migratetype. An allocation looks on its own migratetype's lists
 //! first and, only when they are empty, *falls back* to another type's lists,
 //! in the kernel's fixed order, preferring the largest block and possibly
-//! stealing its whole pageblock (`__rmqueue_fallback()`).
+//! stealing its whole pageblock (`__rmqueue_fallback()`). Pageblocks are
+//! aligned in the physical address space, not to a zone: a zone that begins
+//! or ends inside one (a small ZONE_DMA32, a node of odd size) has a partial
+//! pageblock there, and no pageblock operation crosses the zone's edge.
 //!
 //! # Deviations from Linux 6.6
 //!
@@ -538,12 +541,27 @@ impl Zone {
         None
     }
 
-    /// Models `move_freepages_block()`: moves every free block of the pageblock
-    /// holding `p` to `mt`'s lists; returns (free pages moved, pages of
-    /// allocated movable blocks).
+    /// Models `move_freepages_block()` of 6.6: moves every free block of the
+    /// pageblock holding `p` to `mt`'s lists; returns (free pages moved,
+    /// pages of allocated movable blocks). Why the zone checks: a zone need
+    /// not start or end on a pageblock boundary (a small ZONE_DMA32, a node
+    /// of odd size), and the pages of its first or last pageblock that lie
+    /// outside it are another zone's, under another lock and on another
+    /// zone's lists. As the kernel does, a pageblock that begins before the
+    /// zone is walked from `p` on, and one that ends after it is not moved
+    /// at all (`(0, 0)`: the caller moves the block it found alone). A
+    /// pageblock never crosses a section, so its pages are materialised
+    /// together and contiguous in `PfnIdx`.
     fn move_freepages_block(&mut self, mem: &mut MemMap, p: PfnIdx, mt: MigrateType) -> (u64, u64) {
-        let start = p.align_down(PAGEBLOCK_ORDER);
+        let mut start = p.align_down(PAGEBLOCK_ORDER);
         let end = start.offset(PAGEBLOCK_NR_PAGES as u32);
+        let first_pfn = mem.pfn(start).0;
+        if !self.spans(first_pfn) {
+            start = p;
+        }
+        if !self.spans(first_pfn + PAGEBLOCK_NR_PAGES - 1) {
+            return (0, 0);
+        }
         let (mut moved, mut movable) = (0u64, 0u64);
         let mut p = start;
         while p < end {
@@ -591,6 +609,12 @@ impl Zone {
             }
         } else if whole_block {
             let (free_pages, movable_pages) = self.move_freepages_block(mem, p, start_mt);
+            if free_pages == 0 {
+                // The pageblock crosses the zone's edge: only the block
+                // found changes lists (the kernel's `goto single_page`).
+                self.move_to_free_list(mem, p, current_order, start_mt);
+                return;
+            }
             // Pages compatible with the allocation: free ones, plus those of
             // the same mobility (the kernel can only tell movable from not).
             let alike_pages = if start_mt == MigrateType::Movable {
