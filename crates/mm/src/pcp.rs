@@ -1008,12 +1008,13 @@ mod tests {
     #[test]
     fn next_nonempty_list_searches_round_robin_once() {
         let mut mem = crate::page::MemMap::new(8);
+        mem.materialise(0);
         let mut p = PerCpuPages::default();
         assert_eq!(p.next_nonempty_list(3), None);
-        p.lists[2].add(&mut mem, 5);
+        p.lists[2].add(&mut mem, PfnIdx(5));
         assert_eq!(p.next_nonempty_list(3), Some(2));
         assert_eq!(p.next_nonempty_list(2), Some(2));
-        p.lists[4].add(&mut mem, 6);
+        p.lists[4].add(&mut mem, PfnIdx(6));
         assert_eq!(p.next_nonempty_list(2), Some(4));
         assert_eq!(
             p.nr_list_pages(),
