@@ -55,7 +55,7 @@
 //! - Deviation: no remote-node `expire` draining from vmstat work.
 
 use crate::cost::{Cost, Cx};
-use crate::page::{PageList, MT_SHIFT, ORDER_MASK, PG_PCP};
+use crate::page::{PageList, PfnIdx, MT_SHIFT, ORDER_MASK, PG_PCP};
 use crate::page_alloc::{
     MigrateType, PageAlloc, Wmark, ZoneType, MIGRATE_PCPTYPES, PAGEBLOCK_ORDER,
     PAGE_ALLOC_COSTLY_ORDER,
@@ -256,6 +256,23 @@ pub struct PerCpuPages {
 }
 
 impl PerCpuPages {
+    /// The first non-empty list after `idx`, round-robin, `idx` itself
+    /// last (the search of `free_pcppages_bulk()`); `None` if all are empty.
+    pub fn next_nonempty_list(&self, idx: usize) -> Option<usize> {
+        (1..=NR_PCP_LISTS)
+            .map(|k| (idx + k) % NR_PCP_LISTS)
+            .find(|&i| !self.lists[i].is_empty())
+    }
+
+    /// The base pages on the lists, by their lengths (what `count` must be).
+    pub fn nr_list_pages(&self) -> i32 {
+        self.lists
+            .iter()
+            .enumerate()
+            .map(|(i, l)| (l.len() as i32) << pindex_to_order(i))
+            .sum()
+    }
+
     /// Sets `high`: every change of `high` comes through here, so that the
     /// bounds are checked where they could first break.
     #[inline]
@@ -309,7 +326,9 @@ pub fn zone_highsize(
         managed_pages / fraction as u64
     };
     let cpus = node_cpus.max(1) as u64;
-    ((total / cpus) as i32).max(batch << 2)
+    // The kernel's int; saturated so that a zone of petabytes on few CPUs
+    // does not wrap (the kernel truncates; no real machine gets there).
+    ((total / cpus).min(i32::MAX as u64) as i32).max(batch << 2)
 }
 
 /// `(batch, high_min, high_max)` of a zone's pagesets
@@ -563,7 +582,7 @@ impl PageAlloc {
         zi: usize,
         order: u8,
         mt: MigrateType,
-    ) -> Option<u32> {
+    ) -> Option<PfnIdx> {
         let pi = self.pcp_index(cx.cpu, zi);
         cx.charge(Cost::PcpLock);
         // An allocation damps the scale of the next bulk free.
@@ -577,6 +596,7 @@ impl PageAlloc {
             let batch = self.nr_pcp_alloc(pi, zi, order);
             let got = self.rmqueue_bulk(cx, zi, pi, order, batch, mt);
             self.pcp[pi].count += got << order;
+            self.nr_pcp_pages += (got as u64) << order;
             if got == 0 {
                 return None;
             }
@@ -586,6 +606,7 @@ impl PageAlloc {
             .pop_first(&mut self.mem)
             .expect("list refilled");
         p.count -= 1 << order;
+        self.nr_pcp_pages -= 1 << order;
         cx.charge(Cost::PcpListOp);
         let f = self.mem.flags(pfn);
         self.mem.set_flags(pfn, f & !PG_PCP);
@@ -699,7 +720,7 @@ impl PageAlloc {
         &mut self,
         cx: &mut Cx,
         zi: usize,
-        pfn: u32,
+        pfn: PfnIdx,
         order: u8,
         mt: MigrateType,
     ) {
@@ -716,7 +737,7 @@ impl PageAlloc {
         cx: &mut Cx,
         zi: usize,
         pi: usize,
-        pfn: u32,
+        pfn: PfnIdx,
         order: u8,
         mt: MigrateType,
     ) {
@@ -731,6 +752,7 @@ impl PageAlloc {
         }
         p.lists[pindex].add(&mut self.mem, pfn);
         p.count += 1 << order;
+        self.nr_pcp_pages += 1 << order;
         cx.charge(Cost::PcpListOp);
         let batch = p.batch;
 
@@ -843,6 +865,14 @@ impl PageAlloc {
     /// pageset to the buddy lists under one `zone->lock` section, emptying
     /// list `pindex` first and then the others round-robin, oldest pages
     /// (the tail) first.
+    ///
+    /// Bounded: `pcp->count` is asserted to be the pages on the lists (the
+    /// kernel trusts it and searches the lists without a bound; the model
+    /// once spun here forever on a count whose pages had left the lists
+    /// when another zone's pages had corrupted them). So while pages are
+    /// left to free some list holds one: every round-robin search ends
+    /// within one turn, and every pass of the outer loop frees a block (a
+    /// list whose length promises an entry it does not have panics too).
     pub(crate) fn free_pcppages_bulk(
         &mut self,
         cx: &mut Cx,
@@ -855,18 +885,21 @@ impl PageAlloc {
         if count <= 0 {
             return;
         }
+        let on_lists = self.pcp[pi].nr_list_pages();
+        assert_eq!(
+            self.pcp[pi].count, on_lists,
+            "pcp->count of pageset {pi} is {} but its lists hold {on_lists} pages",
+            self.pcp[pi].count
+        );
         let z = &mut self.zones[zi];
         let locked = z.lock(cx);
         let mut idx = pindex;
         let mut first = true;
         while count > 0 {
             if !first {
-                loop {
-                    idx = (idx + 1) % NR_PCP_LISTS;
-                    if !self.pcp[pi].lists[idx].is_empty() {
-                        break;
-                    }
-                }
+                idx = self.pcp[pi]
+                    .next_nonempty_list(idx)
+                    .expect("pcp->count matched the lists: a page is left on one");
             } else if self.pcp[pi].lists[idx].is_empty() {
                 first = false;
                 continue;
@@ -876,13 +909,17 @@ impl PageAlloc {
             let nr = 1i32 << order;
             loop {
                 let p = &mut self.pcp[pi];
-                let Some(pfn) = p.lists[idx].pop_last(&mut self.mem) else {
+                if p.lists[idx].is_empty() {
                     break;
-                };
+                }
+                let pfn = p.lists[idx].pop_last(&mut self.mem).unwrap_or_else(|| {
+                    panic!("pcp list {idx} of pageset {pi} has a length but no entries")
+                });
                 let mt = MigrateType::from_u8(self.mem.stored_mt(pfn));
                 self.mem.set_flags(pfn, 0);
                 count -= nr;
                 p.count -= nr;
+                self.nr_pcp_pages -= nr as u64;
                 cx.charge(Cost::PcpListOp);
                 z.free_one_page(&locked, &mut self.mem, cx, pfn, order, mt);
                 self.vmstat.count(VmEvent::MM_PAGE_PCPU_DRAIN, 1);
@@ -934,6 +971,55 @@ mod tests {
         p.set_high(100);
         p.set_high(800);
         assert_eq!(p.high, 800);
+    }
+
+    /// Fuzz trace input 29964 spun forever in `free_pcppages_bulk()`: a
+    /// pageset whose `count` said pages were left while every list was
+    /// empty (its lists had been corrupted through another zone's pages,
+    /// which `move_freepages_block()` no longer moves). A count that
+    /// disagrees with the lists now panics saying so, instead of hanging.
+    #[test]
+    #[should_panic(expected = "pcp->count of pageset 0 is 1 but its lists hold 0 pages")]
+    fn free_pcppages_bulk_refuses_a_count_without_pages() {
+        let layout = crate::page_alloc::MemoryLayout {
+            nodes: vec![crate::page_alloc::NodeLayout {
+                nr_cpus: 1,
+                nr_pages: 4096,
+            }],
+            dma32_pages: 0,
+        };
+        let mut pa = PageAlloc::new(&layout, Default::default(), PcpPolicy::default());
+        let mut cx = Cx::new(crate::types::VcpuId(0), crate::cost::CostTable::uniform(1));
+        let pfn = pa
+            .rmqueue_pcplist(&mut cx, 0, 0, MigrateType::Movable)
+            .expect("a free page");
+        // The refill left other pages on the list: give them back first.
+        let n = pa.pcp[0].count;
+        pa.free_pcppages_bulk(&mut cx, 0, 0, n, 0);
+        pa.free_unref_page(&mut cx, 0, pfn, 0, MigrateType::Movable);
+        assert_eq!((pa.pcp[0].count, pa.pcp[0].nr_list_pages()), (1, 1));
+        // Break the invariant as the corrupted lists did: the page leaves
+        // the lists, the count keeps it.
+        let pindex = order_to_pindex(MigrateType::Movable, 0);
+        pa.pcp[0].lists[pindex].pop_first(&mut pa.mem);
+        pa.free_pcppages_bulk(&mut cx, 0, 0, 1, pindex);
+    }
+
+    #[test]
+    fn next_nonempty_list_searches_round_robin_once() {
+        let mut mem = crate::page::MemMap::new(8);
+        mem.materialise(0);
+        let mut p = PerCpuPages::default();
+        assert_eq!(p.next_nonempty_list(3), None);
+        p.lists[2].add(&mut mem, PfnIdx(5));
+        assert_eq!(p.next_nonempty_list(3), Some(2));
+        assert_eq!(p.next_nonempty_list(2), Some(2));
+        p.lists[4].add(&mut mem, PfnIdx(6));
+        assert_eq!(p.next_nonempty_list(2), Some(4));
+        assert_eq!(
+            p.nr_list_pages(),
+            (1 << pindex_to_order(2)) + (1 << pindex_to_order(4))
+        );
     }
 
     #[test]
