@@ -28,6 +28,7 @@ import argparse
 import os
 import subprocess
 import sys
+import tempfile
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -65,11 +66,15 @@ def ray_sweep(path: str, n: int, workers: int, repeat: int) -> None:
     import ray
 
     seeds = range(1, n + 1)
-    ray.init(num_cpus=workers, include_dashboard=False, log_to_driver=False)
-    mmlab.sweep(path, seeds=range(1, 2 * workers + 1), backend="ray", progress=False)  # warm the workers
-    t = best(lambda: timed(lambda: mmlab.sweep(path, seeds=seeds, backend="ray", progress=False)), repeat)
+    # Ray's session files go to a private directory removed afterwards, not /tmp/ray.
+    with tempfile.TemporaryDirectory() as d:
+        ray.init(num_cpus=workers, include_dashboard=False, log_to_driver=False, _temp_dir=d)
+        try:
+            mmlab.sweep(path, seeds=range(1, 2 * workers + 1), backend="ray", progress=False)  # warm the workers
+            t = best(lambda: timed(lambda: mmlab.sweep(path, seeds=seeds, backend="ray", progress=False)), repeat)
+        finally:
+            ray.shutdown()
     print(f"ray, {workers} worker CPU(s): {n} points in {t:.2f} s = {n / t:.1f} points/s ({1e3 * t / n:.2f} ms a point)")
-    ray.shutdown()
 
 
 def local_sweep(exe: str, path: str, n: int, repeat: int) -> None:

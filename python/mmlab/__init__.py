@@ -131,6 +131,10 @@ def read_trace(path: PathLike) -> pd.DataFrame:
     ``DataFrame.attrs`` holds the trace's ``header`` and ``trailer`` (the
     machine, knobs and counters before and after the recording).
 
+    The columns are built in Rust in Arrow's layout (no Python object per
+    event): a million events load in about 0.2 s of CPU time
+    (``python/benches/read_trace_speed.py``).
+
     >>> ev = mmlab.read_trace("build.mmtrace")
     >>> ev.kind.value_counts()
     >>> ev[ev.kind == "exceptions:page_fault_user"].address
