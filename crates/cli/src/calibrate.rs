@@ -412,7 +412,13 @@ fn measured_costs(
         &mut put,
     );
     let copy_how = "one cold 4 KiB page copied by itself among other work, as wp_page_copy() copies the old page (copy_mc_user_highpage(): rep movsb) with the fault path's work before and after it; a streaming loop of copies overlaps them and measures less (see the cross-check)";
-    one(Cost::CopyPage, names::COPY_ISOLATED, copy_how, known, &mut put);
+    one(
+        Cost::CopyPage,
+        names::COPY_ISOLATED,
+        copy_how,
+        known,
+        &mut put,
+    );
     one(
         Cost::ContextSwitch,
         names::CONTEXT_SWITCH,

@@ -126,11 +126,9 @@ pub fn context_switch_ns(cpu: usize) -> Result<f64, NativeError> {
                 }
             }
         });
-        partner
-            .join()
-            .map_err(|_| NativeError::ThreadPanicked {
-                what: "context-switch partner",
-            })??;
+        partner.join().map_err(|_| NativeError::ThreadPanicked {
+            what: "context-switch partner",
+        })??;
         Ok(ns)
     })?;
     Ok((mine + other_ns.load(Ordering::Relaxed)) as f64 / SWITCH_ROUNDS as f64)
