@@ -240,9 +240,9 @@ pub fn tlb_ipi_ns(a: usize, b: usize) -> Result<f64, NativeError> {
             Ok::<_, NativeError>((ns, tlb_shootdowns(b)? - n0))
         })();
         stop.store(true, Ordering::Relaxed);
-        spinner
-            .join()
-            .map_err(|_| NativeError::ThreadPanicked { what: "TLB spinner" })??;
+        spinner.join().map_err(|_| NativeError::ThreadPanicked {
+            what: "TLB spinner",
+        })??;
         r
     })?;
     // Fewer than one call in ten with an IPI leaves the difference to the
