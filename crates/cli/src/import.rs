@@ -74,6 +74,12 @@ pub struct ImportArgs {
     /// `perf:task`. To see what an event contributes.
     #[arg(long = "ignore-event", value_name = "EVENT")]
     pub ignore_events: Vec<String>,
+    /// For a perf.data whose header perf never finished (killed: data size 0, no
+    /// feature sections): a copy of tracefs's events/ directory (`cp -r
+    /// /sys/kernel/tracing/events DIR`) of the host and boot it was recorded on, for the
+    /// tracepoint formats the file lacks. Default: this host's tracefs.
+    #[arg(long, value_name = "DIR")]
+    pub tracefs_events: Option<PathBuf>,
 }
 
 fn read(path: &Path) -> Result<String> {
@@ -126,6 +132,7 @@ pub fn options(a: &ImportArgs) -> Result<ImportOptions> {
     let src = sources(a)?;
     let mut opts = ImportOptions {
         ignore_events: a.ignore_events.iter().cloned().collect(),
+        tracefs_events: a.tracefs_events.clone(),
         ..ImportOptions::default()
     };
     opts.check().map_err(|e| anyhow!("--ignore-event: {e}"))?;
