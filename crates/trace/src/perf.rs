@@ -30,6 +30,7 @@ use linux_perf_data::linux_perf_event_reader::{EventRecord, PerfEventType, Recor
 use linux_perf_data::{Feature, PerfFileReader, PerfFileRecord};
 
 use crate::decode::{Decoded, Decoder, RECORDED_EVENTS};
+use crate::elf_layout::{complete_from_elf, read_head};
 use crate::event::{
     Counters, Event, EventKind, ExecVma, Header, Knobs, Machine, TraceSource, Trailer,
     NR_EVENT_KINDS,
@@ -151,6 +152,9 @@ pub struct ImportSummary {
     /// How the file was read: a header perf never finished, a cut last
     /// record, formats taken from this host.
     pub warnings: Vec<String>,
+    /// Without `-d`: the execs whose layout the ELF files on this host
+    /// completed, of those seen.
+    pub execs_from_elf: (u64, u64),
 }
 
 impl ImportSummary {
@@ -177,6 +181,14 @@ impl ImportSummary {
             _ => {}
         }
         lines.extend(self.reduced_capability.iter().cloned());
+        if self.execs_from_elf.1 > 0 {
+            lines.push(format!(
+                "{} of {} execs: their data segments and .bss taken from the ELF files on this host \
+                 (recorded without -d; a file changed since the recording gives a wrong layout); \
+                 the stack's place is unknown, its faults are carried over",
+                self.execs_from_elf.0, self.execs_from_elf.1
+            ));
+        }
         if self.nr_lost_events > 0 {
             lines.push(format!(
                 "{} events were lost while recording: the trace is incomplete (perf could not write \
@@ -828,6 +840,9 @@ pub struct ImportOptions {
     /// after the recording: the header's and trailer's counters.
     pub counters_before: Option<Counters>,
     pub counters_after: Option<Counters>,
+    /// Without `perf record -d`, do not complete the execs' layouts from
+    /// the ELF files on this host ([`crate::elf_layout`]).
+    pub no_elf_layouts: bool,
     /// Where to take the tracepoint formats from when the file lacks them
     /// (a perf killed before it wrote its feature sections): an `events/`
     /// directory of tracefs or a copy of it. Default: this host's.
@@ -1029,6 +1044,10 @@ struct Importer<W: crate::format::TraceSink> {
     workload: WorkloadTree,
     /// How the file was read (an unfinished header), for the summary.
     warnings: Vec<String>,
+    /// Without `-d`: execs seen, and those whose layout the ELF files gave.
+    nr_execs_without_layout: u64,
+    nr_execs_from_elf: u64,
+    no_elf_layouts: bool,
 }
 
 impl<W: crate::format::TraceSink> Importer<W> {
@@ -1063,6 +1082,9 @@ impl<W: crate::format::TraceSink> Importer<W> {
             mmap_data: pre.mmap_data,
             workload: WorkloadTree::default(),
             warnings: Vec::new(),
+            nr_execs_without_layout: 0,
+            nr_execs_from_elf: 0,
+            no_elf_layouts: opts.no_elf_layouts,
         }
     }
 
@@ -1310,7 +1332,12 @@ impl<W: crate::format::TraceSink> Importer<W> {
             }
             None => self.write(ev)?,
         }
-        if self.mmap_data && !vmas.is_empty() {
+        let vmas = if self.mmap_data {
+            vmas
+        } else {
+            self.layout_from_elf(vmas)
+        };
+        if !vmas.is_empty() {
             self.write(&Event {
                 ts_ns,
                 cpu: ev.cpu,
@@ -1322,6 +1349,22 @@ impl<W: crate::format::TraceSink> Importer<W> {
         // The tracepoint's own Exec was written above; any other event
         // still has to be.
         Ok(matches!(ev.kind, EventKind::Exec { .. }))
+    }
+
+    /// Without `perf record -d`: an exec's executable mappings completed
+    /// from the ELF files on this host ([`crate::elf_layout`]), or no
+    /// layout (a partial one would mislead) when no file could be read.
+    fn layout_from_elf(&mut self, vmas: Vec<ExecVma>) -> Vec<ExecVma> {
+        if self.no_elf_layouts {
+            return Vec::new();
+        }
+        self.nr_execs_without_layout += 1;
+        let (layout, nr_files) = complete_from_elf(&vmas, read_head);
+        if nr_files == 0 {
+            return Vec::new();
+        }
+        self.nr_execs_from_elf += 1;
+        layout
     }
 
     /// Writes the event `tid` holds, unplaced, at the latest time written.
@@ -1423,6 +1466,7 @@ impl<W: crate::format::TraceSink> Importer<W> {
                 workload_tree: self.workload.tree(),
                 nr_other_process_events: self.workload.nr_dropped,
                 warnings: self.warnings,
+                execs_from_elf: (self.nr_execs_from_elf, self.nr_execs_without_layout),
             },
             out,
         ))
