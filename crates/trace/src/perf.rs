@@ -1311,10 +1311,23 @@ impl<W: crate::format::TraceSink> Importer<W> {
                 return Ok(true);
             }
             // The kernel's faults of the exec itself (the .bss cleared, the
-            // stack written) come before its end, as with the tracepoint.
-            EventKind::PageFaultKernel { .. } => return Ok(false),
+            // stack written) come before its end, as with the tracepoint;
+            // so do the loader's page allocations: neither is the process
+            // back in user space (an allocation ending the exec lost the
+            // layout of every exec of a recording without the sched
+            // tracepoints).
+            EventKind::PageFaultKernel { .. }
+            | EventKind::PageAlloc { .. }
+            | EventKind::PageFree { .. }
+            | EventKind::PageAllocZoneLocked { .. }
+            | EventKind::PagePcpuDrain { .. } => return Ok(false),
             EventKind::Exit { .. } => {
-                self.execs.remove(&ev.pid);
+                // A process that dies in its exec, or whose exec nothing
+                // after it ended: the exec made from perf's record is
+                // written before the exit.
+                if let Some((Some(exec), vmas)) = self.execs.remove(&ev.pid) {
+                    self.end_exec(ev, exec, vmas)?;
+                }
                 return Ok(false);
             }
             EventKind::Exec { .. } => {}
@@ -1324,14 +1337,23 @@ impl<W: crate::format::TraceSink> Importer<W> {
         let Some((exec, vmas)) = self.execs.remove(&ev.pid) else {
             return Ok(false);
         };
+        self.end_exec(ev, exec.unwrap_or_else(|| ev.clone()), vmas)?;
+        // The tracepoint's own Exec was written; any other event still has
+        // to be.
+        Ok(matches!(ev.kind, EventKind::Exec { .. }))
+    }
+
+    /// Writes an exec's `Exec` event (at `ev`'s time, or the latest
+    /// written), then its `ExecLayout`.
+    fn end_exec(
+        &mut self,
+        ev: &Event,
+        mut exec: Event,
+        vmas: Vec<ExecVma>,
+    ) -> Result<(), RecordError> {
         let ts_ns = ev.ts_ns.max(self.last_ts);
-        match exec {
-            Some(mut e) => {
-                e.ts_ns = ts_ns;
-                self.write(&e)?;
-            }
-            None => self.write(ev)?,
-        }
+        exec.ts_ns = ts_ns;
+        self.write(&exec)?;
         let vmas = if self.mmap_data {
             vmas
         } else {
@@ -1346,9 +1368,7 @@ impl<W: crate::format::TraceSink> Importer<W> {
                 kind: EventKind::ExecLayout { pid: ev.pid, vmas },
             })?;
         }
-        // The tracepoint's own Exec was written above; any other event
-        // still has to be.
-        Ok(matches!(ev.kind, EventKind::Exec { .. }))
+        Ok(())
     }
 
     /// Without `perf record -d`: an exec's executable mappings completed
@@ -1394,6 +1414,20 @@ impl<W: crate::format::TraceSink> Importer<W> {
             path: output.to_path_buf(),
             source,
         };
+        // Execs that nothing after them ended (the file ends inside them).
+        let open: Vec<i32> = self.execs.keys().copied().collect();
+        for pid in open {
+            if let Some((Some(exec), vmas)) = self.execs.remove(&pid) {
+                let at = exec.clone();
+                self.end_exec(&at, exec, vmas).map_err(|e| match e {
+                    RecordError::Output(source) => out_err(source),
+                    RecordError::Parse(what) => PerfImportError::NotPerfData {
+                        path: output.to_path_buf(),
+                        what,
+                    },
+                })?;
+            }
+        }
         let held: Vec<i32> = self.held.keys().copied().collect();
         for tid in held {
             self.release(tid).map_err(|e| match e {

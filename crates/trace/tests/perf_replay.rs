@@ -357,6 +357,32 @@ fn an_exec_s_mappings_become_its_exec_layout() {
         0,
         "faults outside every mapping"
     );
+    // Without the sched tracepoints the exec comes from perf's COMM record,
+    // and the loader's page allocations after it do not end the exec
+    // before its mappings are in.
+    let (_, nosched) = import(
+        "layout-nosched",
+        &opts(&[
+            "sched:sched_process_fork",
+            "sched:sched_process_exec",
+            "sched:sched_process_exit",
+        ]),
+    );
+    let evs = events(&nosched);
+    let layouts: Vec<_> = evs
+        .iter()
+        .filter_map(|e| match &e.kind {
+            EventKind::ExecLayout { vmas, .. } => Some(vmas),
+            _ => None,
+        })
+        .collect();
+    assert!(
+        layouts
+            .iter()
+            .any(|v| v.iter().any(|m| m.name == "[stack]")),
+        "{layouts:?}"
+    );
+    let _ = std::fs::remove_file(nosched);
     // Without -d the exec's data and stack are not reported: no layout
     // unless the ELF files on this host complete it.
     let (s, nod) = import(
