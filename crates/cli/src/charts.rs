@@ -5,6 +5,7 @@
 //! Text is left to the browser's sans-serif font (plotters writes `<text>`
 //! elements; no font file is read or embedded).
 
+use plotters::coord::types::RangedCoordf64;
 use plotters::coord::Shift;
 use plotters::prelude::*;
 use plotters::style::text_anchor::{HPos, Pos, VPos};
@@ -45,6 +46,41 @@ type Res = Result<(), String>;
 
 fn err<E: std::fmt::Debug>(e: E) -> String {
     format!("{e:?}")
+}
+
+type Chart<'a, 'b> = ChartContext<'a, SVGBackend<'b>, Cartesian2d<RangedCoordf64, RangedCoordf64>>;
+
+/// Writes `names` centred under slots 0, 1, .. of the x axis (at `y`), cut
+/// to `fit` characters with an ellipsis when given.
+fn x_labels(
+    plot: &Area,
+    chart: &Chart,
+    names: &[String],
+    y: f64,
+    size: u32,
+    fit: Option<usize>,
+) -> Res {
+    for (i, name) in names.iter().enumerate() {
+        let (px, py) = chart.backend_coord(&(i as f64 + 0.5, y));
+        let label: String = match fit {
+            Some(max) if name.chars().count() > max => name
+                .chars()
+                .take(max - 1)
+                .chain(std::iter::once('…'))
+                .collect(),
+            _ => name.clone(),
+        };
+        plot.draw(&Text::new(
+            label,
+            (px, py + 8),
+            ("sans-serif", size)
+                .into_font()
+                .color(&BLACK)
+                .pos(Pos::new(HPos::Center, VPos::Top)),
+        ))
+        .map_err(err)?;
+    }
+    Ok(())
 }
 
 /// A short form of a number for a bar's label.
@@ -196,18 +232,7 @@ pub fn grouped_bars(
                 )))
                 .map_err(err)?;
         }
-        for (g, name) in groups.iter().enumerate() {
-            let (px, py) = chart.backend_coord(&(g as f64 + 0.5, lo));
-            plot.draw(&Text::new(
-                name.clone(),
-                (px, py + 8),
-                ("sans-serif", 13)
-                    .into_font()
-                    .color(&BLACK)
-                    .pos(Pos::new(HPos::Center, VPos::Top)),
-            ))
-            .map_err(err)?;
-        }
+        x_labels(&plot, &chart, groups, lo, 13, None)?;
         let names: Vec<String> = series.iter().map(|(n, _)| n.clone()).collect();
         legend(&side, &names, false)?;
         root.present().map_err(err)?;
@@ -273,27 +298,8 @@ pub fn stacked_bars(
                 base += h;
             }
         }
-        for (c, name) in categories.iter().enumerate() {
-            let (px, py) = chart.backend_coord(&(c as f64 + 0.5, 0.0));
-            let max = if categories.len() > 6 { 8 } else { 14 };
-            let label: String = if name.chars().count() > max && categories.len() > 3 {
-                name.chars()
-                    .take(max - 1)
-                    .chain(std::iter::once('…'))
-                    .collect()
-            } else {
-                name.clone()
-            };
-            plot.draw(&Text::new(
-                label,
-                (px, py + 8),
-                ("sans-serif", 12)
-                    .into_font()
-                    .color(&BLACK)
-                    .pos(Pos::new(HPos::Center, VPos::Top)),
-            ))
-            .map_err(err)?;
-        }
+        let fit = (categories.len() > 3).then_some(if categories.len() > 6 { 8 } else { 14 });
+        x_labels(&plot, &chart, categories, 0.0, 12, fit)?;
         let names: Vec<String> = parts.iter().map(|(n, _)| n.clone()).collect();
         legend(&side, &names, false)?;
         root.present().map_err(err)?;

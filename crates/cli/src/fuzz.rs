@@ -13,9 +13,12 @@
 //!   generators size machines and workloads so that every run ends far
 //!   within it; a run that does not is a liveness failure (a loop that
 //!   makes operations forever, like `kbuild` with `slab_pct = 100` did).
-//! - **time**: a watchdog thread ends the process if one input takes more
-//!   than [`Budget::wall`] (a loop that makes no operation), after printing
-//!   the input and saving it to the corpus directory.
+//! - **time**: a watchdog thread ends the process if one input uses more
+//!   than [`Budget::timeout`] of CPU time (a loop that makes no operation),
+//!   or runs that long without using any (threads waiting on each other),
+//!   after printing the input and saving it to the corpus directory. CPU
+//!   time, not wall time: a long run at `nice -n 19` on a loaded host may
+//!   get a few per cent of a core, and a 4 s input then takes minutes.
 //! - **memory**: the simulated machines are small, and "the host's memory"
 //!   that `Machine::validate` and replay's recorded machine are checked
 //!   against is lowered to [`Budget::host_memory_bytes`]; the binary also
@@ -74,8 +77,9 @@ impl Rng {
 pub struct Budget {
     /// Engine events per run.
     pub events: u64,
-    /// Wall time per input, watched from another thread.
-    pub wall: Duration,
+    /// CPU time an input may use, and time it may spend using none, before
+    /// it counts as a hang; watched from another thread.
+    pub timeout: Duration,
     /// The host memory validation assumes (half of it per run).
     pub host_memory_bytes: u64,
     /// Only the front end: parse and validate an experiment (no run),
@@ -88,7 +92,7 @@ impl Default for Budget {
     fn default() -> Self {
         Budget {
             events: 20_000_000,
-            wall: Duration::from_secs(120),
+            timeout: Duration::from_secs(120),
             host_memory_bytes: 1 << 30,
             front_only: false,
         }
@@ -153,7 +157,8 @@ struct Current {
     /// The run is over: the watchdog ends.
     done: std::sync::atomic::AtomicBool,
     index: AtomicU64,
-    started_ms: AtomicU64,
+    /// The process's CPU time when the input started, in ns.
+    started_cpu_ns: AtomicU64,
     input: Mutex<(Vec<u8>, &'static str)>,
 }
 
@@ -164,18 +169,18 @@ pub fn run(target: &dyn Target, opts: &Options) -> Report {
     let current = Arc::new(Current {
         done: std::sync::atomic::AtomicBool::new(false),
         index: AtomicU64::new(u64::MAX),
-        started_ms: AtomicU64::new(0),
+        started_cpu_ns: AtomicU64::new(0),
         input: Mutex::new((Vec::new(), "bin")),
     });
-    start_watchdog(current.clone(), opts.clone(), t0);
+    start_watchdog(current.clone(), opts.clone());
     let mut report = Report::default();
     for i in opts.start..opts.start.saturating_add(opts.count) {
         let seed = opts.seed.wrapping_add(i);
         let (input, ext) = target.make(seed);
         *current.input.lock().unwrap_or_else(|p| p.into_inner()) = (input.clone(), ext);
         current
-            .started_ms
-            .store(t0.elapsed().as_millis() as u64, Ordering::SeqCst);
+            .started_cpu_ns
+            .store(native::sys::process_cpu_ns(), Ordering::SeqCst);
         current.index.store(i, Ordering::SeqCst);
         let outcome = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
             target.run(&input, &opts.budget)
@@ -215,38 +220,88 @@ pub fn run(target: &dyn Target, opts: &Options) -> Report {
     report
 }
 
-/// Ends the process if one input runs longer than the budget, after
-/// printing which and saving it.
-fn start_watchdog(current: Arc<Current>, opts: Options, t0: Instant) {
+/// Ends the process if one input uses more CPU time than the budget, or
+/// runs that long without using any, after printing which and saving it.
+fn start_watchdog(current: Arc<Current>, opts: Options) {
     let _ = std::thread::Builder::new()
         .name("mmlab-fuzz-watchdog".into())
-        .spawn(move || loop {
-            std::thread::sleep(Duration::from_millis(500));
-            if current.done.load(Ordering::SeqCst) {
-                return;
+        .spawn(move || {
+            let mut watch = Watch::new(opts.budget.timeout);
+            loop {
+                std::thread::sleep(Duration::from_millis(500));
+                if current.done.load(Ordering::SeqCst) {
+                    return;
+                }
+                let i = current.index.load(Ordering::SeqCst);
+                let process_ns = native::sys::process_cpu_ns();
+                let used_ns =
+                    process_ns.saturating_sub(current.started_cpu_ns.load(Ordering::SeqCst));
+                // The watchdog's own CPU time is no sign of the input's progress.
+                let others_ns = process_ns.saturating_sub(native::sys::thread_cpu_ns());
+                let Some(what) = watch.check(i, used_ns, others_ns, Instant::now()) else {
+                    continue;
+                };
+                if current.index.load(Ordering::SeqCst) != i {
+                    continue;
+                }
+                let seed = opts.seed.wrapping_add(i);
+                eprintln!("mmlab fuzz: input {i} (seed {seed}) FAILED: {what}");
+                if let Some(dir) = &opts.corpus {
+                    let (input, ext) = &*current.input.lock().unwrap_or_else(|p| p.into_inner());
+                    save(dir, seed, input, ext);
+                }
+                std::process::exit(3);
             }
-            let i = current.index.load(Ordering::SeqCst);
-            if i == u64::MAX {
-                continue;
-            }
-            let since = current.started_ms.load(Ordering::SeqCst);
-            let ran_ms = (t0.elapsed().as_millis() as u64).saturating_sub(since);
-            if ran_ms <= opts.budget.wall.as_millis() as u64
-                || current.index.load(Ordering::SeqCst) != i
-            {
-                continue;
-            }
-            let seed = opts.seed.wrapping_add(i);
-            eprintln!(
-                "mmlab fuzz: input {i} (seed {seed}) FAILED: still running after {:?} (a hang)",
-                opts.budget.wall
-            );
-            if let Some(dir) = &opts.corpus {
-                let (input, ext) = &*current.input.lock().unwrap_or_else(|p| p.into_inner());
-                save(dir, seed, input, ext);
-            }
-            std::process::exit(3);
         });
+}
+
+/// The watchdog's judgement of the input running, from CPU times: a hang
+/// is an input that used more than the budget of CPU time (a spin), or
+/// used none for that long (threads waiting on each other). Not wall
+/// time: at `nice -n 19` on a loaded host an input may get a few per cent
+/// of a core and still be making progress.
+struct Watch {
+    budget: Duration,
+    /// The input, the other threads' CPU time and the instant at the last
+    /// sign of progress.
+    last: Option<(u64, u64, Instant)>,
+}
+
+impl Watch {
+    /// CPU time the other threads used beyond this (ns) is progress: more
+    /// than the clocks' jitter, far less than any real work.
+    const PROGRESS_NS: u64 = 1_000_000;
+
+    fn new(budget: Duration) -> Watch {
+        Watch { budget, last: None }
+    }
+
+    /// One look at input `i` (`u64::MAX`: none running): `used_ns` the
+    /// process's CPU time since the input started, `others_ns` the CPU time
+    /// of every thread but the watchdog's. Returns why it is a hang, if it is.
+    fn check(&mut self, i: u64, used_ns: u64, others_ns: u64, now: Instant) -> Option<String> {
+        let idle = match self.last {
+            Some((li, lc, lt)) if li == i && others_ns < lc + Self::PROGRESS_NS => now - lt,
+            _ => {
+                self.last = Some((i, others_ns, now));
+                Duration::ZERO
+            }
+        };
+        if i == u64::MAX {
+            None
+        } else if used_ns > self.budget.as_nanos() as u64 {
+            Some(format!(
+                "still running after {:.0?} of CPU time (a hang)",
+                self.budget
+            ))
+        } else if idle > self.budget {
+            Some(format!(
+                "no CPU time used for {idle:.0?} (threads waiting forever)"
+            ))
+        } else {
+            None
+        }
+    }
 }
 
 fn save(dir: &Path, seed: u64, input: &[u8], ext: &str) {
@@ -299,7 +354,8 @@ pub struct FuzzArgs {
     /// Engine events per run before a run counts as never ending.
     #[arg(long, default_value_t = 20_000_000)]
     pub events: u64,
-    /// Seconds per input before it counts as a hang (the process ends).
+    /// CPU seconds per input (or seconds without using the CPU) before it
+    /// counts as a hang (the process ends).
     #[arg(long, default_value_t = 120)]
     pub timeout_s: u64,
     /// Cap on this process's address space, in MiB (0: none).
@@ -359,7 +415,7 @@ pub fn cmd(a: &FuzzArgs) -> anyhow::Result<i32> {
         corpus: a.corpus.clone(),
         budget: Budget {
             events: a.events,
-            wall: std::time::Duration::from_secs(a.timeout_s),
+            timeout: std::time::Duration::from_secs(a.timeout_s),
             front_only: a.front_only,
             ..Budget::default()
         },
@@ -386,4 +442,50 @@ pub fn cmd(a: &FuzzArgs) -> anyhow::Result<i32> {
         println!("  input {i} (seed {}): {what}", a.seed.wrapping_add(*i));
     }
     Ok(if r.failures.is_empty() { 0 } else { 1 })
+}
+
+#[cfg(test)]
+mod watch_tests {
+    use super::*;
+
+    const S: u64 = 1_000_000_000;
+
+    /// Looks every 500 ms at input 7 for `secs` seconds, the input using
+    /// `cpu_per_look_ns` of CPU time between looks; the first verdict.
+    fn watch(budget_s: u64, secs: u64, cpu_per_look_ns: u64) -> Option<String> {
+        let mut w = Watch::new(Duration::from_secs(budget_s));
+        let t0 = Instant::now();
+        (0..=secs * 2).find_map(|k| {
+            let cpu = k * cpu_per_look_ns;
+            w.check(7, cpu, cpu, t0 + Duration::from_millis(500 * k))
+        })
+    }
+
+    #[test]
+    fn a_starved_input_is_no_hang() {
+        // 2 % of a core for ten minutes: 12 s of CPU time, under 120 s.
+        assert_eq!(watch(120, 600, S / 100), None);
+    }
+
+    #[test]
+    fn an_input_spinning_past_its_cpu_budget_is_a_hang() {
+        let why = watch(120, 300, S / 2).expect("a hang");
+        assert!(why.contains("of CPU time"), "{why}");
+    }
+
+    #[test]
+    fn an_input_using_no_cpu_for_its_budget_is_a_hang() {
+        let why = watch(120, 300, 0).expect("a hang");
+        assert!(why.contains("no CPU time used for"), "{why}");
+    }
+
+    #[test]
+    fn a_new_input_starts_a_new_idle_clock() {
+        let mut w = Watch::new(Duration::from_secs(10));
+        let t0 = Instant::now();
+        assert_eq!(w.check(1, 0, 5, t0), None);
+        assert_eq!(w.check(2, 0, 5, t0 + Duration::from_secs(11)), None);
+        assert!(w.check(2, 0, 5, t0 + Duration::from_secs(22)).is_some());
+        assert_eq!(w.check(u64::MAX, 0, 5, t0 + Duration::from_secs(40)), None);
+    }
 }

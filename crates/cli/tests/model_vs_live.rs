@@ -14,6 +14,22 @@
 //! can still only be moved upwards by another process, so a live delta above
 //! the model's is retried (at most 3 runs), one below it fails at once.
 //!
+//! # khugepaged
+//!
+//! The region is `MADV_HUGEPAGE`, so khugepaged scans it (every 10 s by
+//! default) and may collapse a 2 MiB range of it into a THP while the
+//! pattern runs: a range with up to `max_ptes_none` (511) empty entries, as
+//! the one a `munmap` has just emptied. The faults that follow then differ
+//! from a kernel without khugepaged, which is what the model is: the
+//! re-touch of the hole takes fewer, and a child's copy-on-write of a
+//! PMD-mapped THP does. That is how `all_sizes_odd_region_with_munmap_and_fork`
+//! once measured `[6, 4091]` against the model's `[9, 4091]`; with
+//! khugepaged scanning without a pause (`scan_sleep_millisecs = 0`) 2 of 6
+//! runs gave `[9, 3857]` and `[9, 3885]`, each with `thp_collapse_alloc`
+//! moved during the run. A collapse always moves that counter, so a run in
+//! which it moved is not this pattern alone: it is retried like a run
+//! whose counters another process moved.
+//!
 //! Where the live kernel cannot run (not root, no THP knobs) the test says
 //! `SKIPPED (cannot run here)` for the live half and still checks the model's
 //! own figures given with each pattern.
@@ -91,6 +107,15 @@ fn compare(p: &FaultPattern, want: Want) {
         assert_eq!(before, after, "THP knobs not restored after {}", p.name);
         let r = r.unwrap_or_else(|e| panic!("{}: live: {e}", p.name));
         eprintln!("{}", r.table());
+        let collapses = r.counters.vm("thp_collapse_alloc");
+        if collapses > 0 {
+            // See the module doc: khugepaged changed the memory under test.
+            eprintln!(
+                "{}: attempt {attempt}: khugepaged collapsed {collapses} THP(s) during the run: retried",
+                p.name
+            );
+            continue;
+        }
         // The process's own faults: exact.
         assert_eq!(
             r.touch.nr_minflt, m.touch,
@@ -127,7 +152,10 @@ fn compare(p: &FaultPattern, want: Want) {
             disturbed.join(", ")
         );
     }
-    panic!("{}: counters disturbed in 3 attempts", p.name);
+    panic!(
+        "{}: counters disturbed (or khugepaged collapsing) in 3 attempts",
+        p.name
+    );
 }
 
 #[test]

@@ -852,6 +852,22 @@ pub fn locked<T>(make: impl FnOnce() -> T) -> T {
     make()
 }
 
+/// Makes a change that is known only once made (a forked child's process
+/// group: its pid), then journals it, both under one hold of the journal's
+/// lock. So the signal watcher, which undoes under that lock, runs either
+/// before `make` (which then never runs: the lock is not given back once
+/// everything is undone) or after the change is in the journal, never in
+/// between, where it would find nothing to undo for a change that exists.
+/// `make` returns its result and the change it made, if it made one.
+pub fn made<T>(
+    make: impl FnOnce() -> (T, Option<Change>),
+) -> (T, Option<Result<Entry, JournalError>>) {
+    let mut g = global();
+    let (t, change) = make();
+    let entry = change.map(|c| g.as_mut().expect("initialised").add(c, false));
+    (t, entry)
+}
+
 /// Journals `change`, then makes it with `make` under the journal's lock.
 /// If `make` fails, the change is undone (best effort: it may have been
 /// made in part) and forgotten.

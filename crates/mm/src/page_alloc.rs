@@ -19,7 +19,10 @@
 //! each with a migratetype. An allocation looks on its own migratetype's lists
 //! first and, only when they are empty, *falls back* to another type's lists,
 //! in the kernel's fixed order, preferring the largest block and possibly
-//! stealing its whole pageblock (`__rmqueue_fallback()`).
+//! stealing its whole pageblock (`__rmqueue_fallback()`). Pageblocks are
+//! aligned in the physical address space, not to a zone: a zone that begins
+//! or ends inside one (a small ZONE_DMA32, a node of odd size) has a partial
+//! pageblock there, and no pageblock operation crosses the zone's edge.
 //!
 //! # Deviations from Linux 6.6
 //!
@@ -287,9 +290,13 @@ impl Zone {
             watermark: [0; 3],
             lowmem_reserve: [0; 2],
             flags: ZoneFlags::default(),
+            // Every pageblock the zone touches, the partial first and last
+            // ones included.
             pageblock_mt: vec![
                 MigrateType::Movable as u8;
-                pages.div_ceil(PAGEBLOCK_NR_PAGES) as usize
+                ((start + pages.max(1) - 1) >> PAGEBLOCK_ORDER) as usize
+                    - (start >> PAGEBLOCK_ORDER) as usize
+                    + 1
             ],
             idx,
             lines: None,
@@ -379,16 +386,25 @@ impl Zone {
         self.watermark[w as usize]
     }
 
+    /// The index of `pfn`'s pageblock in `pageblock_mt`. Pageblocks are
+    /// aligned in the physical address space, not to the zone's start
+    /// (`pfn_to_bitidx()` counts from the zone's first pageblock boundary,
+    /// or the memory section's), so a zone that starts inside a pageblock
+    /// has a partial first one.
+    #[inline]
+    fn pageblock_index(&self, pfn: u32) -> usize {
+        ((pfn as u64 >> PAGEBLOCK_ORDER) - (self.zone_start_pfn >> PAGEBLOCK_ORDER)) as usize
+    }
+
     /// The migratetype of the pageblock holding `pfn` (`get_pageblock_migratetype()`).
     #[inline]
     pub fn pageblock_migratetype(&self, pfn: u32) -> MigrateType {
-        let i = ((pfn as u64 - self.zone_start_pfn) >> PAGEBLOCK_ORDER) as usize;
-        MigrateType::from_u8(self.pageblock_mt[i])
+        MigrateType::from_u8(self.pageblock_mt[self.pageblock_index(pfn)])
     }
 
     /// Sets the migratetype of the pageblock holding `pfn` (`set_pageblock_migratetype()`).
     pub fn set_pageblock_migratetype(&mut self, pfn: u32, mt: MigrateType) {
-        let i = ((pfn as u64 - self.zone_start_pfn) >> PAGEBLOCK_ORDER) as usize;
+        let i = self.pageblock_index(pfn);
         self.pageblock_mt[i] = mt as u8;
     }
 
@@ -508,12 +524,24 @@ impl Zone {
         None
     }
 
-    /// Models `move_freepages_block()`: moves every free block of the pageblock
-    /// holding `pfn` to `mt`'s lists; returns (free pages moved, pages of
-    /// allocated movable blocks).
+    /// Models `move_freepages_block()` of 6.6: moves every free block of the
+    /// pageblock holding `pfn` to `mt`'s lists; returns (free pages moved,
+    /// pages of allocated movable blocks). Why the zone checks: a zone need
+    /// not start or end on a pageblock boundary (a small ZONE_DMA32, a node
+    /// of odd size), and the pages of its first or last pageblock that lie
+    /// outside it are another zone's, under another lock and on another
+    /// zone's lists. As the kernel does, a pageblock that begins before the
+    /// zone is walked from `pfn` on, and one that ends after it is not
+    /// moved at all (`(0, 0)`: the caller moves the block it found alone).
     fn move_freepages_block(&mut self, mem: &mut MemMap, pfn: u32, mt: MigrateType) -> (u64, u64) {
-        let start = pfn & !(PAGEBLOCK_NR_PAGES as u32 - 1);
+        let mut start = pfn & !(PAGEBLOCK_NR_PAGES as u32 - 1);
         let end = start + PAGEBLOCK_NR_PAGES as u32;
+        if !self.spans(start as u64) {
+            start = pfn;
+        }
+        if !self.spans(end as u64 - 1) {
+            return (0, 0);
+        }
         let (mut moved, mut movable) = (0u64, 0u64);
         let mut p = start;
         while p < end {
@@ -561,6 +589,12 @@ impl Zone {
             }
         } else if whole_block {
             let (free_pages, movable_pages) = self.move_freepages_block(mem, pfn, start_mt);
+            if free_pages == 0 {
+                // The pageblock crosses the zone's edge: only the block
+                // found changes lists (the kernel's `goto single_page`).
+                self.move_to_free_list(mem, pfn, current_order, start_mt);
+                return;
+            }
             // Pages compatible with the allocation: free ones, plus those of
             // the same mobility (the kernel can only tell movable from not).
             let alike_pages = if start_mt == MigrateType::Movable {

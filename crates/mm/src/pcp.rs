@@ -256,6 +256,23 @@ pub struct PerCpuPages {
 }
 
 impl PerCpuPages {
+    /// The first non-empty list after `idx`, round-robin, `idx` itself
+    /// last (the search of `free_pcppages_bulk()`); `None` if all are empty.
+    pub fn next_nonempty_list(&self, idx: usize) -> Option<usize> {
+        (1..=NR_PCP_LISTS)
+            .map(|k| (idx + k) % NR_PCP_LISTS)
+            .find(|&i| !self.lists[i].is_empty())
+    }
+
+    /// The base pages on the lists, by their lengths (what `count` must be).
+    pub fn nr_list_pages(&self) -> i32 {
+        self.lists
+            .iter()
+            .enumerate()
+            .map(|(i, l)| (l.len() as i32) << pindex_to_order(i))
+            .sum()
+    }
+
     /// Sets `high`: every change of `high` comes through here, so that the
     /// bounds are checked where they could first break.
     #[inline]
@@ -843,6 +860,14 @@ impl PageAlloc {
     /// pageset to the buddy lists under one `zone->lock` section, emptying
     /// list `pindex` first and then the others round-robin, oldest pages
     /// (the tail) first.
+    ///
+    /// Bounded: `pcp->count` is asserted to be the pages on the lists (the
+    /// kernel trusts it and searches the lists without a bound; the model
+    /// once spun here forever on a count whose pages had left the lists
+    /// when another zone's pages had corrupted them). So while pages are
+    /// left to free some list holds one: every round-robin search ends
+    /// within one turn, and every pass of the outer loop frees a block (a
+    /// list whose length promises an entry it does not have panics too).
     pub(crate) fn free_pcppages_bulk(
         &mut self,
         cx: &mut Cx,
@@ -855,18 +880,21 @@ impl PageAlloc {
         if count <= 0 {
             return;
         }
+        let on_lists = self.pcp[pi].nr_list_pages();
+        assert_eq!(
+            self.pcp[pi].count, on_lists,
+            "pcp->count of pageset {pi} is {} but its lists hold {on_lists} pages",
+            self.pcp[pi].count
+        );
         let z = &mut self.zones[zi];
         let locked = z.lock(cx);
         let mut idx = pindex;
         let mut first = true;
         while count > 0 {
             if !first {
-                loop {
-                    idx = (idx + 1) % NR_PCP_LISTS;
-                    if !self.pcp[pi].lists[idx].is_empty() {
-                        break;
-                    }
-                }
+                idx = self.pcp[pi]
+                    .next_nonempty_list(idx)
+                    .expect("pcp->count matched the lists: a page is left on one");
             } else if self.pcp[pi].lists[idx].is_empty() {
                 first = false;
                 continue;
@@ -876,9 +904,12 @@ impl PageAlloc {
             let nr = 1i32 << order;
             loop {
                 let p = &mut self.pcp[pi];
-                let Some(pfn) = p.lists[idx].pop_last(&mut self.mem) else {
+                if p.lists[idx].is_empty() {
                     break;
-                };
+                }
+                let pfn = p.lists[idx].pop_last(&mut self.mem).unwrap_or_else(|| {
+                    panic!("pcp list {idx} of pageset {pi} has a length but no entries")
+                });
                 let mt = MigrateType::from_u8(self.mem.stored_mt(pfn));
                 self.mem.set_flags(pfn, 0);
                 count -= nr;
@@ -934,6 +965,54 @@ mod tests {
         p.set_high(100);
         p.set_high(800);
         assert_eq!(p.high, 800);
+    }
+
+    /// Fuzz trace input 29964 spun forever in `free_pcppages_bulk()`: a
+    /// pageset whose `count` said pages were left while every list was
+    /// empty (its lists had been corrupted through another zone's pages,
+    /// which `move_freepages_block()` no longer moves). A count that
+    /// disagrees with the lists now panics saying so, instead of hanging.
+    #[test]
+    #[should_panic(expected = "pcp->count of pageset 0 is 1 but its lists hold 0 pages")]
+    fn free_pcppages_bulk_refuses_a_count_without_pages() {
+        let layout = crate::page_alloc::MemoryLayout {
+            nodes: vec![crate::page_alloc::NodeLayout {
+                nr_cpus: 1,
+                nr_pages: 4096,
+            }],
+            dma32_pages: 0,
+        };
+        let mut pa = PageAlloc::new(&layout, Default::default(), PcpPolicy::default());
+        let mut cx = Cx::new(crate::types::VcpuId(0), crate::cost::CostTable::uniform(1));
+        let pfn = pa
+            .rmqueue_pcplist(&mut cx, 0, 0, MigrateType::Movable)
+            .expect("a free page");
+        // The refill left other pages on the list: give them back first.
+        let n = pa.pcp[0].count;
+        pa.free_pcppages_bulk(&mut cx, 0, 0, n, 0);
+        pa.free_unref_page(&mut cx, 0, pfn, 0, MigrateType::Movable);
+        assert_eq!((pa.pcp[0].count, pa.pcp[0].nr_list_pages()), (1, 1));
+        // Break the invariant as the corrupted lists did: the page leaves
+        // the lists, the count keeps it.
+        let pindex = order_to_pindex(MigrateType::Movable, 0);
+        pa.pcp[0].lists[pindex].pop_first(&mut pa.mem);
+        pa.free_pcppages_bulk(&mut cx, 0, 0, 1, pindex);
+    }
+
+    #[test]
+    fn next_nonempty_list_searches_round_robin_once() {
+        let mut mem = crate::page::MemMap::new(8);
+        let mut p = PerCpuPages::default();
+        assert_eq!(p.next_nonempty_list(3), None);
+        p.lists[2].add(&mut mem, 5);
+        assert_eq!(p.next_nonempty_list(3), Some(2));
+        assert_eq!(p.next_nonempty_list(2), Some(2));
+        p.lists[4].add(&mut mem, 6);
+        assert_eq!(p.next_nonempty_list(2), Some(4));
+        assert_eq!(
+            p.nr_list_pages(),
+            (1 << pindex_to_order(2)) + (1 << pindex_to_order(4))
+        );
     }
 
     #[test]

@@ -7,6 +7,7 @@
 //! everything is freed and the PCP lists drained, the free areas equal the
 //! boot state: every free coalesced fully.
 
+use mm::cacheline::CpuTopology;
 use mm::cost::{CostTable, Cx};
 use mm::page_alloc::{Gfp, MemoryLayout, NodeLayout, PageAlloc, VmSysctl, ZoneType};
 use mm::pcp::PcpPolicy;
@@ -29,12 +30,53 @@ fn layout() -> MemoryLayout {
     }
 }
 
+/// Zones that start and end inside pageblocks: a one-page ZONE_DMA32 (so
+/// node 0's ZONE_NORMAL starts at pfn 1, inside pageblock 0), and a node 0
+/// whose end (and so node 1's start) is not a pageblock boundary either.
+/// Node 0 is small, so that its allocations soon fall back to small blocks
+/// of other migratetypes, near its edges.
+fn unaligned_layout() -> MemoryLayout {
+    MemoryLayout {
+        nodes: vec![
+            NodeLayout {
+                nr_cpus: 2,
+                nr_pages: 2 * 1024 + 300,
+            },
+            NodeLayout {
+                nr_cpus: 2,
+                nr_pages: 4 * 1024 + 7,
+            },
+        ],
+        dma32_pages: 1,
+    }
+}
+
 fn run(seed: u64, nr_ops: usize, policy: PcpPolicy, fraction: u32) {
+    run_on(&layout(), seed, nr_ops, policy, fraction, false);
+}
+
+/// One seeded run on `layout`; `lines`: with the cache-line model of the
+/// zone locks on (a machine of 2 CPUs per node, 1 per core).
+fn run_on(
+    layout: &MemoryLayout,
+    seed: u64,
+    nr_ops: usize,
+    policy: PcpPolicy,
+    fraction: u32,
+    lines: bool,
+) {
     let sysctl = VmSysctl {
         percpu_pagelist_high_fraction: fraction,
         ..VmSysctl::default()
     };
-    let mut pa = PageAlloc::new(&layout(), sysctl, policy);
+    let mut pa = PageAlloc::new(layout, sysctl, policy);
+    if lines {
+        pa.set_cpu_topology(CpuTopology {
+            cpus_per_node: 2,
+            threads_per_core: 1,
+            cores_per_llc: 2,
+        });
+    }
     let boot: Vec<_> = pa
         .zones
         .iter()
@@ -130,6 +172,53 @@ fn buddy_and_pcp_match_a_bitmap_every_patch_of_the_series() {
         run(100 + n as u64, 2500, PcpPolicy::series(n), 0);
     }
     run(200, 2500, PcpPolicy::linux_6_18(), 0);
+}
+
+/// Fuzz experiment input 67201 (`dma32 = "4KiB"`): an unmovable allocation
+/// that stole a whole pageblock of ZONE_NORMAL walked pageblock 0 from pfn
+/// 0, which is ZONE_DMA32's, and moved that zone's free page onto
+/// ZONE_NORMAL's lists; the cache-line model then indexed its pages below
+/// the zone. `move_freepages_block()` stays inside the zone, as the
+/// kernel's does, and the line model (on here) sees only the zone's pages.
+#[test]
+fn buddy_and_pcp_match_a_bitmap_zones_not_pageblock_aligned() {
+    for seed in 300..=303 {
+        run_on(
+            &unaligned_layout(),
+            seed,
+            4000,
+            PcpPolicy::default(),
+            0,
+            true,
+        );
+    }
+}
+
+/// A zone that starts inside a pageblock (pfn 1) has a partial first
+/// pageblock (pfns 1-511); pfn 512 begins the second one, as in the kernel,
+/// whose pageblocks are aligned in the physical address space.
+#[test]
+fn pageblocks_are_aligned_physically_not_to_the_zone() {
+    use mm::page_alloc::{MigrateType, PAGEBLOCK_NR_PAGES};
+    let mut pa = PageAlloc::new(
+        &unaligned_layout(),
+        VmSysctl::default(),
+        PcpPolicy::default(),
+    );
+    let z = &mut pa.zones[1];
+    assert_eq!((z.zone_type, z.zone_start_pfn), (ZoneType::Normal, 1));
+    let b = PAGEBLOCK_NR_PAGES as u32;
+    z.set_pageblock_migratetype(b, MigrateType::Unmovable);
+    assert_eq!(z.pageblock_migratetype(b - 1), MigrateType::Movable);
+    assert_eq!(z.pageblock_migratetype(b), MigrateType::Unmovable);
+    assert_eq!(z.pageblock_migratetype(2 * b - 1), MigrateType::Unmovable);
+    // The zone's last page, in a partial last pageblock.
+    let last = (z.end_pfn() - 1) as u32;
+    z.set_pageblock_migratetype(last, MigrateType::Reclaimable);
+    assert_eq!(
+        z.pageblock_migratetype(last & !(b - 1)),
+        MigrateType::Reclaimable
+    );
 }
 
 #[test]

@@ -55,6 +55,24 @@ fn draw(mm: &MmStruct, base: u64, pages: u64) -> String {
     out
 }
 
+/// `mmap(MAP_FIXED)` of `len` bytes of anonymous read-write memory at `a`.
+fn map_fixed(w: &mut World, mm: &mut MmStruct, a: u64, len: u64) {
+    mm.mmap(
+        &mut w.pa,
+        &mut w.cx,
+        Vaddr(a),
+        len,
+        mm::vma::MapFlags::FIXED,
+    )
+    .unwrap();
+}
+
+/// `mprotect()` that must succeed.
+fn protect(w: &mut World, mm: &mut MmStruct, a: u64, len: u64, prot: Prot) {
+    mm.mprotect(&mut w.pa, &mut w.cx, Vaddr(a), len, prot)
+        .unwrap();
+}
+
 fn check(w: &World, mms: &[&MmStruct]) {
     w.pa.check_invariants();
     check_mm_invariants(&w.pa, mms);
@@ -93,34 +111,22 @@ fn mprotect_splits_and_merges() {
     let mut w = world("never");
     let mut mm = w.mm();
     let b = 0x1000_0000;
-    mm.mmap(
-        &mut w.pa,
-        &mut w.cx,
-        Vaddr(b),
-        10 * P,
-        mm::vma::MapFlags::FIXED,
-    )
-    .unwrap();
+    map_fixed(&mut w, &mut mm, b, 10 * P);
     assert_eq!(draw(&mm, b, 10), "wwwwwwwwww");
-    mm.mprotect(&mut w.pa, &mut w.cx, Vaddr(b + 3 * P), 4 * P, Prot::READ)
-        .unwrap();
+    protect(&mut w, &mut mm, b + 3 * P, 4 * P, Prot::READ);
     assert_eq!(draw(&mm, b, 10), "www|rrrr|www");
     // The same protection again changes nothing.
-    mm.mprotect(&mut w.pa, &mut w.cx, Vaddr(b + 4 * P), P, Prot::READ)
-        .unwrap();
+    protect(&mut w, &mut mm, b + 4 * P, P, Prot::READ);
     assert_eq!(draw(&mm, b, 10), "www|rrrr|www");
     // Extending the read-only part to the right merges it with the pages
     // that become read-only there.
-    mm.mprotect(&mut w.pa, &mut w.cx, Vaddr(b + 7 * P), 2 * P, Prot::READ)
-        .unwrap();
+    protect(&mut w, &mut mm, b + 7 * P, 2 * P, Prot::READ);
     assert_eq!(draw(&mm, b, 10), "www|rrrrrr|w");
-    mm.mprotect(&mut w.pa, &mut w.cx, Vaddr(b), P, Prot::NONE)
-        .unwrap();
+    protect(&mut w, &mut mm, b, P, Prot::NONE);
     assert_eq!(draw(&mm, b, 10), "n|ww|rrrrrr|w");
     check(&w, &[&mm]);
     // Back to read-write everywhere: one VMA again.
-    mm.mprotect(&mut w.pa, &mut w.cx, Vaddr(b), 10 * P, Prot::RW)
-        .unwrap();
+    protect(&mut w, &mut mm, b, 10 * P, Prot::RW);
     assert_eq!(draw(&mm, b, 10), "wwwwwwwwww");
     assert_eq!(mm.vmas.len(), 1);
     check(&w, &[&mm]);
@@ -133,22 +139,8 @@ fn mprotect_across_a_hole_changes_what_precedes_it_then_fails() {
     let mut w = world("never");
     let mut mm = w.mm();
     let b = 0x1000_0000;
-    mm.mmap(
-        &mut w.pa,
-        &mut w.cx,
-        Vaddr(b),
-        3 * P,
-        mm::vma::MapFlags::FIXED,
-    )
-    .unwrap();
-    mm.mmap(
-        &mut w.pa,
-        &mut w.cx,
-        Vaddr(b + 5 * P),
-        3 * P,
-        mm::vma::MapFlags::FIXED,
-    )
-    .unwrap();
+    map_fixed(&mut w, &mut mm, b, 3 * P);
+    map_fixed(&mut w, &mut mm, b + 5 * P, 3 * P);
     assert_eq!(draw(&mm, b, 8), "www..www");
     assert_eq!(
         mm.mprotect(&mut w.pa, &mut w.cx, Vaddr(b + P), 6 * P, Prot::READ),
@@ -172,14 +164,7 @@ fn mprotect_errors_are_the_kernels() {
     let mut w = world("never");
     let mut mm = w.mm();
     let b = 0x1000_0000;
-    mm.mmap(
-        &mut w.pa,
-        &mut w.cx,
-        Vaddr(b),
-        4 * P,
-        mm::vma::MapFlags::FIXED,
-    )
-    .unwrap();
+    map_fixed(&mut w, &mut mm, b, 4 * P);
     let mut mp = |mm: &mut MmStruct, a: u64, l: u64, p: Prot| {
         mm.mprotect(&mut w.pa, &mut w.cx, Vaddr(a), l, p)
     };
@@ -208,22 +193,14 @@ fn read_only_pages_fault_with_sigsegv_and_exclusive_pages_become_writable_again(
     let mut w = world("never");
     let mut mm = w.mm();
     let b = 0x1000_0000;
-    mm.mmap(
-        &mut w.pa,
-        &mut w.cx,
-        Vaddr(b),
-        8 * P,
-        mm::vma::MapFlags::FIXED,
-    )
-    .unwrap();
+    map_fixed(&mut w, &mut mm, b, 8 * P);
     // wwwwzzzz: four pages written, four only read (the zero page).
     for i in 0..4 {
         write(&mut w, &mut mm, b + i * P).unwrap();
         read(&mut w, &mut mm, b + (4 + i) * P).unwrap();
     }
     assert_eq!(mm.nr_faults, 8);
-    mm.mprotect(&mut w.pa, &mut w.cx, Vaddr(b), 8 * P, Prot::READ)
-        .unwrap();
+    protect(&mut w, &mut mm, b, 8 * P, Prot::READ);
     check(&w, &[&mm]);
     for i in 0..8 {
         assert!(
@@ -240,8 +217,7 @@ fn read_only_pages_fault_with_sigsegv_and_exclusive_pages_become_writable_again(
     // A refused access reaches neither pgfault nor ru_minflt.
     assert_eq!(w.pa.vmstat.get(VmEvent::PGFAULT), pgfault);
     assert_eq!(mm.nr_faults, 8);
-    mm.mprotect(&mut w.pa, &mut w.cx, Vaddr(b), 8 * P, Prot::RW)
-        .unwrap();
+    protect(&mut w, &mut mm, b, 8 * P, Prot::RW);
     // The written pages are exclusive: writable again without a fault; the
     // zero-page entries stay read-only and take one write fault each.
     for i in 0..4 {
@@ -265,19 +241,11 @@ fn prot_none_refuses_every_access_until_restored() {
     let mut w = world("never");
     let mut mm = w.mm();
     let b = 0x1000_0000;
-    mm.mmap(
-        &mut w.pa,
-        &mut w.cx,
-        Vaddr(b),
-        4 * P,
-        mm::vma::MapFlags::FIXED,
-    )
-    .unwrap();
+    map_fixed(&mut w, &mut mm, b, 4 * P);
     for i in 0..4 {
         write(&mut w, &mut mm, b + i * P).unwrap();
     }
-    mm.mprotect(&mut w.pa, &mut w.cx, Vaddr(b + P), 2 * P, Prot::NONE)
-        .unwrap();
+    protect(&mut w, &mut mm, b + P, 2 * P, Prot::NONE);
     assert_eq!(draw(&mm, b, 4), "w|nn|w");
     check(&w, &[&mm]);
     assert!(!access_ok(&mut mm, Vaddr(b + P), false));
@@ -286,8 +254,7 @@ fn prot_none_refuses_every_access_until_restored() {
     read(&mut w, &mut mm, b).unwrap();
     // The pages stayed mapped: restoring read-write needs no fault.
     let pfn = pfn_at(&mm, b + P);
-    mm.mprotect(&mut w.pa, &mut w.cx, Vaddr(b + P), 2 * P, Prot::RW)
-        .unwrap();
+    protect(&mut w, &mut mm, b + P, 2 * P, Prot::RW);
     assert_eq!(draw(&mm, b, 4), "wwww");
     assert!(access_ok(&mut mm, Vaddr(b + P), true));
     assert_eq!(pfn_at(&mm, b + P), pfn);
@@ -301,24 +268,14 @@ fn pages_shared_by_fork_stay_write_protected_after_mprotect() {
     let mut w = world("never");
     let mut parent = w.mm();
     let b = 0x1000_0000;
-    parent
-        .mmap(
-            &mut w.pa,
-            &mut w.cx,
-            Vaddr(b),
-            4 * P,
-            mm::vma::MapFlags::FIXED,
-        )
-        .unwrap();
+    map_fixed(&mut w, &mut parent, b, 4 * P);
     for i in 0..4 {
         write(&mut w, &mut parent, b + i * P).unwrap();
     }
     let mut child = fork(&mut w.pa, &mut w.cx, &mut parent).unwrap();
     for mm in [&mut parent, &mut child] {
-        mm.mprotect(&mut w.pa, &mut w.cx, Vaddr(b), 4 * P, Prot::READ)
-            .unwrap();
-        mm.mprotect(&mut w.pa, &mut w.cx, Vaddr(b), 4 * P, Prot::RW)
-            .unwrap();
+        protect(&mut w, mm, b, 4 * P, Prot::READ);
+        protect(&mut w, mm, b, 4 * P, Prot::RW);
         assert!(
             !access_ok(mm, Vaddr(b), true),
             "a shared page is not exclusive"
@@ -391,14 +348,7 @@ fn mremap_shrinks_grows_in_place_and_moves() {
     let mut mm = w.mm();
     let b = 0x1000_0000;
     let flags0 = MremapFlags::default();
-    mm.mmap(
-        &mut w.pa,
-        &mut w.cx,
-        Vaddr(b),
-        8 * P,
-        mm::vma::MapFlags::FIXED,
-    )
-    .unwrap();
+    map_fixed(&mut w, &mut mm, b, 8 * P);
     w.touch(&mut mm, b, 8 * P);
     let pfns: Vec<Option<u64>> = (0..8).map(|i| pfn_at(&mm, b + i * P)).collect();
     assert_eq!(draw(&mm, b, 12), "wwwwwwww....");
@@ -428,16 +378,8 @@ fn mremap_shrinks_grows_in_place_and_moves() {
     assert_eq!(r, Ok(Vaddr(b)));
     assert_eq!(draw(&mm, b, 12), "wwwwwwwwww..");
     // A neighbour in the way: ENOMEM without MREMAP_MAYMOVE ...
-    mm.mmap(
-        &mut w.pa,
-        &mut w.cx,
-        Vaddr(b + 10 * P),
-        P,
-        mm::vma::MapFlags::FIXED,
-    )
-    .unwrap();
-    mm.mprotect(&mut w.pa, &mut w.cx, Vaddr(b + 10 * P), P, Prot::READ)
-        .unwrap();
+    map_fixed(&mut w, &mut mm, b + 10 * P, P);
+    protect(&mut w, &mut mm, b + 10 * P, P, Prot::READ);
     assert_eq!(draw(&mm, b, 12), "wwwwwwwwww|r.");
     assert_eq!(
         mm.mremap(
@@ -488,22 +430,8 @@ fn mremap_fixed_replaces_the_target_and_moved_vmas_keep_their_offset() {
     let mut mm = w.mm();
     let b = 0x1000_0000;
     let fixed = MremapFlags::MAYMOVE.or(MremapFlags::FIXED);
-    mm.mmap(
-        &mut w.pa,
-        &mut w.cx,
-        Vaddr(b),
-        4 * P,
-        mm::vma::MapFlags::FIXED,
-    )
-    .unwrap();
-    mm.mmap(
-        &mut w.pa,
-        &mut w.cx,
-        Vaddr(b + 6 * P),
-        4 * P,
-        mm::vma::MapFlags::FIXED,
-    )
-    .unwrap();
+    map_fixed(&mut w, &mut mm, b, 4 * P);
+    map_fixed(&mut w, &mut mm, b + 6 * P, 4 * P);
     w.touch(&mut mm, b, 4 * P);
     w.touch(&mut mm, b + 6 * P, 4 * P);
     assert_eq!(draw(&mm, b, 10), "wwww..wwww");
@@ -550,14 +478,7 @@ fn mremap_errors_are_the_kernels() {
     let b = 0x1000_0000;
     let m = MremapFlags::MAYMOVE;
     let fixed = MremapFlags::MAYMOVE.or(MremapFlags::FIXED);
-    mm.mmap(
-        &mut w.pa,
-        &mut w.cx,
-        Vaddr(b),
-        4 * P,
-        mm::vma::MapFlags::FIXED,
-    )
-    .unwrap();
+    map_fixed(&mut w, &mut mm, b, 4 * P);
     let mut mr = |mm: &mut MmStruct, a: u64, o: u64, n: u64, f: MremapFlags, na: u64| {
         mm.mremap(&mut w.pa, &mut w.cx, Vaddr(a), o, n, f, Vaddr(na))
     };
@@ -600,14 +521,7 @@ fn mremap_dontunmap_moves_the_pages_and_keeps_an_empty_vma() {
     let mut w = world("never");
     let mut mm = w.mm();
     let b = 0x1000_0000;
-    mm.mmap(
-        &mut w.pa,
-        &mut w.cx,
-        Vaddr(b),
-        4 * P,
-        mm::vma::MapFlags::FIXED,
-    )
-    .unwrap();
+    map_fixed(&mut w, &mut mm, b, 4 * P);
     w.touch(&mut mm, b, 4 * P);
     let first = pfn_at(&mm, b);
     let du = MremapFlags::MAYMOVE.or(MremapFlags::DONTUNMAP);

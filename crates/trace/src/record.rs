@@ -411,7 +411,30 @@ struct Child {
 }
 
 impl Child {
+    /// Forks the child and journals its process group under one hold of
+    /// the journal's lock ([`journal::made`]): until it execs, the child
+    /// holds copies of the instance's pipes, so a signal watcher undoing in
+    /// between would find the instance busy and no group to kill.
     fn spawn(path: &CString, argv: &[CString]) -> Result<Child, RecordError> {
+        let (child, entry) = journal::made(|| match Self::fork(path, argv) {
+            Ok(c) => {
+                let change = Change::ProcessGroup {
+                    pgid: c.pid,
+                    start_time: journal::process_start_time(c.pid).unwrap_or(0),
+                };
+                (Ok(c), Some(change))
+            }
+            Err(e) => (Err(e), None),
+        });
+        let mut child = child?;
+        // A group that cannot be journalled is not left running: dropping
+        // the child kills and reaps it.
+        child.group = Some(entry.expect("a forked child's group")?);
+        Ok(child)
+    }
+
+    /// Forks the child, which waits on `go` before it execs.
+    fn fork(path: &CString, argv: &[CString]) -> Result<Child, RecordError> {
         let spawn_err = || RecordError::Spawn {
             source: io::Error::last_os_error(),
         };
@@ -476,21 +499,15 @@ impl Child {
             libc::close(err[1]);
             libc::setpgid(pid, pid);
         }
-        let mut child = Child {
+        pause_after_fork_for_tests();
+        Ok(Child {
             pid,
             go_w: go[1],
             err_r: err[0],
             reaped: false,
             group: None,
             faults: None,
-        };
-        // Journalled before it can run anything: it waits on `go`.
-        let change = Change::ProcessGroup {
-            pgid: pid,
-            start_time: journal::process_start_time(pid).unwrap_or(0),
-        };
-        child.group = Some(journal::record(change)?);
-        Ok(child)
+        })
     }
 
     /// Lets the child exec; returns the exec error, if any.
@@ -563,6 +580,23 @@ impl Drop for Child {
             journal::forget(e);
         }
     }
+}
+
+/// The environment variable that makes `record` pause this many
+/// milliseconds right after forking the workload (tests only: the kill
+/// tests signal it there, in the window between the fork and the journal
+/// entry of the workload's process group).
+pub const FORK_PAUSE_ENV: &str = "MMLAB_RECORD_TEST_FORK_PAUSE_MS";
+
+fn pause_after_fork_for_tests() {
+    let Some(ms) = std::env::var(FORK_PAUSE_ENV)
+        .ok()
+        .and_then(|v| v.parse::<u64>().ok())
+    else {
+        return;
+    };
+    eprintln!("mmlab: {FORK_PAUSE_ENV}: workload forked, pausing {ms} ms");
+    std::thread::sleep(Duration::from_millis(ms));
 }
 
 /// `("exit N" | "signal N", exit code, signal)`.
