@@ -413,7 +413,13 @@ def rows(sfx="", source="mmlab", preds=None):
             band = pr["kernels"][kernel].get("pgfault_band")
             if band:
                 band = (band[0] + pr["outside_trace"], band[1] + pr["outside_trace"])
-            out.append((name, p[2], cfg, lv["faults"], model, pct(model, lv["faults"]["mean"]), sizes, band))
+            # The run-to-run band: the recorded configuration's own live
+            # runs (4k: min..max around their mean) applied to the
+            # prediction, for programs whose runs differ (JIT runtimes).
+            f4 = live[name].get("4k", {}).get("faults")
+            runs = (model * f4["min"] / f4["mean"], model * f4["max"] / f4["mean"]) if f4 else None
+            out.append((name, p[2], cfg, lv["faults"], model, pct(model, lv["faults"]["mean"]), sizes, band,
+                        runs))
     return out
 
 
@@ -424,7 +430,7 @@ def matrix(rs):
     print("| program | " + " | ".join(cfgs) + " |")
     print("| --- |" + " ---: |" * len(cfgs))
     by = {}
-    for name, held, cfg, f, model, err, _, _ in rs:
+    for name, held, cfg, f, model, err, _, _, _ in rs:
         by.setdefault((name, held), {})[cfg] = f"{f['mean']:.0f} ({err:+.1f} %)"
     for (name, held), cells in by.items():
         label = name + (" (held out)" if held else "")
@@ -446,7 +452,7 @@ def table(args):
         print("| --- | --- | ---: | ---: | ---: | --- |")
     else:
         print(f"{'program':10} {'config':6} {'live faults':>28} {'predicted':>10} {'error':>8}  anon_fault_alloc live/predicted")
-    for name, held, cfg, f, model, err, sizes, _ in rs:
+    for name, held, cfg, f, model, err, sizes, _, _ in rs:
         live_s = f"{f['mean']:.0f} [{f['min']}..{f['max']}], {f['n']}"
         sz = ", ".join(f"{kb}K {lv:.0f}/{m}" for kb, lv, m in sizes) or "-"
         label = name + (" (held out)" if held else "")
@@ -474,6 +480,12 @@ def summary(rs):
         print(f"live inside the band of a prediction with an ESTIMATE of the kernel's faults: "
               f"{len(inside)} of {len(banded)}")
     misses = [r for r in others if abs(r[5]) > 2.0]
+    # Widened by the run-to-run spread of the recorded configuration.
+    def in_runs(r):
+        lo, hi = r[8] or (r[4], r[4])
+        return lo * 0.98 <= r[3]["mean"] <= hi * 1.02
+    print(f"within 2 % of the prediction widened by the recorded configuration's run-to-run spread "
+          f"(its live 4k runs' min..max): {sum(1 for r in others if in_runs(r))} of {len(others)}")
     for r in misses:
         band = f" [band {pct(r[7][0], r[3]['mean']):+.1f} %..{pct(r[7][1], r[3]['mean']):+.1f} %]" if r[7] else ""
         print(f"  miss: {r[0]} {r[2]}: {r[5]:+.1f} %{band}")
