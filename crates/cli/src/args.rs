@@ -466,10 +466,13 @@ mmlab validate build.mmtrace --warm-pcp=false --format json")]
         out: Option<PathBuf>,
     },
     /// Measure the model's own speed: the PCP fast path and memory per simulated page,
-    /// the cache model's line accesses, and anonymous faults beside the live kernel's.
+    /// the cache model's line accesses, and anonymous faults beside the live kernel's;
+    /// on request, boot cost against machine size (`scale`) and replay speed (`replay`).
     #[command(
         after_help = "Examples:\n  mmlab bench\n  mmlab bench pcp --ops 5000000\n  \
-mmlab bench faults --fault-mib 256 --no-live"
+mmlab bench faults --fault-mib 256 --no-live\n  \
+mmlab bench scale --scale-memory 64GiB,16TiB --scale-cpus 8,1024\n  \
+mmlab bench replay --trace build.mmtrace --replay-runs 5"
     )]
     Bench {
         /// Only this benchmark (default: all of them).
@@ -490,6 +493,51 @@ mmlab bench faults --fault-mib 256 --no-live"
         /// Runs of each fault pattern on each side (the best is reported).
         #[arg(long, default_value_t = 3, value_parser = clap::value_parser!(u32).range(1..))]
         fault_runs: u32,
+        /// Machine sizes of the scale benchmark's boot table.
+        #[arg(long, value_delimiter = ',', value_parser = parse_size_arg,
+              value_name = "SIZE,..", default_value = "64GiB,1TiB,16TiB,64TiB,1PiB,4PiB")]
+        scale_memory: Vec<u64>,
+        /// CPU counts of the scale benchmark's tables.
+        #[arg(
+            long,
+            value_delimiter = ',',
+            value_name = "N,..",
+            default_value = "8,64,256,1024"
+        )]
+        scale_cpus: Vec<u32>,
+        /// Machine size of the scale benchmark's PCP-churn table.
+        #[arg(long, value_parser = parse_size_arg, value_name = "SIZE", default_value = "1TiB")]
+        churn_memory: u64,
+        /// Bursts per task of the scale benchmark's PCP-churn table.
+        #[arg(long, default_value_t = 20, value_parser = clap::value_parser!(u32).range(1..))]
+        churn_iterations: u32,
+        /// Recordings for the replay benchmark (default: the corpus recordings in
+        /// scripts/corpus/recordings/). Repeat for several.
+        #[arg(long = "trace", value_name = "T.mmtrace")]
+        traces: Vec<PathBuf>,
+        /// Runs of each recording in the replay benchmark (the best is reported).
+        #[arg(long, default_value_t = 3, value_parser = clap::value_parser!(u32).range(1..))]
+        replay_runs: u32,
+    },
+    /// One machine of `mmlab bench scale`, run in a child process of its own so that
+    /// its peak resident memory is its own (for `bench scale`, not for users).
+    #[command(
+        hide = true,
+        after_help = "Example:\n  mmlab bench-point --memory-bytes 68719476736 --cpus 8 --tasks 8 --iterations 20"
+    )]
+    BenchPoint {
+        /// Memory of the machine, in bytes.
+        #[arg(long)]
+        memory_bytes: u64,
+        /// Simulated CPUs.
+        #[arg(long)]
+        cpus: u32,
+        /// Page-churn tasks.
+        #[arg(long)]
+        tasks: u32,
+        /// Bursts per task.
+        #[arg(long)]
+        iterations: u32,
     },
     /// Print a shell completion script for mmlab.
     #[command(
@@ -529,6 +577,16 @@ pub enum BenchWhat {
     Cache,
     /// The model's anonymous faults per host second beside the live kernel's.
     Faults,
+    /// Boot time and resident memory of machines of 64 GiB to 4 PiB and 8 to
+    /// 1,024 CPUs, and PCP churn against the CPU count (not run by default).
+    Scale,
+    /// Replay mode (b) events per second on recordings (not run by default).
+    Replay,
+}
+
+/// A size argument (`64GiB`, `4PiB`): `mm::types::parse_size`.
+fn parse_size_arg(s: &str) -> Result<u64, String> {
+    mm::types::parse_size(s)
 }
 
 #[derive(clap::Args)]

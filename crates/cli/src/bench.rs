@@ -1,6 +1,9 @@
 //! `mmlab bench`: the model's own speed, in wall time. Benchmarks, not
 //! tests: they print rates and assert nothing.
 
+pub mod replay;
+pub mod scale;
+
 use mm::VcpuId;
 use native::sys::thread_cpu_ns;
 use sim::cache::{AccessKind, CacheConfig, CacheModel, CacheStats};
@@ -24,6 +27,7 @@ pub fn pcp(ops: u64) {
     let mut cx = Cx::new(VcpuId(0), CostTable::uniform(1));
     let mut held = Vec::with_capacity(64);
     let start = Instant::now();
+    let cpu_start = thread_cpu_ns();
     let mut done = 0u64;
     while done < ops {
         // Bursts of 32 keep the list moving through refills and drains.
@@ -41,15 +45,24 @@ pub fn pcp(ops: u64) {
         done += 32;
     }
     let secs = start.elapsed().as_secs_f64();
+    let cpu_secs = (thread_cpu_ns() - cpu_start).max(1) as f64 / 1e9;
     println!(
-        "PCP fast path (order-0 alloc+free pairs, 1 host core): {:.1} M pairs/s ({done} pairs in {secs:.2} s)",
-        done as f64 / secs / 1e6
+        "PCP fast path (order-0 alloc+free pairs, 1 host core): {:.1} M pairs/s, {:.1} M pairs/CPU-s ({done} pairs in {secs:.2} s, {cpu_secs:.2} CPU-s)",
+        done as f64 / secs / 1e6,
+        done as f64 / cpu_secs / 1e6
     );
     let bpp = mm::page::MemMap::BYTES_PER_PAGE;
-    let tib_pages = (1u64 << 40) / mm::PAGE_SIZE;
+    let tib = MemoryLayout {
+        nodes: vec![NodeLayout {
+            nr_cpus: 64,
+            nr_pages: (1u64 << 40) / mm::PAGE_SIZE,
+        }],
+        dma32_pages: (4u64 << 30) / mm::PAGE_SIZE,
+    };
     println!(
-        "Page metadata: {bpp} bytes per simulated 4 KiB page; a 1 TiB machine needs {} of host memory (allocated zeroed, resident only as touched)",
-        sim::machine::human_bytes(tib_pages * bpp as u64)
+        "Page metadata: {bpp} bytes per simulated 4 KiB page of each 128 MiB section the workload touches; \
+         a 1 TiB, 64-CPU machine boots with {} (section table, cut sections, pagesets)",
+        sim::machine::human_bytes(tib.boot_host_bytes())
     );
 }
 

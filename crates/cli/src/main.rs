@@ -98,7 +98,7 @@ fn run_command(cmd: Cmd) -> Result<()> {
         } => compare_cmd(&files, &metrics, changed, format, out.as_deref()),
         Cmd::Report { file, out, format } => report_cmd(&file, out.as_deref(), format),
         c @ (Cmd::Zoneinfo { .. } | Cmd::List { .. } | Cmd::TraceStats { .. }) => info_cmd(c),
-        c @ Cmd::Bench { .. } => bench_cmd(c),
+        c @ (Cmd::Bench { .. } | Cmd::BenchPoint { .. }) => bench_cmd(c),
         Cmd::Native { what, format, out } => {
             output::check_out(out.as_deref())?;
             native_cmd(what, format, out.as_deref())
@@ -171,7 +171,7 @@ fn info_cmd(cmd: Cmd) -> Result<()> {
     }
 }
 
-/// `mmlab bench`.
+/// `mmlab bench` (and its hidden `bench-point`).
 fn bench_cmd(cmd: Cmd) -> Result<()> {
     match cmd {
         Cmd::Bench {
@@ -181,6 +181,12 @@ fn bench_cmd(cmd: Cmd) -> Result<()> {
             fault_mib,
             no_live,
             fault_runs,
+            scale_memory,
+            scale_cpus,
+            churn_memory,
+            churn_iterations,
+            traces,
+            replay_runs,
         } => {
             if what.is_none_or(|w| w == BenchWhat::Pcp) {
                 bench::pcp(ops);
@@ -191,6 +197,33 @@ fn bench_cmd(cmd: Cmd) -> Result<()> {
             if what.is_none_or(|w| w == BenchWhat::Faults) {
                 bench::faults(fault_mib, !no_live, fault_runs)?;
             }
+            if what == Some(BenchWhat::Scale) {
+                let o = bench::scale::ScaleOptions {
+                    memory: scale_memory,
+                    cpus: scale_cpus,
+                    churn_memory,
+                    churn_iterations,
+                };
+                bench::scale::scale(&o, false)?;
+            }
+            if what == Some(BenchWhat::Replay) {
+                bench::replay::replay(&traces, replay_runs)?;
+            }
+            Ok(())
+        }
+        Cmd::BenchPoint {
+            memory_bytes,
+            cpus,
+            tasks,
+            iterations,
+        } => {
+            let p = bench::scale::Point {
+                memory_bytes,
+                cpus,
+                tasks,
+                iterations,
+            };
+            println!("{}", bench::scale::run_point(&p)?.to_line());
             Ok(())
         }
         _ => unreachable!("not bench"),

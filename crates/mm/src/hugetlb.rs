@@ -73,7 +73,6 @@ use crate::memory::huge_order::{
     HugePageLog,
 };
 use crate::memory::{VmFault, Vmf};
-use crate::page::pfn_idx;
 use crate::page_alloc::{Gfp, PageAlloc};
 use crate::pgtable::{
     entry_pfn, mk_entry, present, Level, PAGE_ACCESSED, PAGE_DIRTY, PAGE_PRESENT, PAGE_PSE,
@@ -103,7 +102,7 @@ struct HstateNode {
     surplus_huge_pages: u64,
     /// `hugepage_freelists[nid]`: free folios by head pfn; the kernel adds
     /// and takes at the list head, so the last entry is the head.
-    freelist: Vec<u32>,
+    freelist: Vec<Pfn>,
 }
 
 /// `struct hstate` of the 2 MiB page size: the pool, its counters and the
@@ -258,12 +257,12 @@ impl Hstate {
                     f & crate::page::PG_HEAD != 0
                         && f & PG_HUGETLB != 0
                         && (f & crate::page::ORDER_MASK) as u8 == HUGETLB_PAGE_ORDER,
-                    "node {nid}: free hugetlb folio {head:#x} has flags {f:#x}"
+                    "node {nid}: free hugetlb folio {head} has flags {f:#x}"
                 );
                 assert_eq!(
                     mem.refcount(head),
                     0,
-                    "node {nid}: free hugetlb folio {head:#x} has references"
+                    "node {nid}: free hugetlb folio {head} has references"
                 );
             }
         }
@@ -284,7 +283,7 @@ impl Hstate {
     }
 }
 
-fn folio_nid(pa: &PageAlloc, head: u32) -> usize {
+fn folio_nid(pa: &PageAlloc, head: Pfn) -> usize {
     pa.zones[pa.page_zone(head)].node.0 as usize
 }
 
@@ -293,7 +292,7 @@ fn folio_nid(pa: &PageAlloc, head: u32) -> usize {
 /// size), on exactly `node` if given (`__GFP_THISNODE`), else from the
 /// faulting CPU's node by distance; counts `htlb_buddy_alloc_success` or
 /// `htlb_buddy_alloc_fail`. The block is marked as a hugetlb folio.
-fn alloc_buddy_hugetlb_folio(pa: &mut PageAlloc, cx: &mut Cx, node: Option<NodeId>) -> Option<u32> {
+fn alloc_buddy_hugetlb_folio(pa: &mut PageAlloc, cx: &mut Cx, node: Option<NodeId>) -> Option<Pfn> {
     let r = match node {
         Some(n) => pa.alloc_pages_node(
             cx,
@@ -306,7 +305,7 @@ fn alloc_buddy_hugetlb_folio(pa: &mut PageAlloc, cx: &mut Cx, node: Option<NodeI
     match r {
         Ok(pfn) => {
             pa.vmstat.count(VmEvent::HTLB_BUDDY_PGALLOC, 1);
-            let head = pfn_idx(pfn);
+            let head = pfn;
             let f = pa.mem.flags(head);
             pa.mem.set_flags(head, f | PG_HUGETLB);
             pa.mem.set_refcount(head, 0);
@@ -321,7 +320,7 @@ fn alloc_buddy_hugetlb_folio(pa: &mut PageAlloc, cx: &mut Cx, node: Option<NodeI
 }
 
 /// Models `account_new_hugetlb_folio()`: a fresh folio joins the pool's count.
-fn account_new_hugetlb_folio(pa: &mut PageAlloc, head: u32) {
+fn account_new_hugetlb_folio(pa: &mut PageAlloc, head: Pfn) {
     let nid = folio_nid(pa, head);
     let h = &mut pa.hugetlb;
     h.nr_huge_pages += 1;
@@ -330,7 +329,7 @@ fn account_new_hugetlb_folio(pa: &mut PageAlloc, head: u32) {
 
 /// Models `enqueue_hugetlb_folio()`: a folio no one uses goes on its node's
 /// free list.
-fn enqueue_hugetlb_folio(pa: &mut PageAlloc, cx: &mut Cx, head: u32) {
+fn enqueue_hugetlb_folio(pa: &mut PageAlloc, cx: &mut Cx, head: Pfn) {
     cx.charge(Cost::BuddyListOp);
     let nid = folio_nid(pa, head);
     let h = &mut pa.hugetlb;
@@ -341,7 +340,7 @@ fn enqueue_hugetlb_folio(pa: &mut PageAlloc, cx: &mut Cx, head: u32) {
 
 /// Models `dequeue_hugetlb_folio_nodemask()`: the first free folio on the
 /// nodes in `node`'s zonelist order.
-fn dequeue_hugetlb_folio_nodemask(pa: &mut PageAlloc, cx: &mut Cx, node: NodeId) -> Option<u32> {
+fn dequeue_hugetlb_folio_nodemask(pa: &mut PageAlloc, cx: &mut Cx, node: NodeId) -> Option<Pfn> {
     for n in pa.zonelist_nodes(node) {
         let hn = &mut pa.hugetlb.nodes[n.0 as usize];
         if let Some(head) = hn.freelist.pop() {
@@ -356,7 +355,7 @@ fn dequeue_hugetlb_folio_nodemask(pa: &mut PageAlloc, cx: &mut Cx, node: NodeId)
 
 /// Models `remove_hugetlb_folio()`: `head` leaves the pool (off the free
 /// list if it is on it), as a surplus page if `adjust_surplus`.
-fn remove_hugetlb_folio(pa: &mut PageAlloc, head: u32, adjust_surplus: bool) {
+fn remove_hugetlb_folio(pa: &mut PageAlloc, head: Pfn, adjust_surplus: bool) {
     let nid = folio_nid(pa, head);
     let h = &mut pa.hugetlb;
     if let Some(i) = h.nodes[nid].freelist.iter().position(|&p| p == head) {
@@ -374,10 +373,10 @@ fn remove_hugetlb_folio(pa: &mut PageAlloc, head: u32, adjust_surplus: bool) {
 
 /// Models `update_and_free_hugetlb_folio()`: the block goes back to the
 /// page allocator.
-fn update_and_free_hugetlb_folio(pa: &mut PageAlloc, cx: &mut Cx, head: u32) {
+fn update_and_free_hugetlb_folio(pa: &mut PageAlloc, cx: &mut Cx, head: Pfn) {
     let f = pa.mem.flags(head);
     pa.mem.set_flags(head, f & !PG_HUGETLB);
-    pa.free_pages(cx, Pfn(head as u64), HUGETLB_PAGE_ORDER);
+    pa.free_pages(cx, head, HUGETLB_PAGE_ORDER);
 }
 
 /// Models `alloc_pool_huge_folio()`: one fresh folio for the persistent
@@ -398,7 +397,7 @@ pub fn alloc_pool_huge_folio(pa: &mut PageAlloc, cx: &mut Cx) -> bool {
 /// Models `remove_pool_hugetlb_folio()`: takes a free folio off the pool,
 /// from the free cursor's node on; with `acct_surplus` only from nodes
 /// that have surplus pages, and counted as one.
-fn remove_pool_hugetlb_folio(pa: &mut PageAlloc, acct_surplus: bool) -> Option<u32> {
+fn remove_pool_hugetlb_folio(pa: &mut PageAlloc, acct_surplus: bool) -> Option<Pfn> {
     for _ in 0..pa.hugetlb.nodes.len() {
         let nid = pa.hugetlb.next_node_to_free();
         let n = &pa.hugetlb.nodes[nid];
@@ -473,7 +472,7 @@ pub fn set_max_huge_pages(pa: &mut PageAlloc, cx: &mut Cx, count: u64) -> u64 {
 /// Models `alloc_surplus_hugetlb_folio()`: a fresh folio beyond the
 /// persistent pool, if `nr_overcommit_hugepages` allows one more; it is in
 /// use (not on a free list) when returned.
-fn alloc_surplus_hugetlb_folio(pa: &mut PageAlloc, cx: &mut Cx) -> Option<u32> {
+fn alloc_surplus_hugetlb_folio(pa: &mut PageAlloc, cx: &mut Cx) -> Option<Pfn> {
     if pa.hugetlb.surplus_huge_pages >= pa.hugetlb.nr_overcommit_huge_pages {
         return None;
     }
@@ -488,7 +487,7 @@ fn alloc_surplus_hugetlb_folio(pa: &mut PageAlloc, cx: &mut Cx) -> Option<u32> {
 /// Frees a folio that is in no one's use: back on the free list, or to the
 /// buddy allocator if its node has surplus pages (the tail of
 /// `free_huge_folio()`).
-fn free_unused_folio(pa: &mut PageAlloc, cx: &mut Cx, head: u32) {
+fn free_unused_folio(pa: &mut PageAlloc, cx: &mut Cx, head: Pfn) {
     let nid = folio_nid(pa, head);
     if pa.hugetlb.nodes[nid].surplus_huge_pages > 0 {
         remove_hugetlb_folio(pa, head, true);
@@ -500,7 +499,7 @@ fn free_unused_folio(pa: &mut PageAlloc, cx: &mut Cx, head: u32) {
 
 /// Models `free_huge_folio()`: the last reference to a hugetlb folio in use
 /// is gone.
-pub fn free_huge_folio(pa: &mut PageAlloc, cx: &mut Cx, head: u32) {
+pub fn free_huge_folio(pa: &mut PageAlloc, cx: &mut Cx, head: Pfn) {
     debug_assert_eq!(pa.mem.refcount(head), 0, "freeing a referenced folio");
     pa.vmstat
         .sub(VmEvent::NR_HUGETLB, PAGES_PER_HUGE_PAGE as u64);
@@ -732,7 +731,7 @@ pub fn alloc_hugetlb_folio(
     vma: &Vma,
     haddr: u64,
     cow_from_owner: bool,
-) -> Result<u32, VmFault> {
+) -> Result<Pfn, VmFault> {
     let map_chg = cow_from_owner || vma_needs_reservation(mm, vma, haddr);
     // No subpool on the internal hugetlbfs mount: gbl_chg == map_chg.
     let has_reserve = !map_chg;
@@ -806,7 +805,7 @@ pub fn hugetlb_no_page(vmf: &mut Vmf, pmd: crate::pgtable::Slot) -> Result<(), V
     let haddr = addr & !(HPAGE_SIZE - 1);
     let folio = alloc_hugetlb_folio(pa, cx, mm, vma, haddr, false)?;
     pa.hugetlb.log.record(
-        Pfn(folio as u64),
+        folio,
         None,
         process_huge_page_order(
             policy,
@@ -814,23 +813,14 @@ pub fn hugetlb_no_page(vmf: &mut Vmf, pmd: crate::pgtable::Slot) -> Result<(), V
             target_subpage_index(Vaddr(addr), PAGES_PER_HUGE_PAGE),
         ),
     );
-    folio_zero_user(
-        cx,
-        policy,
-        Pfn(folio as u64),
-        PAGES_PER_HUGE_PAGE,
-        Vaddr(addr),
-    );
+    folio_zero_user(cx, policy, folio, PAGES_PER_HUGE_PAGE, Vaddr(addr));
     pa.mem.set_refcount(folio, 1);
     pa.mem.set_entire_mapcount(folio, 1);
     let rw = if write { PAGE_RW | PAGE_DIRTY } else { 0 };
     cx.charge(Cost::PteSet);
     mm.pgt.set(
         pmd,
-        mk_entry(
-            Pfn(folio as u64),
-            PAGE_PRESENT | PAGE_PSE | PAGE_ACCESSED | rw,
-        ),
+        mk_entry(folio, PAGE_PRESENT | PAGE_PSE | PAGE_ACCESSED | rw),
     );
     Ok(())
 }
@@ -853,7 +843,7 @@ pub fn hugetlb_wp(vmf: &mut Vmf, pmd: crate::pgtable::Slot) -> Result<(), VmFaul
     let (policy, addr) = (g.cfg.copy_order, address.0);
     let haddr = addr & !(HPAGE_SIZE - 1);
     let e = mm.pgt.get(pmd);
-    let old = pfn_idx(entry_pfn(e));
+    let old = entry_pfn(e);
     if pa.mem.entire_mapcount(old) == 1 {
         mm.pgt.set(pmd, e | PAGE_RW | PAGE_DIRTY | PAGE_ACCESSED);
         return Ok(());
@@ -861,29 +851,22 @@ pub fn hugetlb_wp(vmf: &mut Vmf, pmd: crate::pgtable::Slot) -> Result<(), VmFaul
     let cow_from_owner = vma.flags.contains(VmFlags::HUGETLB_RESV_OWNER);
     let new = alloc_hugetlb_folio(pa, cx, mm, vma, haddr, cow_from_owner)?;
     pa.hugetlb.log.record(
-        Pfn(new as u64),
-        Some(Pfn(old as u64)),
+        new,
+        Some(old),
         process_huge_page_order(
             policy,
             PAGES_PER_HUGE_PAGE,
             target_subpage_index(Vaddr(addr), PAGES_PER_HUGE_PAGE),
         ),
     );
-    copy_user_large_folio(
-        cx,
-        policy,
-        Pfn(new as u64),
-        Pfn(old as u64),
-        PAGES_PER_HUGE_PAGE,
-        Vaddr(addr),
-    );
+    copy_user_large_folio(cx, policy, new, old, PAGES_PER_HUGE_PAGE, Vaddr(addr));
     pa.mem.set_refcount(new, 1);
     pa.mem.set_entire_mapcount(new, 1);
     cx.charge(Cost::PteSet);
     mm.pgt.set(
         pmd,
         mk_entry(
-            Pfn(new as u64),
+            new,
             PAGE_PRESENT | PAGE_PSE | PAGE_RW | PAGE_ACCESSED | PAGE_DIRTY,
         ),
     );
@@ -893,12 +876,12 @@ pub fn hugetlb_wp(vmf: &mut Vmf, pmd: crate::pgtable::Slot) -> Result<(), VmFaul
 
 /// Drops one mapping and its reference of the hugetlb folio `head`
 /// (`hugetlb_remove_rmap()` + `folio_put()`), freeing it at the last.
-fn hugetlb_folio_put(pa: &mut PageAlloc, cx: &mut Cx, head: u32) {
+fn hugetlb_folio_put(pa: &mut PageAlloc, cx: &mut Cx, head: Pfn) {
     let m = pa.mem.entire_mapcount(head);
     let r = pa.mem.refcount(head);
     assert!(
         m > 0 && r > 0,
-        "hugetlb folio {head:#x}: put with {m} mappings, {r} references"
+        "hugetlb folio {head}: put with {m} mappings, {r} references"
     );
     pa.mem.set_entire_mapcount(head, m - 1);
     pa.mem.set_refcount(head, r - 1);
@@ -929,7 +912,7 @@ pub fn copy_hugetlb_page_range(
                 .pgt
                 .walk_alloc(pa, cx, addr, Level::Pmd)
                 .map_err(|_| VmFault::Oom)?;
-            let head = pfn_idx(entry_pfn(e));
+            let head = entry_pfn(e);
             let m = pa.mem.entire_mapcount(head);
             pa.mem.set_entire_mapcount(head, m + 1);
             let r = pa.mem.refcount(head);
@@ -969,7 +952,7 @@ pub fn unmap_hugepage_range(
                 debug_assert!(e & PAGE_PSE != 0, "hugetlb entry without PSE at {addr:#x}");
                 cx.charge(Cost::PteZap);
                 mm.pgt.set(s, 0);
-                hugetlb_folio_put(pa, cx, pfn_idx(entry_pfn(e)));
+                hugetlb_folio_put(pa, cx, entry_pfn(e));
             }
         }
         addr += HPAGE_SIZE;

@@ -49,7 +49,7 @@ pub use anon_folio::{AnonFolioPolicy, MthpEnabled};
 
 use crate::cost::{Cost, Cx, LockClass, LockId};
 use crate::page::PG_UTOUCHED;
-use crate::page_alloc::{Gfp, PageAlloc, PG_TAIL};
+use crate::page_alloc::{Gfp, PageAlloc};
 use crate::pgtable::{
     entry_pfn, mk_entry, present, Level, Slot, PAGE_ACCESSED, PAGE_ANON_EXCLUSIVE, PAGE_DIRTY,
     PAGE_PRESENT, PAGE_PROTNONE, PAGE_PSE, PAGE_RW, PAGE_SPECIAL, PMD_SIZE, PTRS_PER_TABLE,
@@ -215,35 +215,31 @@ pub struct Vmf<'a> {
     pub write: bool,
 }
 
-fn folio_head(pa: &PageAlloc, pfn: Pfn) -> u32 {
-    let p = crate::page::pfn_idx(pfn);
-    if pa.mem.flags(p) & PG_TAIL != 0 {
-        pa.mem.private(p)
-    } else {
-        p
-    }
+fn folio_head(pa: &PageAlloc, pfn: Pfn) -> Pfn {
+    pa.mem.compound_head(pfn)
 }
 
 /// Drops `n` references of the folio `head`, freeing it at zero (`folio_put_refs()`).
-fn folio_put_refs(pa: &mut PageAlloc, cx: &mut Cx, head: u32, n: u32) {
-    let r = pa.mem.refcount(head);
-    assert!(r >= n, "folio {head:#x}: putting {n} references of {r}");
-    pa.mem.set_refcount(head, r - n);
+fn folio_put_refs(pa: &mut PageAlloc, cx: &mut Cx, head: Pfn, n: u32) {
+    let h = pa.mem.idx(head);
+    let r = pa.mem.refcount(h);
+    assert!(r >= n, "folio {head}: putting {n} references of {r}");
+    pa.mem.set_refcount(h, r - n);
     if r == n {
-        let order = pa.mem.order(head);
+        let order = pa.mem.order(h);
         let nr = 1u32 << order;
-        let untouched = (head..head + nr)
-            .filter(|&p| pa.mem.flags(p) & PG_UTOUCHED == 0)
+        let untouched = (0..nr)
+            .filter(|&t| pa.mem.flags(h.offset(t)) & PG_UTOUCHED == 0)
             .count() as u64;
         pa.vmstat
             .count(VmEvent::MMLAB_ANON_PAGES_UNTOUCHED, untouched);
         pa.vmstat.count(VmEvent::MMLAB_ANON_PAGES_FREED, nr as u64);
         anon_folio::folio_undo_large_anon(pa, head, order);
-        pa.free_pages(cx, Pfn(head as u64), order);
+        pa.free_pages(cx, head, order);
     }
 }
 
-fn folio_get_refs(pa: &mut PageAlloc, head: u32, n: u32) {
+fn folio_get_refs(pa: &mut PageAlloc, head: Pfn, n: u32) {
     let r = pa.mem.refcount(head);
     pa.mem.set_refcount(head, r + n);
 }
@@ -291,7 +287,7 @@ pub fn access_ok(mm: &mut MmStruct, addr: Vaddr, write: bool) -> bool {
 pub fn user_access(pa: &mut PageAlloc, mm: &mut MmStruct, addr: Vaddr, write: bool) -> Option<u64> {
     let (e, phys) = access_entry(mm, addr.0, write)?;
     if e & PAGE_SPECIAL == 0 {
-        let p = crate::page::pfn_idx(Pfn(phys >> crate::types::PAGE_SHIFT));
+        let p = pa.mem.idx(Pfn(phys >> crate::types::PAGE_SHIFT));
         let f = pa.mem.flags(p);
         if f & PG_UTOUCHED == 0 {
             pa.mem.set_flags(p, f | PG_UTOUCHED);
@@ -464,7 +460,7 @@ fn handle_mm_fault_vma(vmf: &mut Vmf) -> Result<(), VmFault> {
 pub fn do_anonymous_page(vmf: &mut Vmf, pte: Slot) -> Result<(), VmFault> {
     let Vmf { cx, mm, write, .. } = vmf;
     if !*write {
-        let ptl = pte_lockptr(pte.table);
+        let ptl = pte_lockptr(pte);
         cx.lock(ptl);
         cx.charge(Cost::PteSet);
         mm.pgt.set(
@@ -563,7 +559,7 @@ fn alloc_thp(pa: &mut PageAlloc, cx: &mut Cx, mm: &mut MmStruct, pmd: Slot) -> O
     pa.vmstat
         .count_mthp(HPAGE_PMD_ORDER, MthpStat::AnonFaultAlloc, 1);
     pa.vmstat.count_mthp(HPAGE_PMD_ORDER, MthpStat::NrAnon, 1);
-    let head = crate::page::pfn_idx(pfn);
+    let head = pa.mem.idx(pfn);
     pa.mem.set_refcount(head, HPAGE_PMD_NR);
     pa.mem.set_entire_mapcount(head, 1);
     Some(pfn)
@@ -599,7 +595,7 @@ pub fn do_huge_pmd_wp_page(vmf: &mut Vmf, pmd: Slot) -> bool {
         address,
         ..
     } = vmf;
-    let head = crate::page::pfn_idx(entry_pfn(e));
+    let head = entry_pfn(e);
     if pa.mem.refcount(head) == HPAGE_PMD_NR && pa.mem.entire_mapcount(head) == 1 {
         // Only this PMD maps the folio: reuse it.
         let ptl = pmd_lockptr(pmd);
@@ -634,7 +630,7 @@ pub fn do_huge_pmd_wp_page(vmf: &mut Vmf, pmd: Slot) -> bool {
                 HPAGE_PMD_NR,
                 *address,
             );
-            let new = crate::page::pfn_idx(pfn);
+            let new = pa.mem.idx(pfn);
             pa.mem.set_refcount(new, HPAGE_PMD_NR);
             pa.mem.set_entire_mapcount(new, 1);
             let m = pa.mem.entire_mapcount(head);
@@ -682,27 +678,29 @@ pub fn split_huge_pmd(pa: &mut PageAlloc, cx: &mut Cx, mm: &mut MmStruct, pmd: S
     }
     cx.charge_n(Cost::PteSet, PTRS_PER_TABLE as u64);
     if !special {
-        let head = crate::page::pfn_idx(pfn);
-        let m = pa.mem.entire_mapcount(head);
-        pa.mem.set_entire_mapcount(head, m - 1);
+        let m = pa.mem.entire_mapcount(pfn);
+        pa.mem.set_entire_mapcount(pfn, m - 1);
     }
-    mm.pgt
-        .set(pmd, mk_entry(Pfn(table as u64), PAGE_PRESENT | PAGE_RW));
+    mm.pgt.set(pmd, mk_entry(table, PAGE_PRESENT | PAGE_RW));
     cx.unlock(ptl);
 }
 
-/// `pte_lockptr()`: the split page-table lock of the PTE table `table`.
-pub fn pte_lockptr(table: u32) -> LockId {
+/// `pte_lockptr()`: the split page-table lock of the PTE table holding
+/// `pte` (it lives in the table's `struct page`, so its index is the table
+/// page's memmap index).
+#[inline]
+pub fn pte_lockptr(pte: Slot) -> LockId {
     LockId {
         class: LockClass::Ptl,
-        index: table,
+        index: pte.ptl_index(),
     }
 }
 
 /// `pmd_lockptr()`: the split lock of the PMD table holding `pmd` (taken for
 /// PMD leaves).
+#[inline]
 pub fn pmd_lockptr(pmd: Slot) -> LockId {
-    pte_lockptr(pmd.table)
+    pte_lockptr(pmd)
 }
 
 /// Models `split_huge_pmd_address()`: splits the PMD leaf mapping `addr`,
@@ -726,7 +724,7 @@ pub fn do_wp_page(vmf: &mut Vmf, pte: Slot) -> Result<(), VmFault> {
     let old_head = (!special).then(|| folio_head(pa, entry_pfn(e)));
     if let Some(h) = old_head {
         if e & PAGE_ANON_EXCLUSIVE != 0 || pa.mem.refcount(h) == 1 {
-            let ptl = pte_lockptr(pte.table);
+            let ptl = pte_lockptr(pte);
             cx.lock(ptl);
             mm.pgt.set(
                 pte,
@@ -744,11 +742,11 @@ pub fn do_wp_page(vmf: &mut Vmf, pte: Slot) -> Result<(), VmFault> {
     } else {
         cx.copy_page(pfn, entry_pfn(e));
     }
-    pa.mem.set_refcount(crate::page::pfn_idx(pfn), 1);
+    pa.mem.set_refcount(pfn, 1);
     if let Some(h) = old_head {
         folio_put_refs(pa, cx, h, 1);
     }
-    let ptl = pte_lockptr(pte.table);
+    let ptl = pte_lockptr(pte);
     cx.lock(ptl);
     // ptep_clear_flush(): the old entry leaves this CPU's TLB before the
     // new one is set. Deviation: other CPUs of the mm get no shootdown IPI.
@@ -784,7 +782,7 @@ pub fn zap_page_range(pa: &mut PageAlloc, cx: &mut Cx, mm: &mut MmStruct, start:
                     cx.unlock(ptl);
                     mm.pgt.free_deposit(pa, cx, pmd);
                     if e & PAGE_SPECIAL == 0 {
-                        let head = crate::page::pfn_idx(entry_pfn(e));
+                        let head = entry_pfn(e);
                         let m = pa.mem.entire_mapcount(head);
                         pa.mem.set_entire_mapcount(head, m - 1);
                         folio_put_refs(pa, cx, head, HPAGE_PMD_NR);
@@ -795,12 +793,11 @@ pub fn zap_page_range(pa: &mut PageAlloc, cx: &mut Cx, mm: &mut MmStruct, start:
                 split_huge_pmd(pa, cx, mm, pmd);
             }
             if let Some(pte) = mm.pgt.pte_table(pmd) {
-                let table = pte.table;
                 // Large folios that lost a mapping here and survived: checked
                 // for partial mapping once this table's range is done (a
                 // naturally aligned folio never spans two PTE tables).
-                let mut touched: Vec<u32> = Vec::new();
-                let ptl = pte_lockptr(table);
+                let mut touched: Vec<Pfn> = Vec::new();
+                let ptl = pte_lockptr(pte);
                 cx.lock(ptl);
                 let mut a = addr;
                 while a < next {
@@ -896,7 +893,7 @@ fn copy_pmd_range(
         child.pgt.deposit(pa, cx, cpmd).map_err(oom)?;
         let wp = e & !(PAGE_RW | PAGE_ANON_EXCLUSIVE);
         if e & PAGE_SPECIAL == 0 {
-            let head = crate::page::pfn_idx(entry_pfn(e));
+            let head = entry_pfn(e);
             folio_get_refs(pa, head, HPAGE_PMD_NR);
             let m = pa.mem.entire_mapcount(head);
             pa.mem.set_entire_mapcount(head, m + 1);
@@ -927,7 +924,7 @@ fn copy_pmd_range(
         .pgt
         .walk_alloc(pa, cx, first, Level::Pte)
         .map_err(oom)?;
-    let (lp, lc) = (pte_lockptr(ptable.table), pte_lockptr(ct.table));
+    let (lp, lc) = (pte_lockptr(ptable), pte_lockptr(ct));
     cx.lock(lc);
     cx.lock(lp);
     let mut a = first;
@@ -1006,15 +1003,15 @@ fn check_leaf_vma(mm: &MmStruct, i: usize, addr: u64, level: Level, e: u64) {
 pub fn check_mm_invariants(pa: &PageAlloc, mms: &[&MmStruct]) {
     use crate::page::{PG_BUDDY, PG_HEAD, PG_PCP};
     use std::collections::BTreeMap;
-    let allocated_table = |t: u32, what: &str| {
+    let allocated_table = |t: Pfn, what: &str| {
         let f = pa.mem.flags(t);
         assert!(
             f & PG_HEAD != 0 && f & (PG_BUDDY | PG_PCP) == 0 && pa.mem.order(t) == 0,
-            "{what} table pfn {t:#x} is not an allocated order-0 block (flags {f:#x})"
+            "{what} table {t} is not an allocated order-0 block (flags {f:#x})"
         );
     };
     // head -> (references, entire mappings, exclusive mappings of order-0)
-    let mut seen: BTreeMap<u32, (u32, u32, u32)> = BTreeMap::new();
+    let mut seen: BTreeMap<Pfn, (u32, u32, u32)> = BTreeMap::new();
     for (i, mm) in mms.iter().enumerate() {
         mm.check_vmas();
         mm.pgt.check_invariants();
@@ -1071,7 +1068,7 @@ pub fn check_mm_invariants(pa: &PageAlloc, mms: &[&MmStruct]) {
         assert_eq!(
             pa.mem.refcount(head),
             refs,
-            "folio pfn {head:#x}: refcount {} but {refs} mappings",
+            "folio {head}: refcount {} but {refs} mappings",
             pa.mem.refcount(head)
         );
         // Only a PMD-size folio keeps an entire mapcount (page.rs).
@@ -1083,12 +1080,12 @@ pub fn check_mm_invariants(pa: &PageAlloc, mms: &[&MmStruct]) {
                 0
             },
             entire,
-            "folio pfn {head:#x}: entire mapcount {} but {entire} PMD mappings",
+            "folio {head}: entire mapcount {} but {entire} PMD mappings",
             pa.mem.entire_mapcount(head)
         );
         assert!(
             excl == 0 || refs == 1,
-            "folio pfn {head:#x}: exclusive but mapped {refs} times"
+            "folio {head}: exclusive but mapped {refs} times"
         );
     }
 }

@@ -68,7 +68,7 @@ use crate::copy_page::{CopyCost, CopyEngine, CopyJob, CopyModel, NumaHw};
 use crate::cost::{Cost, CostTable, Cx, LockId};
 use crate::memory::anon_folio::folio_undo_large_anon;
 use crate::page::{PG_HEAD, PG_LOCKED, PG_PARTIALLY_MAPPED};
-use crate::page_alloc::{Gfp, PageAlloc, PG_TAIL};
+use crate::page_alloc::{Gfp, PageAlloc};
 use crate::pgtable::{
     entry_pfn, is_migration_entry, mk_entry, present, Level, Slot, PAGE_ACCESSED, PAGE_DIRTY,
     PAGE_PSE, PAGE_RW, PAGE_SPECIAL, SWP_MIGRATION,
@@ -246,7 +246,7 @@ impl fmt::Display for MigrateError {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct IsolatedFolio {
     /// Head pfn.
-    pub head: u32,
+    pub head: Pfn,
     /// Address of the folio's first page.
     pub addr: u64,
 }
@@ -281,7 +281,7 @@ impl Mapping {
 struct Unmapped {
     src: IsolatedFolio,
     order: u8,
-    dst: u32,
+    dst: Pfn,
     maps: Vec<Mapping>,
     copied: bool,
 }
@@ -318,7 +318,7 @@ pub struct MigrateCtx<'a> {
     pub mmap_lock: Option<LockId>,
 }
 
-fn folio_order(pa: &PageAlloc, head: u32) -> u8 {
+fn folio_order(pa: &PageAlloc, head: Pfn) -> u8 {
     pa.mem.order(head)
 }
 
@@ -353,7 +353,7 @@ impl<'a> MigrateCtx<'a> {
 
     /// Models the anonymous rmap walk: every mapping of the folio `head` of
     /// `order` at `addr` in every address space.
-    fn rmap_walk(&self, head: u32, order: u8, addr: u64) -> Vec<Mapping> {
+    fn rmap_walk(&self, head: Pfn, order: u8, addr: u64) -> Vec<Mapping> {
         let mut maps = Vec::new();
         for (i, mm) in self.mms.iter().enumerate() {
             let Some(pmd) = mm.pgt.lookup(addr, Level::Pmd) else {
@@ -361,7 +361,7 @@ impl<'a> MigrateCtx<'a> {
             };
             let e = mm.pgt.get(pmd);
             if present(e) && e & PAGE_PSE != 0 {
-                if e & PAGE_SPECIAL == 0 && entry_pfn(e).0 as u32 == head {
+                if e & PAGE_SPECIAL == 0 && entry_pfn(e) == head {
                     maps.push(Mapping {
                         mm: i,
                         slot: pmd,
@@ -380,7 +380,7 @@ impl<'a> MigrateCtx<'a> {
                     continue;
                 };
                 let e = mm.pgt.get(slot);
-                if present(e) && e & PAGE_SPECIAL == 0 && entry_pfn(e).0 as u32 == head + p {
+                if present(e) && e & PAGE_SPECIAL == 0 && entry_pfn(e) == head.offset(p as u64) {
                     maps.push(Mapping {
                         mm: i,
                         slot,
@@ -398,7 +398,7 @@ impl<'a> MigrateCtx<'a> {
     /// `pmd_lockptr()` for a PMD leaf), kept while the walk stays in the
     /// same table of the same address space, as the walk does.
     fn ptl_for(&mut self, held: &mut Option<(usize, LockId)>, m: &Mapping) {
-        let want = (m.mm, crate::memory::pte_lockptr(m.slot.table));
+        let want = (m.mm, crate::memory::pte_lockptr(m.slot));
         if *held == Some(want) {
             return;
         }
@@ -425,7 +425,7 @@ impl<'a> MigrateCtx<'a> {
             self.ptl_for(&mut held, m);
             self.cx.charge(Cost::MigrateUnmap);
             let keep = m.entry & (PAGE_RW | PAGE_ACCESSED | PAGE_DIRTY | PAGE_PSE);
-            let src = Pfn((f.head + m.idx) as u64);
+            let src = f.head.offset(m.idx as u64);
             self.mms[m.mm]
                 .pgt
                 .set(m.slot, mk_entry(src, SWP_MIGRATION | keep));
@@ -435,15 +435,16 @@ impl<'a> MigrateCtx<'a> {
         }
         self.ptl_release(&mut held);
         let mem = &mut self.pa.mem;
-        mem.set_refcount(f.head, mem.refcount(f.head) - refs);
-        mem.set_entire_mapcount(f.head, mem.entire_mapcount(f.head) - entire);
+        let head = mem.idx(f.head);
+        mem.set_refcount(head, mem.refcount(head) - refs);
+        mem.set_entire_mapcount(head, mem.entire_mapcount(head) - entire);
         maps
     }
 
     /// Models `remove_migration_ptes(src, to)`: every migration entry of
     /// `maps` becomes a mapping of the folio at `to` again, with the
     /// original bits; `to` gains the references.
-    fn remove_migration_ptes(&mut self, maps: &[Mapping], to: u32) {
+    fn remove_migration_ptes(&mut self, maps: &[Mapping], to: Pfn) {
         let mut refs = 0;
         let mut entire = 0;
         let mut held = None;
@@ -459,12 +460,13 @@ impl<'a> MigrateCtx<'a> {
             let bits = m.entry & !crate::pgtable::entry_pfn_mask();
             self.mms[m.mm]
                 .pgt
-                .set(m.slot, mk_entry(Pfn((to + m.idx) as u64), bits));
+                .set(m.slot, mk_entry(to.offset(m.idx as u64), bits));
             refs += m.refs();
             entire += m.is_pmd() as u32;
         }
         self.ptl_release(&mut held);
         let mem = &mut self.pa.mem;
+        let to = mem.idx(to);
         mem.set_refcount(to, mem.refcount(to) + refs);
         mem.set_entire_mapcount(to, mem.entire_mapcount(to) + entire);
     }
@@ -512,14 +514,13 @@ impl<'a> MigrateCtx<'a> {
                 order,
             )
             .map_err(|_| MigrateError::NoMem)?;
-        let dst = crate::page::pfn_idx(dst);
         // A new folio: no mapping references it yet.
         self.pa.mem.set_refcount(dst, 0);
         self.pa.mem.set_entire_mapcount(dst, 0);
         self.pa.mem.set_folio_extra_refs(dst, 0);
         let flags = self.pa.mem.flags(f.head);
         if flags & PG_LOCKED != 0 {
-            self.pa.free_pages(self.cx, Pfn(dst as u64), order);
+            self.pa.free_pages(self.cx, dst, order);
             return Err(MigrateError::Again);
         }
         self.pa.mem.set_flags(f.head, flags | PG_LOCKED);
@@ -535,7 +536,7 @@ impl<'a> MigrateCtx<'a> {
 
     /// The copy of one folio of `order` from `src` to `dst`, by the engine
     /// the configuration and the mode choose.
-    fn copy_folio(&mut self, src: u32, dst: u32, order: u8) -> CopyCost {
+    fn copy_folio(&mut self, src: Pfn, dst: Pfn, order: u8) -> CopyCost {
         let job = CopyJob {
             bytes: PAGE_SIZE << order,
             src: self.pa.pfn_to_nid(src),
@@ -644,7 +645,7 @@ impl<'a> MigrateCtx<'a> {
         self.remove_migration_ptes(&u.maps, u.dst);
         self.pa.mem.set_flags(u.src.head, sflags & !PG_LOCKED);
         folio_undo_large_anon(self.pa, u.src.head, u.order);
-        self.pa.free_pages(self.cx, Pfn(u.src.head as u64), u.order);
+        self.pa.free_pages(self.cx, u.src.head, u.order);
         Ok(())
     }
 
@@ -654,7 +655,7 @@ impl<'a> MigrateCtx<'a> {
         self.remove_migration_ptes(&u.maps, u.src.head);
         let f = self.pa.mem.flags(u.src.head);
         self.pa.mem.set_flags(u.src.head, f & !PG_LOCKED);
-        self.pa.free_pages(self.cx, Pfn(u.dst as u64), u.order);
+        self.pa.free_pages(self.cx, u.dst, u.order);
     }
 
     /// Models `try_split_folio()` (`split_folio_to_list()`): splits every
@@ -684,11 +685,11 @@ impl<'a> MigrateCtx<'a> {
         self.pa.split_page(head, order);
         let mut out = Vec::new();
         for (i, &n) in counts.iter().enumerate() {
-            let p = head + i as u32;
+            let p = head.offset(i as u64);
             self.pa.mem.set_refcount(p, n);
             self.pa.mem.set_entire_mapcount(p, 0);
             if n == 0 {
-                self.pa.free_pages(self.cx, Pfn(p as u64), 0);
+                self.pa.free_pages(self.cx, p, 0);
             } else {
                 out.push(IsolatedFolio {
                     head: p,
@@ -1112,15 +1113,11 @@ impl<'a> MigrateCtx<'a> {
             return -errno::EFAULT;
         }
         let pfn = if e & PAGE_PSE != 0 {
-            entry_pfn(e).0 as u32 + ((addr >> 12) & 511) as u32
+            entry_pfn(e).offset((addr >> 12) & 511)
         } else {
-            entry_pfn(e).0 as u32
+            entry_pfn(e)
         };
-        let head = if self.pa.mem.flags(pfn) & PG_TAIL != 0 {
-            self.pa.mem.private(pfn)
-        } else {
-            pfn
-        };
+        let head = self.pa.mem.compound_head(pfn);
         debug_assert!(self.pa.mem.flags(head) & PG_HEAD != 0);
         if self.pa.pfn_to_nid(head) == node {
             return 0;
@@ -1141,7 +1138,7 @@ impl<'a> MigrateCtx<'a> {
             // folio_isolate_lru() fails: already isolated.
             return -errno::EBUSY;
         }
-        let addr0 = addr - (pfn - head) as u64 * PAGE_SIZE;
+        let addr0 = addr - (pfn.0 - head.0) * PAGE_SIZE;
         list.push(IsolatedFolio { head, addr: addr0 });
         1
     }
@@ -1344,12 +1341,12 @@ impl<'a> MigrateCtx<'a> {
 
     /// The pfn mapped at `addr` in `mm`: `None` if nothing is mapped,
     /// `Some(None)` for the zero pages.
-    fn mapped_pfn(&self, mm: usize, addr: u64) -> Option<Option<u32>> {
+    fn mapped_pfn(&self, mm: usize, addr: u64) -> Option<Option<Pfn>> {
         let pgt = &self.mms[mm].pgt;
         let pmd = pgt.lookup(addr, Level::Pmd)?;
         let e = pgt.get(pmd);
         let (e, off) = if present(e) && e & PAGE_PSE != 0 {
-            (e, ((addr >> 12) & 511) as u32)
+            (e, (addr >> 12) & 511)
         } else {
             let s = pgt.lookup(addr, Level::Pte)?;
             (pgt.get(s), 0)
@@ -1360,7 +1357,7 @@ impl<'a> MigrateCtx<'a> {
         if e & PAGE_SPECIAL != 0 {
             return Some(None);
         }
-        Some(Some(entry_pfn(e).0 as u32 + off))
+        Some(Some(entry_pfn(e).offset(off)))
     }
 }
 
@@ -1370,7 +1367,7 @@ pub fn page_node(pa: &PageAlloc, mm: &MmStruct, addr: u64) -> Option<NodeId> {
     let pmd = mm.pgt.lookup(addr, Level::Pmd)?;
     let e = mm.pgt.get(pmd);
     let (e, off) = if present(e) && e & PAGE_PSE != 0 {
-        (e, ((addr >> 12) & 511) as u32)
+        (e, (addr >> 12) & 511)
     } else {
         let s = mm.pgt.lookup(addr, Level::Pte)?;
         (mm.pgt.get(s), 0)
@@ -1378,7 +1375,7 @@ pub fn page_node(pa: &PageAlloc, mm: &MmStruct, addr: u64) -> Option<NodeId> {
     if !present(e) || e & PAGE_SPECIAL != 0 {
         return None;
     }
-    Some(pa.pfn_to_nid(entry_pfn(e).0 as u32 + off))
+    Some(pa.pfn_to_nid(entry_pfn(e).offset(off)))
 }
 
 /// True if no page table of `mm` holds a migration entry (checks).

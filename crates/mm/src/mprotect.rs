@@ -247,7 +247,7 @@ pub fn change_protection(
             split_huge_pmd(pa, cx, mm, pmd);
         }
         if let Some(pte) = mm.pgt.pte_table(pmd) {
-            let ptl = crate::memory::pte_lockptr(pte.table);
+            let ptl = crate::memory::pte_lockptr(pte);
             cx.lock(ptl);
             let mut a = addr;
             while a < next {

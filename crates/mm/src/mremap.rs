@@ -390,7 +390,7 @@ fn move_entry(cx: &mut Cx, mm: &mut MmStruct, from: Slot, to: Slot) -> bool {
     if !present(e) || mm.pgt.get(to) != 0 {
         return false;
     }
-    let (lf, lt) = (pte_lockptr(from.table), pte_lockptr(to.table));
+    let (lf, lt) = (pte_lockptr(from), pte_lockptr(to));
     cx.lock(lf);
     if lt != lf {
         cx.lock(lt);
@@ -417,7 +417,7 @@ fn move_ptes(
     new: u64,
     extent: u64,
 ) {
-    let (lo, ln) = (pte_lockptr(old_table.table), pte_lockptr(new_table.table));
+    let (lo, ln) = (pte_lockptr(old_table), pte_lockptr(new_table));
     cx.lock(lo);
     if ln != lo {
         cx.lock(ln);

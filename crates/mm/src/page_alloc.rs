@@ -41,7 +41,8 @@
 use crate::cacheline::{CpuTopology, LineOwners};
 use crate::cost::{Cost, Cx, LockClass, LockId};
 use crate::page::{
-    MemMap, PageList, MT_MASK, MT_SHIFT, NIL, ORDER_MASK, PG_BUDDY, PG_HEAD, PG_PCP,
+    FreeList, LazyRun, MemMap, PfnIdx, MT_MASK, MT_SHIFT, ORDER_MASK, PAGES_PER_SECTION,
+    PFN_SECTION_SHIFT, PG_BUDDY, PG_HEAD, PG_PCP,
 };
 use crate::types::{NodeId, Pfn};
 use crate::vmstat::{VmEvent, VmStat};
@@ -61,8 +62,7 @@ pub const PAGEBLOCK_NR_PAGES: u64 = 1 << PAGEBLOCK_ORDER;
 /// pageblock order for THP.
 pub const PAGE_ALLOC_COSTLY_ORDER: u8 = 3;
 
-/// Page tails carry this flag and point at their head through `next`.
-pub const PG_TAIL: u32 = 1 << 11;
+pub use crate::page::PG_TAIL;
 
 /// The mobility of an allocation and of a pageblock (`enum migratetype`).
 #[derive(Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Debug)]
@@ -244,7 +244,7 @@ pub struct Zone {
     /// Pages the buddy allocator manages (`zone_managed_pages()`).
     pub managed_pages: u64,
     /// Free lists per order and migratetype (`free_area[].free_list[]`).
-    pub free_area: [[PageList; MIGRATE_TYPES]; NR_PAGE_ORDERS],
+    pub free_area: [[FreeList; MIGRATE_TYPES]; NR_PAGE_ORDERS],
     /// Free blocks per order (`free_area[].nr_free`).
     pub nr_free: [u64; NR_PAGE_ORDERS],
     /// Free pages in the buddy lists (`NR_FREE_PAGES`).
@@ -256,8 +256,6 @@ pub struct Zone {
     pub lowmem_reserve: [u64; 2],
     /// Zone flags.
     pub flags: ZoneFlags,
-    /// Migratetype of each pageblock.
-    pageblock_mt: Vec<u8>,
     /// Index of the zone in [`PageAlloc::zones`] (and of its lock).
     pub idx: u32,
     /// Who last wrote the lines the zone lock protects (the `free_area[]`
@@ -273,7 +271,41 @@ struct ZoneLines {
     /// One line per order: the order's list heads and `nr_free`.
     free_area: LineOwners,
     /// One line per page: its `struct page` (64 bytes on x86-64).
-    pages: LineOwners,
+    pages: PageLines,
+}
+
+/// The `struct page` lines of a zone, by section: a section's records exist
+/// once one of its pages is touched (a machine of petabytes keeps a few
+/// bytes per section), as the memmap itself.
+#[derive(Clone, Debug, Default)]
+struct PageLines {
+    /// Per section of the zone (from the zone's first section): 0, or the
+    /// index + 1 of its records in `sections`.
+    slot: Vec<u32>,
+    sections: Vec<LineOwners>,
+}
+
+impl PageLines {
+    fn new(zone_start_pfn: u64, spanned_pages: u64) -> PageLines {
+        let first = zone_start_pfn / PAGES_PER_SECTION;
+        let end = (zone_start_pfn + spanned_pages).div_ceil(PAGES_PER_SECTION);
+        PageLines {
+            slot: vec![0; (end - first) as usize],
+            sections: Vec::new(),
+        }
+    }
+
+    /// The records of `pfn`'s section, made on first use.
+    #[inline]
+    fn section(&mut self, pfn: u64, zone_start_pfn: u64) -> &mut LineOwners {
+        let i = (pfn / PAGES_PER_SECTION - zone_start_pfn / PAGES_PER_SECTION) as usize;
+        if self.slot[i] == 0 {
+            self.sections
+                .push(LineOwners::new(PAGES_PER_SECTION as usize));
+            self.slot[i] = self.sections.len() as u32;
+        }
+        &mut self.sections[self.slot[i] as usize - 1]
+    }
 }
 
 impl Zone {
@@ -284,20 +316,12 @@ impl Zone {
             zone_start_pfn: start,
             spanned_pages: pages,
             managed_pages: pages,
-            free_area: [[PageList::default(); MIGRATE_TYPES]; NR_PAGE_ORDERS],
+            free_area: std::array::from_fn(|_| std::array::from_fn(|_| FreeList::default())),
             nr_free: [0; NR_PAGE_ORDERS],
             nr_free_pages: 0,
             watermark: [0; 3],
             lowmem_reserve: [0; 2],
             flags: ZoneFlags::default(),
-            // Every pageblock the zone touches, the partial first and last
-            // ones included.
-            pageblock_mt: vec![
-                MigrateType::Movable as u8;
-                ((start + pages.max(1) - 1) >> PAGEBLOCK_ORDER) as usize
-                    - (start >> PAGEBLOCK_ORDER) as usize
-                    + 1
-            ],
             idx,
             lines: None,
         }
@@ -322,12 +346,11 @@ impl Zone {
     /// This CPU reads and writes `pfn`'s `struct page`: charges the
     /// transfer from its last writer (nothing without a topology).
     #[inline]
-    fn touch_page(&mut self, cx: &mut Cx, pfn: u32) {
+    fn touch_page(&mut self, cx: &mut Cx, pfn: u64) {
         if let Some(l) = self.lines.as_deref_mut() {
-            let i = (pfn as u64 - self.zone_start_pfn) as usize;
-            let ns = l
-                .pages
-                .touch(i, cx.cpu, self.node.0 as u32, &l.topo, cx.table());
+            let owners = l.pages.section(pfn, self.zone_start_pfn);
+            let i = (pfn % PAGES_PER_SECTION) as usize;
+            let ns = owners.touch(i, cx.cpu, self.node.0 as u32, &l.topo, cx.table());
             cx.charge_ns(ns);
         }
     }
@@ -386,82 +409,71 @@ impl Zone {
         self.watermark[w as usize]
     }
 
-    /// The index of `pfn`'s pageblock in `pageblock_mt`. Pageblocks are
-    /// aligned in the physical address space, not to the zone's start
-    /// (`pfn_to_bitidx()` counts from the zone's first pageblock boundary,
-    /// or the memory section's), so a zone that starts inside a pageblock
-    /// has a partial first one.
-    #[inline]
-    fn pageblock_index(&self, pfn: u32) -> usize {
-        ((pfn as u64 >> PAGEBLOCK_ORDER) - (self.zone_start_pfn >> PAGEBLOCK_ORDER)) as usize
-    }
-
-    /// The migratetype of the pageblock holding `pfn` (`get_pageblock_migratetype()`).
-    #[inline]
-    pub fn pageblock_migratetype(&self, pfn: u32) -> MigrateType {
-        MigrateType::from_u8(self.pageblock_mt[self.pageblock_index(pfn)])
-    }
-
-    /// Sets the migratetype of the pageblock holding `pfn` (`set_pageblock_migratetype()`).
-    pub fn set_pageblock_migratetype(&mut self, pfn: u32, mt: MigrateType) {
-        let i = self.pageblock_index(pfn);
-        self.pageblock_mt[i] = mt as u8;
-    }
-
     /// Puts a free block on a list (`__add_to_free_list()`).
     #[inline]
     fn add_to_free_list(
         &mut self,
         mem: &mut MemMap,
-        pfn: u32,
+        p: PfnIdx,
         order: u8,
         mt: MigrateType,
         tail: bool,
     ) {
-        mem.set_flags(pfn, PG_BUDDY | order as u32 | ((mt as u32) << MT_SHIFT));
+        mem.set_flags(p, buddy_flags(order, mt));
         let list = &mut self.free_area[order as usize][mt as usize];
         if tail {
-            list.add_tail(mem, pfn);
+            list.add_tail(mem, p);
         } else {
-            list.add(mem, pfn);
+            list.add(mem, p);
         }
         self.nr_free[order as usize] += 1;
     }
 
     /// Takes a free block off its list (`del_page_from_free_list()`).
     #[inline]
-    fn del_from_free_list(&mut self, mem: &mut MemMap, pfn: u32, order: u8) {
-        let mt = mem.stored_mt(pfn) as usize;
-        self.free_area[order as usize][mt].del(mem, pfn);
-        mem.set_flags(pfn, 0);
+    fn del_from_free_list(&mut self, mem: &mut MemMap, p: PfnIdx, order: u8) {
+        let mt = mem.stored_mt(p) as usize;
+        self.free_area[order as usize][mt].del(mem, p);
+        mem.set_flags(p, 0);
         self.nr_free[order as usize] -= 1;
     }
 
-    /// Moves a free block to another migratetype's list (`move_to_free_list()`).
-    fn move_to_free_list(&mut self, mem: &mut MemMap, pfn: u32, order: u8, mt: MigrateType) {
-        self.del_from_free_list(mem, pfn, order);
-        self.add_to_free_list(mem, pfn, order, mt, true);
+    /// The first block of the `(order, mt)` list (`get_page_from_free_area()`),
+    /// materialising its section if it is the front of a lazy run.
+    #[inline]
+    fn first_free(&mut self, mem: &mut MemMap, order: u8, mt: MigrateType) -> Option<PfnIdx> {
+        self.free_area[order as usize][mt as usize].first(mem, buddy_flags(order, mt), 1 << order)
     }
 
-    /// Models `expand()`: splits the block of order `high` at `pfn` down to
+    /// Moves a free block to another migratetype's list (`move_to_free_list()`).
+    fn move_to_free_list(&mut self, mem: &mut MemMap, p: PfnIdx, order: u8, mt: MigrateType) {
+        self.del_from_free_list(mem, p, order);
+        self.add_to_free_list(mem, p, order, mt, true);
+    }
+
+    /// Models `expand()`: splits the block of order `high` at `p` down to
     /// order `low`, putting each unused upper half on the `mt` list.
     fn expand(
         &mut self,
         mem: &mut MemMap,
         cx: &mut Cx,
-        pfn: u32,
+        p: PfnIdx,
         low: u8,
         mut high: u8,
         mt: MigrateType,
     ) {
         while high > low {
             high -= 1;
-            let half = pfn + (1u32 << high);
-            if let Some(head) = self.free_area[high as usize][mt as usize].first() {
-                self.touch_page(cx, head);
+            let half = p.offset(1u32 << high);
+            if self.lines.is_some() {
+                if let Some(head) =
+                    self.free_area[high as usize][mt as usize].first_pfn(mem, 1 << high)
+                {
+                    self.touch_page(cx, head);
+                }
+                self.touch_free_area(cx, high);
+                self.touch_page(cx, mem.pfn(half).0);
             }
-            self.touch_free_area(cx, high);
-            self.touch_page(cx, half);
             self.add_to_free_list(mem, half, high, mt, false);
             cx.charge(Cost::BuddySplitStep);
         }
@@ -476,23 +488,28 @@ impl Zone {
         vmstat: &mut VmStat,
         order: u8,
         mt: MigrateType,
-    ) -> Option<u32> {
+    ) -> Option<PfnIdx> {
         for current in order..=MAX_ORDER {
-            let Some(pfn) = self.free_area[current as usize][mt as usize].first() else {
+            let Some(p) = self.first_free(mem, current, mt) else {
                 continue;
             };
             self.charge_list_op(cx, Cost::BuddyListOp);
             // The head, the block's struct page, then its successor (whose
             // prev pointer the unlink rewrites): three dependent lines.
-            self.touch_free_area(cx, current);
-            self.touch_page(cx, pfn);
-            self.del_from_free_list(mem, pfn, current);
-            if let Some(next) = self.free_area[current as usize][mt as usize].first() {
-                self.touch_page(cx, next);
+            if self.lines.is_some() {
+                self.touch_free_area(cx, current);
+                self.touch_page(cx, mem.pfn(p).0);
             }
-            self.expand(mem, cx, pfn, order, current, mt);
+            self.del_from_free_list(mem, p, current);
+            if self.lines.is_some() {
+                let list = &self.free_area[current as usize][mt as usize];
+                if let Some(next) = list.first_pfn(mem, 1 << current) {
+                    self.touch_page(cx, next);
+                }
+            }
+            self.expand(mem, cx, p, order, current, mt);
             vmstat.count(VmEvent::MM_PAGE_ALLOC_ZONE_LOCKED, 1);
-            return Some(pfn);
+            return Some(p);
         }
         None
     }
@@ -525,21 +542,24 @@ impl Zone {
     }
 
     /// Models `move_freepages_block()` of 6.6: moves every free block of the
-    /// pageblock holding `pfn` to `mt`'s lists; returns (free pages moved,
+    /// pageblock holding `p` to `mt`'s lists; returns (free pages moved,
     /// pages of allocated movable blocks). Why the zone checks: a zone need
     /// not start or end on a pageblock boundary (a small ZONE_DMA32, a node
     /// of odd size), and the pages of its first or last pageblock that lie
     /// outside it are another zone's, under another lock and on another
     /// zone's lists. As the kernel does, a pageblock that begins before the
-    /// zone is walked from `pfn` on, and one that ends after it is not
-    /// moved at all (`(0, 0)`: the caller moves the block it found alone).
-    fn move_freepages_block(&mut self, mem: &mut MemMap, pfn: u32, mt: MigrateType) -> (u64, u64) {
-        let mut start = pfn & !(PAGEBLOCK_NR_PAGES as u32 - 1);
-        let end = start + PAGEBLOCK_NR_PAGES as u32;
-        if !self.spans(start as u64) {
-            start = pfn;
+    /// zone is walked from `p` on, and one that ends after it is not moved
+    /// at all (`(0, 0)`: the caller moves the block it found alone). A
+    /// pageblock never crosses a section, so its pages are materialised
+    /// together and contiguous in `PfnIdx`.
+    fn move_freepages_block(&mut self, mem: &mut MemMap, p: PfnIdx, mt: MigrateType) -> (u64, u64) {
+        let mut start = p.align_down(PAGEBLOCK_ORDER);
+        let end = start.offset(PAGEBLOCK_NR_PAGES as u32);
+        let first_pfn = mem.pfn(start).0;
+        if !self.spans(first_pfn) {
+            start = p;
         }
-        if !self.spans(end as u64 - 1) {
+        if !self.spans(first_pfn + PAGEBLOCK_NR_PAGES - 1) {
             return (0, 0);
         }
         let (mut moved, mut movable) = (0u64, 0u64);
@@ -550,16 +570,16 @@ impl Zone {
                 let o = (f & ORDER_MASK) as u8;
                 self.move_to_free_list(mem, p, o, mt);
                 moved += 1 << o;
-                p += 1 << o;
+                p = p.offset(1 << o);
             } else if f & (PG_HEAD | PG_PCP) != 0 {
                 let o = (f & ORDER_MASK) as u8;
                 let is_movable = ((f >> MT_SHIFT) & MT_MASK) as u8 == MigrateType::Movable as u8;
                 if f & PG_HEAD != 0 && is_movable {
                     movable += 1 << o;
                 }
-                p += 1 << o;
+                p = p.offset(1 << o);
             } else {
-                p += 1;
+                p = p.offset(1);
             }
         }
         (moved, movable)
@@ -575,24 +595,24 @@ impl Zone {
     fn steal_suitable_fallback(
         &mut self,
         mem: &mut MemMap,
-        pfn: u32,
+        p: PfnIdx,
         current_order: u8,
         start_mt: MigrateType,
         whole_block: bool,
     ) {
-        let old_block_type = self.pageblock_migratetype(pfn);
+        let old_block_type = pageblock_migratetype(mem, p);
         if current_order >= PAGEBLOCK_ORDER {
             // A block of pageblock order or more: change every pageblock it spans.
             let nr_blocks = 1u32 << (current_order - PAGEBLOCK_ORDER);
             for b in 0..nr_blocks {
-                self.set_pageblock_migratetype(pfn + (b << PAGEBLOCK_ORDER), start_mt);
+                mem.set_pageblock_mt(p.offset(b << PAGEBLOCK_ORDER), start_mt as u8);
             }
         } else if whole_block {
-            let (free_pages, movable_pages) = self.move_freepages_block(mem, pfn, start_mt);
+            let (free_pages, movable_pages) = self.move_freepages_block(mem, p, start_mt);
             if free_pages == 0 {
                 // The pageblock crosses the zone's edge: only the block
                 // found changes lists (the kernel's `goto single_page`).
-                self.move_to_free_list(mem, pfn, current_order, start_mt);
+                self.move_to_free_list(mem, p, current_order, start_mt);
                 return;
             }
             // Pages compatible with the allocation: free ones, plus those of
@@ -605,12 +625,12 @@ impl Zone {
                 0
             };
             if free_pages + alike_pages >= PAGEBLOCK_NR_PAGES / 2 {
-                self.set_pageblock_migratetype(pfn, start_mt);
+                mem.set_pageblock_mt(p, start_mt as u8);
             }
             // move_freepages_block() already moved the block we found.
             return;
         }
-        self.move_to_free_list(mem, pfn, current_order, start_mt);
+        self.move_to_free_list(mem, p, current_order, start_mt);
     }
 
     /// Models `__rmqueue_fallback()` of 6.6 (without `ALLOC_NOFRAGMENT`):
@@ -647,11 +667,11 @@ impl Zone {
         let Some((current, fb, can_steal)) = found else {
             return false;
         };
-        let pfn = self.free_area[current as usize][fb as usize]
-            .first()
+        let p = self
+            .first_free(mem, current, fb)
             .expect("find_suitable_fallback found a non-empty list");
         cx.charge(Cost::BuddyListOp);
-        self.steal_suitable_fallback(mem, pfn, current, start_mt, can_steal);
+        self.steal_suitable_fallback(mem, p, current, start_mt, can_steal);
         vmstat.count(VmEvent::MM_PAGE_ALLOC_EXTFRAG, 1);
         true
     }
@@ -666,14 +686,14 @@ impl Zone {
         vmstat: &mut VmStat,
         order: u8,
         mt: MigrateType,
-    ) -> Option<u32> {
+    ) -> Option<PfnIdx> {
         locked.check(self);
         loop {
-            if let Some(pfn) = self.rmqueue_smallest(mem, cx, vmstat, order, mt) {
+            if let Some(p) = self.rmqueue_smallest(mem, cx, vmstat, order, mt) {
                 // Remember the migratetype of the list the block came from:
                 // the PCP and the free path use it (`set_pcppage_migratetype()`).
-                mem.set_flags(pfn, order as u32 | ((mt as u32) << MT_SHIFT));
-                return Some(pfn);
+                mem.set_flags(p, order as u32 | ((mt as u32) << MT_SHIFT));
+                return Some(p);
             }
             if !self.rmqueue_fallback(mem, cx, vmstat, order, mt) {
                 return None;
@@ -682,14 +702,14 @@ impl Zone {
     }
 
     /// Models `buddy_merge_likely()`: is the parent block's buddy free, so
-    /// that this block will probably merge further soon?
-    fn buddy_merge_likely(&self, mem: &MemMap, pfn: u32, order: u8) -> bool {
+    /// that this block will probably merge further soon? (`p` is at `pfn`.)
+    fn buddy_merge_likely(&self, mem: &MemMap, p: PfnIdx, pfn: u64, order: u8) -> bool {
         if order >= MAX_ORDER - 1 {
             return false;
         }
-        let parent = pfn & !(1u32 << order);
-        let higher_buddy = parent ^ (1u32 << (order + 1));
-        self.spans(higher_buddy as u64) && mem.is_buddy_of_order(higher_buddy, order + 1)
+        let higher_buddy = p.align_down(order + 1).buddy(order + 1);
+        let higher_buddy_pfn = (pfn & !(1u64 << order)) ^ (1u64 << (order + 1));
+        self.spans(higher_buddy_pfn) && mem.is_buddy_of_order(higher_buddy, order + 1)
     }
 
     /// Models `__free_one_page()`: returns a block to the buddy lists,
@@ -699,19 +719,19 @@ impl Zone {
         locked: &ZoneLocked,
         mem: &mut MemMap,
         cx: &mut Cx,
-        mut pfn: u32,
+        mut p: PfnIdx,
         mut order: u8,
         mt: MigrateType,
     ) {
         locked.check(self);
-        debug_assert!(
-            pfn & ((1u32 << order) - 1) == 0,
-            "unaligned free of {pfn:#x} order {order}"
-        );
+        debug_assert!(p.is_aligned(order), "unaligned free of {p} order {order}");
+        // The buddy is in the same section, so pfn and index move together;
+        // the pfn is for the zone's bounds.
+        let mut pfn = mem.pfn(p).0;
         self.nr_free_pages += 1 << order;
         while order < MAX_ORDER {
-            let buddy = pfn ^ (1u32 << order);
-            if !self.spans(buddy as u64) || !mem.is_buddy_of_order(buddy, order) {
+            let buddy = p.buddy(order);
+            if !self.spans(pfn ^ (1u64 << order)) || !mem.is_buddy_of_order(buddy, order) {
                 break;
             }
             if self.lines.is_some() {
@@ -719,22 +739,29 @@ impl Zone {
             } else {
                 cx.charge(Cost::BuddyMergeStep);
             }
-            self.touch_page(cx, buddy);
+            self.touch_page(cx, pfn ^ (1u64 << order));
             self.touch_free_area(cx, order);
             self.del_from_free_list(mem, buddy, order);
-            pfn &= buddy;
+            p = p.align_down(order + 1);
+            pfn &= !(1u64 << order);
             order += 1;
         }
-        let to_tail = self.buddy_merge_likely(mem, pfn, order);
+        let to_tail = self.buddy_merge_likely(mem, p, pfn, order);
         self.charge_list_op(cx, Cost::BuddyListOp);
-        let list = &self.free_area[order as usize][mt as usize];
-        let neighbour = if to_tail { list.last() } else { list.first() };
-        self.touch_free_area(cx, order);
-        if let Some(n) = neighbour {
-            self.touch_page(cx, n);
+        if self.lines.is_some() {
+            let list = &self.free_area[order as usize][mt as usize];
+            let neighbour = if to_tail {
+                list.last_pfn(mem)
+            } else {
+                list.first_pfn(mem, 1 << order)
+            };
+            self.touch_free_area(cx, order);
+            if let Some(n) = neighbour {
+                self.touch_page(cx, n);
+            }
+            self.touch_page(cx, pfn);
         }
-        self.touch_page(cx, pfn);
-        self.add_to_free_list(mem, pfn, order, mt, to_tail);
+        self.add_to_free_list(mem, p, order, mt, to_tail);
     }
 
     /// Models `__zone_watermark_ok()`: are there `mark` pages free beyond the
@@ -790,6 +817,19 @@ impl ZoneLocked {
     }
 }
 
+/// The flags of a free block's head on a buddy list: `PG_buddy`, its order
+/// and the migratetype of its list.
+#[inline]
+fn buddy_flags(order: u8, mt: MigrateType) -> u32 {
+    PG_BUDDY | order as u32 | ((mt as u32) << MT_SHIFT)
+}
+
+/// The migratetype of the pageblock holding `p` (`get_pageblock_migratetype()`).
+#[inline]
+pub fn pageblock_migratetype(mem: &MemMap, p: PfnIdx) -> MigrateType {
+    MigrateType::from_u8(mem.pageblock_mt(p))
+}
+
 /// The layout of one node's memory.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct NodeLayout {
@@ -820,6 +860,70 @@ impl MemoryLayout {
     /// Total CPUs of the machine.
     pub fn nr_cpus(&self) -> u32 {
         self.nodes.iter().map(|n| n.nr_cpus).sum()
+    }
+
+    /// The zones of the machine, node by node, lowest first:
+    /// `(node, zone type, first pfn, pages)`. Node 0's memory below the
+    /// DMA32 limit is ZONE_DMA32; the rest of every node is ZONE_NORMAL.
+    /// Empty zones are left out.
+    pub fn zone_ranges(&self) -> Vec<(NodeId, ZoneType, u64, u64)> {
+        let mut zones = Vec::new();
+        let mut start = 0u64;
+        for (nid, node) in self.nodes.iter().enumerate() {
+            let dma = if nid == 0 {
+                self.dma32_pages.min(node.nr_pages)
+            } else {
+                0
+            };
+            for (zone_type, pages) in [
+                (ZoneType::Dma32, dma),
+                (ZoneType::Normal, node.nr_pages - dma),
+            ] {
+                if pages > 0 {
+                    zones.push((NodeId(nid as u16), zone_type, start, pages));
+                    start += pages;
+                }
+            }
+        }
+        zones
+    }
+
+    /// The sections that booting on this layout materialises: those a zone
+    /// boundary or the end of memory cuts (see [`PageAlloc::new`]).
+    pub fn boot_sections(&self) -> std::collections::BTreeSet<u64> {
+        let mut cut = std::collections::BTreeSet::new();
+        for (_, _, start, pages) in self.zone_ranges() {
+            let end = start + pages;
+            let (full_lo, full_hi) = (
+                start.next_multiple_of(PAGES_PER_SECTION),
+                end / PAGES_PER_SECTION * PAGES_PER_SECTION,
+            );
+            if full_lo >= full_hi {
+                cut.extend(start >> PFN_SECTION_SHIFT..=(end - 1) >> PFN_SECTION_SHIFT);
+                continue;
+            }
+            if start < full_lo {
+                cut.insert(start >> PFN_SECTION_SHIFT);
+            }
+            if full_hi < end {
+                cut.insert(full_hi >> PFN_SECTION_SHIFT);
+            }
+        }
+        cut
+    }
+
+    /// Host bytes of the page allocator right after booting on this layout:
+    /// the section table, the sections [`MemoryLayout::boot_sections`]
+    /// materialises and the per-CPU pagesets. Independent of how much
+    /// memory is free. A workload adds 16 bytes for each page of every
+    /// section it touches ([`MemMap::BYTES_PER_MATERIALISED_SECTION`] a
+    /// section) and its page tables.
+    pub fn boot_host_bytes(&self) -> u64 {
+        let sections = self.total_pages().div_ceil(PAGES_PER_SECTION);
+        let nr_zones = self.zone_ranges().len() as u64;
+        sections * MemMap::BYTES_PER_SECTION as u64
+            + self.boot_sections().len() as u64 * MemMap::BYTES_PER_MATERIALISED_SECTION
+            + self.nr_cpus() as u64 * nr_zones * std::mem::size_of::<PerCpuPages>() as u64
     }
 }
 
@@ -853,23 +957,11 @@ impl Default for VmSysctl {
 /// every node is ZONE_NORMAL. Empty zones are not created. Every page is
 /// managed (the model reserves none at boot).
 pub fn zone_sizes(layout: &MemoryLayout) -> Vec<(ZoneType, NodeId, u64)> {
-    let mut zones = Vec::new();
-    for (nid, node) in layout.nodes.iter().enumerate() {
-        let dma = if nid == 0 {
-            layout.dma32_pages.min(node.nr_pages)
-        } else {
-            0
-        };
-        for (zone_type, pages) in [
-            (ZoneType::Dma32, dma),
-            (ZoneType::Normal, node.nr_pages - dma),
-        ] {
-            if pages > 0 {
-                zones.push((zone_type, NodeId(nid as u16), pages));
-            }
-        }
-    }
-    zones
+    layout
+        .zone_ranges()
+        .into_iter()
+        .map(|(node, zone_type, _, pages)| (zone_type, node, pages))
+        .collect()
 }
 
 /// Models `__setup_per_zone_wmarks()` of 6.6 on zones of `managed` pages:
@@ -928,8 +1020,11 @@ pub struct PageAlloc {
     pub mem: MemMap,
     /// Every zone, node by node, lowest zone first within a node.
     pub zones: Vec<Zone>,
-    /// Per-CPU pagesets, `pcp[cpu * zones.len() + zone]`.
+    /// Per-CPU pagesets, `pcp[cpu * zones.len() + zone]`. Their `count`s
+    /// change only through the PCP functions (which keep `nr_pcp_pages`).
     pub pcp: Vec<PerCpuPages>,
+    /// The sum of every pageset's `count`.
+    pub(crate) nr_pcp_pages: u64,
     /// Counters.
     pub vmstat: VmStat,
     /// The sysctls in force.
@@ -966,12 +1061,14 @@ impl PageAlloc {
         pcp_policy: crate::pcp::PcpPolicy,
     ) -> PageAlloc {
         let total = layout.total_pages();
-        let mut zones = Vec::new();
-        let mut start = 0u64;
-        for (zone_type, node, pages) in zone_sizes(layout) {
-            zones.push(Zone::new(zone_type, node, start, pages, zones.len() as u32));
-            start += pages;
-        }
+        let zones: Vec<Zone> = layout
+            .zone_ranges()
+            .into_iter()
+            .enumerate()
+            .map(|(i, (node, zone_type, start, pages))| {
+                Zone::new(zone_type, node, start, pages, i as u32)
+            })
+            .collect();
         let mut cpu_node = Vec::new();
         for (nid, node) in layout.nodes.iter().enumerate() {
             cpu_node.extend(std::iter::repeat_n(
@@ -989,6 +1086,7 @@ impl PageAlloc {
             mem: MemMap::new(total),
             zones,
             pcp: Vec::new(),
+            nr_pcp_pages: 0,
             vmstat: VmStat::default(),
             sysctl,
             pcp_policy,
@@ -1069,7 +1167,7 @@ impl PageAlloc {
             z.lines = Some(Box::new(ZoneLines {
                 topo,
                 free_area: LineOwners::new(NR_PAGE_ORDERS),
-                pages: LineOwners::new(z.spanned_pages as usize),
+                pages: PageLines::new(z.zone_start_pfn, z.spanned_pages),
             }));
         }
     }
@@ -1099,7 +1197,7 @@ impl PageAlloc {
     }
 
     /// The node of the page `pfn` (`page_to_nid()`).
-    pub fn pfn_to_nid(&self, pfn: u32) -> NodeId {
+    pub fn pfn_to_nid(&self, pfn: Pfn) -> NodeId {
         self.zones[self.page_zone(pfn)].node
     }
 
@@ -1107,39 +1205,76 @@ impl PageAlloc {
     /// into `2^order` allocated order-0 blocks with the same migratetype,
     /// each freed on its own later. Refcounts are the caller's business
     /// (`__split_huge_page()` hands them out).
-    pub fn split_page(&mut self, pfn: u32, order: u8) {
-        let f = self.mem.flags(pfn);
+    pub fn split_page(&mut self, pfn: Pfn, order: u8) {
+        let head = self.mem.idx(pfn);
+        let f = self.mem.flags(head);
         assert!(
             f & PG_HEAD != 0 && (f & ORDER_MASK) as u8 == order,
-            "split_page of pfn {pfn:#x}: not an allocated head of order {order} (flags {f:#x})"
+            "split_page of {pfn}: not an allocated head of order {order} (flags {f:#x})"
         );
         let mt = (f >> MT_SHIFT) & MT_MASK;
-        for p in pfn..pfn + (1u32 << order) {
-            self.mem.set_flags(p, PG_HEAD | (mt << MT_SHIFT));
-            self.mem.set_private(p, 0);
+        for t in 0..1u32 << order {
+            self.mem
+                .set_flags(head.offset(t), PG_HEAD | (mt << MT_SHIFT));
+            self.mem.set_private(head.offset(t), 0);
         }
     }
 
     /// Hands every page of every zone to the buddy lists (`memblock_free_all()`).
+    ///
+    /// Deviation (see `page.rs`): the max-order blocks of sections that lie
+    /// wholly inside a zone are not freed one by one; they go on the
+    /// zone's movable max-order list as one lazy run, where the kernel's
+    /// ascending frees (each to the list head) would have put them. Only
+    /// the sections a zone boundary cuts are materialised. Boot costs
+    /// O(zones), and O(sections) for the section table.
     fn free_all_bootmem(&mut self) {
         let mut cx = Cx::new(crate::types::VcpuId(0), crate::cost::CostTable::uniform(0));
-        for z in &mut self.zones {
-            let (mut pfn, end) = (z.zone_start_pfn, z.end_pfn());
-            while pfn < end {
-                let mut order = MAX_ORDER.min(pfn.trailing_zeros() as u8);
-                while pfn + (1 << order) > end {
-                    order -= 1;
-                }
-                z.free_one_page(
-                    &ZoneLocked::at_boot(z),
-                    &mut self.mem,
-                    &mut cx,
-                    pfn as u32,
-                    order,
-                    MigrateType::Movable,
-                );
-                pfn += 1 << order;
+        for zi in 0..self.zones.len() {
+            let (start, end) = (self.zones[zi].zone_start_pfn, self.zones[zi].end_pfn());
+            let full_lo = start.next_multiple_of(PAGES_PER_SECTION);
+            let full_hi = end / PAGES_PER_SECTION * PAGES_PER_SECTION;
+            if full_lo >= full_hi {
+                self.free_bootmem_range(&mut cx, zi, start, end);
+                continue;
             }
+            self.free_bootmem_range(&mut cx, zi, start, full_lo);
+            let z = &mut self.zones[zi];
+            let run = LazyRun {
+                lo: full_lo >> PFN_SECTION_SHIFT,
+                hi: full_hi >> PFN_SECTION_SHIFT,
+            };
+            let blocks_per_section = PAGES_PER_SECTION >> MAX_ORDER;
+            z.free_area[MAX_ORDER as usize][MigrateType::Movable as usize]
+                .add_run(run, blocks_per_section);
+            z.nr_free[MAX_ORDER as usize] += run.nr_sections() * blocks_per_section;
+            z.nr_free_pages += full_hi - full_lo;
+            self.free_bootmem_range(&mut cx, zi, full_hi, end);
+        }
+    }
+
+    /// Frees the pages `[start, end)` of zone `zi` at boot in the largest
+    /// aligned blocks, ascending (`__free_pages_memory()`), materialising
+    /// their sections.
+    fn free_bootmem_range(&mut self, cx: &mut Cx, zi: usize, start: u64, end: u64) {
+        let mut pfn = start;
+        while pfn < end {
+            let mut order = MAX_ORDER.min(pfn.trailing_zeros() as u8);
+            while pfn + (1 << order) > end {
+                order -= 1;
+            }
+            let base = self.mem.materialise(pfn >> PFN_SECTION_SHIFT);
+            let p = base.offset((pfn & (PAGES_PER_SECTION - 1)) as u32);
+            let z = &mut self.zones[zi];
+            z.free_one_page(
+                &ZoneLocked::at_boot(z),
+                &mut self.mem,
+                cx,
+                p,
+                order,
+                MigrateType::Movable,
+            );
+            pfn += 1 << order;
         }
     }
 
@@ -1209,13 +1344,12 @@ impl PageAlloc {
 
     /// The zone holding `pfn` (`page_zone()`).
     #[inline]
-    pub fn page_zone(&self, pfn: u32) -> usize {
-        let p = pfn as u64;
+    pub fn page_zone(&self, pfn: Pfn) -> usize {
         // Few zones: a linear scan beats a search.
         self.zones
             .iter()
-            .position(|z| z.spans(p))
-            .unwrap_or_else(|| panic!("pfn {p:#x} outside every zone"))
+            .position(|z| z.spans(pfn.0))
+            .unwrap_or_else(|| panic!("{pfn} outside every zone"))
     }
 
     /// Total free pages in the buddy lists of every zone.
@@ -1223,41 +1357,49 @@ impl PageAlloc {
         self.zones.iter().map(|z| z.nr_free_pages).sum()
     }
 
-    /// Total pages held on PCP lists of every CPU.
+    /// Total pages held on PCP lists of every CPU (O(1): kept as the
+    /// lists change, since the engine asks after every operation).
+    #[inline]
     pub fn nr_pcp_pages(&self) -> u64 {
-        self.pcp.iter().map(|p| p.count as u64).sum()
+        self.nr_pcp_pages
     }
 
     /// Marks a freshly allocated block as in use (`prep_new_page()`): the
     /// head carries the order and migratetype, tails point at the head.
-    fn prep_new_page(&mut self, pfn: u32, order: u8, mt: MigrateType) {
+    fn prep_new_page(&mut self, p: PfnIdx, order: u8, mt: MigrateType) {
         self.mem
-            .set_flags(pfn, PG_HEAD | order as u32 | ((mt as u32) << MT_SHIFT));
+            .set_flags(p, PG_HEAD | order as u32 | ((mt as u32) << MT_SHIFT));
         for t in 1..(1u32 << order) {
-            self.mem.set_flags(pfn + t, PG_TAIL);
-            self.mem.set_private(pfn + t, pfn);
+            self.mem.set_flags(p.offset(t), PG_TAIL);
+            self.mem.set_private(p.offset(t), p.0);
         }
     }
 
     /// Undoes [`PageAlloc::prep_new_page`] (`free_pages_prepare()`); returns
     /// the migratetype the block was allocated with.
-    fn free_pages_prepare(&mut self, pfn: u32, order: u8) -> MigrateType {
-        let f = self.mem.flags(pfn);
+    fn free_pages_prepare(&mut self, pfn: Pfn, p: PfnIdx, order: u8) -> MigrateType {
+        let f = self.mem.flags(p);
         assert!(
             f & PG_HEAD != 0 && (f & ORDER_MASK) as u8 == order,
-            "bad free of pfn {pfn:#x} order {order}: flags {f:#x} (not an allocated head of that order)"
+            "bad free of {pfn} order {order}: flags {f:#x} (not an allocated head of that order)"
         );
         for t in 1..(1u32 << order) {
-            self.mem.set_flags(pfn + t, 0);
-            self.mem.set_private(pfn + t, 0);
+            self.mem.set_flags(p.offset(t), 0);
+            self.mem.set_private(p.offset(t), 0);
         }
-        self.mem.set_flags(pfn, 0);
+        self.mem.set_flags(p, 0);
         MigrateType::from_u8(((f >> MT_SHIFT) & MT_MASK) as u8)
     }
 
     /// Models `rmqueue_buddy()`: a block straight from the buddy lists under
     /// the zone lock.
-    fn rmqueue_buddy(&mut self, cx: &mut Cx, zi: usize, order: u8, mt: MigrateType) -> Option<u32> {
+    fn rmqueue_buddy(
+        &mut self,
+        cx: &mut Cx,
+        zi: usize,
+        order: u8,
+        mt: MigrateType,
+    ) -> Option<PfnIdx> {
         let z = &mut self.zones[zi];
         let locked = z.lock(cx);
         let pfn = z.rmqueue(&locked, &mut self.mem, cx, &mut self.vmstat, order, mt);
@@ -1270,7 +1412,7 @@ impl PageAlloc {
 
     /// Models `rmqueue()`: from the PCP for small orders and THP, else from
     /// the buddy lists.
-    fn rmqueue(&mut self, cx: &mut Cx, zi: usize, order: u8, mt: MigrateType) -> Option<u32> {
+    fn rmqueue(&mut self, cx: &mut Cx, zi: usize, order: u8, mt: MigrateType) -> Option<PfnIdx> {
         if crate::pcp::pcp_allowed_order(order) {
             if let Some(pfn) = self.rmqueue_pcplist(cx, zi, order, mt) {
                 return Some(pfn);
@@ -1280,8 +1422,8 @@ impl PageAlloc {
     }
 
     /// Models `get_page_from_freelist()`: walks the zonelist for the first
-    /// zone above `mark` and allocates there. Returns the pfn and the zone's
-    /// index (as a `u32`, so that the pair comes back in a register).
+    /// zone above `mark` and allocates there. Returns the block and the
+    /// zone's index (as a `u32`, so that the pair comes back in a register).
     fn get_page_from_freelist(
         &mut self,
         cx: &mut Cx,
@@ -1289,7 +1431,7 @@ impl PageAlloc {
         order: u8,
         mark: Wmark,
         node: NodeId,
-    ) -> Option<(u32, u32)> {
+    ) -> Option<(PfnIdx, u32)> {
         let highest = gfp.zone();
         let mt = gfp.migratetype();
         for i in 0..self.zonelists[node.0 as usize].len() {
@@ -1359,29 +1501,29 @@ impl PageAlloc {
         let got = self
             .get_page_from_freelist(cx, gfp, order, Wmark::Low, node)
             .or_else(|| self.get_page_from_freelist(cx, gfp, order, Wmark::Min, node));
-        let Some((pfn, zi)) = got else {
+        let Some((p, zi)) = got else {
             self.vmstat.count(VmEvent::ALLOC_FAIL, 1);
             return Err(AllocError::NoMem);
         };
-        self.prep_new_page(pfn, order, gfp.migratetype());
+        self.prep_new_page(p, order, gfp.migratetype());
         let ev = match self.zones[zi as usize].zone_type {
             ZoneType::Dma32 => VmEvent::PGALLOC_DMA32,
             ZoneType::Normal => VmEvent::PGALLOC_NORMAL,
         };
         self.vmstat.count(ev, 1 << order);
-        Ok(Pfn(pfn as u64))
+        Ok(self.mem.pfn(p))
     }
 
     /// Models `__free_pages()`: returns a block allocated with `order`. Small
     /// orders and THP go to this CPU's PCP list (`free_unref_page()`), the
     /// rest to the buddy lists under the zone lock (`__free_pages_ok()`).
     pub fn free_pages(&mut self, cx: &mut Cx, pfn: Pfn, order: u8) {
-        let p = crate::page::pfn_idx(pfn);
+        let p = self.mem.idx(pfn);
         cx.charge(Cost::FreePagesEntry);
-        self.free_pages_prepare(p, order);
-        let zi = self.page_zone(p);
+        self.free_pages_prepare(pfn, p, order);
+        let zi = self.page_zone(pfn);
         // The kernel frees to the pageblock's current migratetype.
-        let mt = self.zones[zi].pageblock_migratetype(p);
+        let mt = pageblock_migratetype(&self.mem, p);
         self.vmstat.count(VmEvent::PGFREE, 1 << order);
         if crate::pcp::pcp_allowed_order(order) {
             self.free_unref_page(cx, zi, p, order, mt);
@@ -1395,111 +1537,191 @@ impl PageAlloc {
         &mut self,
         cx: &mut Cx,
         zi: usize,
-        pfn: u32,
+        p: PfnIdx,
         order: u8,
         mt: MigrateType,
     ) {
         let z = &mut self.zones[zi];
         let locked = z.lock(cx);
-        z.free_one_page(&locked, &mut self.mem, cx, pfn, order, mt);
+        z.free_one_page(&locked, &mut self.mem, cx, p, order, mt);
         z.unlock(cx, locked);
     }
 
     /// Checks every invariant of the allocator (like CONFIG_DEBUG_VM): free
-    /// lists, counts, flags, PCP lists, and that no page is in two places.
-    /// Panics with a message naming the broken invariant. O(pages).
+    /// lists (lazy runs included), counts, flags, PCP lists, and that no
+    /// page is in two places. Panics with a message naming the broken
+    /// invariant. O(materialised pages + sections).
     pub fn check_invariants(&self) {
         self.hugetlb.check_pages(&self.mem);
-        let mut owner = vec![0u8; self.mem.len() as usize]; // 0 unseen, 1 buddy, 2 pcp
+        // Per materialised page: 0 unseen, 1 buddy, 2 pcp.
+        let mut owner = vec![0u8; self.mem.nr_materialised() as usize];
+        let mut runs = Vec::new();
         for z in &self.zones {
-            let mut free = 0u64;
-            for order in 0..NR_PAGE_ORDERS {
-                let mut n = 0u64;
-                for mt in MigrateType::ALL {
-                    let list = &z.free_area[order][mt as usize];
-                    let mut len = 0u32;
-                    for pfn in list.iter(&self.mem) {
-                        len += 1;
-                        let f = self.mem.flags(pfn);
-                        assert!(
-                            f & PG_BUDDY != 0,
-                            "{}: pfn {pfn:#x} on a free list without PG_buddy",
-                            z.zone_type.name()
-                        );
-                        assert_eq!(
-                            (f & ORDER_MASK) as usize,
-                            order,
-                            "pfn {pfn:#x} on the order-{order} list has order {}",
-                            f & ORDER_MASK
-                        );
-                        assert_eq!(
-                            self.mem.stored_mt(pfn),
-                            mt as u8,
-                            "pfn {pfn:#x} on the {} list stores another migratetype",
-                            mt.name()
-                        );
-                        assert_eq!(
-                            pfn & ((1 << order) - 1),
-                            0,
-                            "free block {pfn:#x} of order {order} is not aligned"
-                        );
-                        assert!(
-                            z.spans(pfn as u64) && z.spans(pfn as u64 + (1 << order) - 1),
-                            "free block {pfn:#x} leaves its zone"
-                        );
-                        for p in pfn..pfn + (1 << order) {
-                            assert_eq!(owner[p as usize], 0, "pfn {p:#x} is in two free blocks");
-                            owner[p as usize] = 1;
-                        }
-                        if order < MAX_ORDER as usize {
-                            let buddy = pfn ^ (1 << order);
-                            assert!(
-                                !(z.spans(buddy as u64) && self.mem.is_buddy_of_order(buddy, order as u8)),
-                                "free blocks {pfn:#x} and {buddy:#x} of order {order} are buddies but did not merge"
-                            );
-                        }
-                    }
-                    assert_eq!(len, list.len(), "free list length is wrong");
-                    n += len as u64;
+            self.check_free_area(z, &mut owner, &mut runs);
+        }
+        self.check_lazy_runs(&mut runs);
+        self.check_pcp_lists(&mut owner);
+        self.check_allocated(&owner);
+    }
+
+    /// The free lists of `z`: every block flagged, of its list's order and
+    /// migratetype, aligned, inside the zone, merged with its buddy, and
+    /// counted; its lazy runs are collected in `runs`.
+    fn check_free_area(&self, z: &Zone, owner: &mut [u8], runs: &mut Vec<LazyRun>) {
+        let name = z.zone_type.name();
+        let mut free = 0u64;
+        for order in 0..NR_PAGE_ORDERS {
+            let mut n = 0u64;
+            for mt in MigrateType::ALL {
+                let list = &z.free_area[order][mt as usize];
+                let mut len = 0u32;
+                for p in list.iter(&self.mem) {
+                    len += 1;
+                    self.check_free_block(z, p, order as u8, mt, owner);
                 }
-                assert_eq!(
-                    n,
-                    z.nr_free[order],
-                    "nr_free[{order}] of {} is wrong",
-                    z.zone_type.name()
-                );
-                free += n << order;
+                assert_eq!(len, list.materialised_len(), "free list length is wrong");
+                for run in list.runs() {
+                    assert_eq!(
+                        order, MAX_ORDER as usize,
+                        "{name}: a lazy run on the order-{order} list"
+                    );
+                    assert!(
+                        run.lo < run.hi
+                            && z.spans(run.lo * PAGES_PER_SECTION)
+                            && z.spans(run.hi * PAGES_PER_SECTION - 1),
+                        "{name}: lazy run {run:?} is empty or leaves its zone"
+                    );
+                    runs.push(run);
+                }
+                let lazy: u64 = list.runs().map(|r| r.nr_sections()).sum::<u64>()
+                    * (PAGES_PER_SECTION >> MAX_ORDER);
+                assert_eq!(lazy, list.nr_lazy_blocks(), "{name}: lazy block count");
+                n += list.len();
             }
+            assert_eq!(n, z.nr_free[order], "nr_free[{order}] of {name} is wrong");
+            free += n << order;
+        }
+        assert_eq!(
+            free, z.nr_free_pages,
+            "NR_FREE_PAGES of {name} is {} but the lists hold {free}",
+            z.nr_free_pages
+        );
+    }
+
+    /// One materialised block `p` on the `(order, mt)` free list of `z`.
+    fn check_free_block(&self, z: &Zone, p: PfnIdx, order: u8, mt: MigrateType, owner: &mut [u8]) {
+        let pfn = self.mem.pfn(p);
+        let f = self.mem.flags(p);
+        assert!(
+            f & PG_BUDDY != 0,
+            "{}: {pfn} on a free list without PG_buddy",
+            z.zone_type.name()
+        );
+        assert_eq!(
+            (f & ORDER_MASK) as u8,
+            order,
+            "{pfn} on the order-{order} list has order {}",
+            f & ORDER_MASK
+        );
+        assert_eq!(
+            self.mem.stored_mt(p),
+            mt as u8,
+            "{pfn} on the {} list stores another migratetype",
+            mt.name()
+        );
+        assert!(
+            p.is_aligned(order) && pfn.0 & ((1 << order) - 1) == 0,
+            "free block {pfn} of order {order} is not aligned"
+        );
+        assert!(
+            z.spans(pfn.0) && z.spans(pfn.0 + (1 << order) - 1),
+            "free block {pfn} leaves its zone"
+        );
+        for t in 0..1u32 << order {
+            let i = p.offset(t).0 as usize;
             assert_eq!(
-                free,
-                z.nr_free_pages,
-                "NR_FREE_PAGES of {} is {} but the lists hold {free}",
-                z.zone_type.name(),
-                z.nr_free_pages
+                owner[i],
+                0,
+                "{} is in two free blocks",
+                pfn.offset(t as u64)
+            );
+            owner[i] = 1;
+        }
+        if order < MAX_ORDER {
+            let buddy_pfn = pfn.0 ^ (1 << order);
+            assert!(
+                !(z.spans(buddy_pfn) && self.mem.is_buddy_of_order(p.buddy(order), order)),
+                "free blocks {pfn} and {} of order {order} are buddies but did not merge",
+                Pfn(buddy_pfn)
             );
         }
+    }
+
+    /// The lazy runs of every zone: disjoint, of unmaterialised sections,
+    /// and together every section that is not materialised.
+    fn check_lazy_runs(&self, runs: &mut [LazyRun]) {
+        runs.sort_by_key(|r| r.lo);
+        for w in runs.windows(2) {
+            assert!(
+                w[0].hi <= w[1].lo,
+                "lazy runs {:?} and {:?} overlap",
+                w[0],
+                w[1]
+            );
+        }
+        let mut lazy_sections = 0u64;
+        for r in runs.iter() {
+            for s in r.lo..r.hi {
+                assert!(
+                    !self.mem.section_materialised(s),
+                    "section {s} of lazy run {r:?} is materialised"
+                );
+            }
+            lazy_sections += r.nr_sections();
+        }
+        let materialised = self.mem.nr_materialised() / PAGES_PER_SECTION;
+        assert_eq!(
+            lazy_sections + materialised,
+            self.mem.nr_sections(),
+            "{} sections are neither materialised nor in a lazy run",
+            self.mem.nr_sections() - lazy_sections - materialised
+        );
+    }
+
+    /// Every PCP list: its blocks flagged and of its order, on no other
+    /// list, and `count` right.
+    fn check_pcp_lists(&self, owner: &mut [u8]) {
+        let total: u64 = self.pcp.iter().map(|p| p.count as u64).sum();
+        assert_eq!(
+            total, self.nr_pcp_pages,
+            "nr_pcp_pages is not the pagesets' sum"
+        );
         for (i, pcp) in self.pcp.iter().enumerate() {
             pcp.check_high_bounds();
             let mut count = 0u64;
             for (pindex, list) in pcp.lists.iter().enumerate() {
                 let order = crate::pcp::pindex_to_order(pindex);
-                for pfn in list.iter(&self.mem) {
-                    let f = self.mem.flags(pfn);
+                for p in list.iter(&self.mem) {
+                    let pfn = self.mem.pfn(p);
+                    let f = self.mem.flags(p);
                     assert!(
                         f & PG_PCP != 0,
-                        "pfn {pfn:#x} on pcp list {pindex} of pageset {i} without PG_pcp"
+                        "{pfn} on pcp list {pindex} of pageset {i} without PG_pcp"
                     );
                     assert_eq!(
                         (f & ORDER_MASK) as u8,
                         order,
-                        "pfn {pfn:#x} on pcp list {pindex} has the wrong order"
+                        "{pfn} on pcp list {pindex} has the wrong order"
                     );
-                    for p in pfn..pfn + (1 << order) {
+                    for t in 0..1u32 << order {
+                        let o = &mut owner[p.offset(t).0 as usize];
                         assert_eq!(
-                            owner[p as usize], 0,
-                            "pfn {p:#x} is both on a PCP list and elsewhere"
+                            *o,
+                            0,
+                            "{} is both on a PCP list and elsewhere",
+                            pfn.offset(t as u64)
                         );
-                        owner[p as usize] = 2;
+                        *o = 2;
                     }
                     count += 1 << order;
                 }
@@ -1510,34 +1732,44 @@ impl PageAlloc {
                 pcp.count
             );
         }
-        // Every page not free must be part of an allocated block.
-        let mut pfn = 0u32;
-        while (pfn as u64) < self.mem.len() {
-            if owner[pfn as usize] != 0 {
-                pfn += 1;
-                continue;
-            }
-            let f = self.mem.flags(pfn);
-            assert!(
-                f & PG_HEAD != 0,
-                "pfn {pfn:#x} is neither free nor the head of an allocated block (flags {f:#x})"
-            );
-            let order = (f & ORDER_MASK) as u8;
-            for t in 1..(1u32 << order) {
+    }
+
+    /// Every materialised page of the machine that is not free belongs to
+    /// exactly one allocated block, whose tails point at its head.
+    fn check_allocated(&self, owner: &[u8]) {
+        for (base, section) in self.mem.materialised_sections() {
+            let first_pfn = section * PAGES_PER_SECTION;
+            let nr = PAGES_PER_SECTION.min(self.mem.len() - first_pfn) as u32;
+            let mut off = 0u32;
+            while off < nr {
+                let p = base.offset(off);
+                if owner[p.0 as usize] != 0 {
+                    off += 1;
+                    continue;
+                }
+                let pfn = Pfn(first_pfn + off as u64);
+                let f = self.mem.flags(p);
                 assert!(
-                    self.mem.flags(pfn + t) & PG_TAIL != 0 && self.mem.private(pfn + t) == pfn,
-                    "tail {:#x} of block {pfn:#x} does not point at its head",
-                    pfn + t
+                    f & PG_HEAD != 0,
+                    "{pfn} is neither free nor the head of an allocated block (flags {f:#x})"
                 );
-                assert_eq!(
-                    owner[(pfn + t) as usize],
-                    0,
-                    "pfn {:#x} is both allocated and free",
-                    pfn + t
-                );
+                let order = (f & ORDER_MASK) as u8;
+                for t in 1..(1u32 << order) {
+                    let tail = p.offset(t);
+                    assert!(
+                        self.mem.flags(tail) & PG_TAIL != 0 && self.mem.private(tail) == p.0,
+                        "tail {} of block {pfn} does not point at its head",
+                        pfn.offset(t as u64)
+                    );
+                    assert_eq!(
+                        owner[tail.0 as usize],
+                        0,
+                        "{} is both allocated and free",
+                        pfn.offset(t as u64)
+                    );
+                }
+                off += 1 << order;
             }
-            pfn += 1 << order;
         }
-        let _ = NIL;
     }
 }

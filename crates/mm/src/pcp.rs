@@ -55,7 +55,7 @@
 //! - Deviation: no remote-node `expire` draining from vmstat work.
 
 use crate::cost::{Cost, Cx};
-use crate::page::{PageList, MT_SHIFT, ORDER_MASK, PG_PCP};
+use crate::page::{PageList, PfnIdx, MT_SHIFT, ORDER_MASK, PG_PCP};
 use crate::page_alloc::{
     MigrateType, PageAlloc, Wmark, ZoneType, MIGRATE_PCPTYPES, PAGEBLOCK_ORDER,
     PAGE_ALLOC_COSTLY_ORDER,
@@ -326,7 +326,9 @@ pub fn zone_highsize(
         managed_pages / fraction as u64
     };
     let cpus = node_cpus.max(1) as u64;
-    ((total / cpus) as i32).max(batch << 2)
+    // The kernel's int; saturated so that a zone of petabytes on few CPUs
+    // does not wrap (the kernel truncates; no real machine gets there).
+    ((total / cpus).min(i32::MAX as u64) as i32).max(batch << 2)
 }
 
 /// `(batch, high_min, high_max)` of a zone's pagesets
@@ -580,7 +582,7 @@ impl PageAlloc {
         zi: usize,
         order: u8,
         mt: MigrateType,
-    ) -> Option<u32> {
+    ) -> Option<PfnIdx> {
         let pi = self.pcp_index(cx.cpu, zi);
         cx.charge(Cost::PcpLock);
         // An allocation damps the scale of the next bulk free.
@@ -594,6 +596,7 @@ impl PageAlloc {
             let batch = self.nr_pcp_alloc(pi, zi, order);
             let got = self.rmqueue_bulk(cx, zi, pi, order, batch, mt);
             self.pcp[pi].count += got << order;
+            self.nr_pcp_pages += (got as u64) << order;
             if got == 0 {
                 return None;
             }
@@ -603,6 +606,7 @@ impl PageAlloc {
             .pop_first(&mut self.mem)
             .expect("list refilled");
         p.count -= 1 << order;
+        self.nr_pcp_pages -= 1 << order;
         cx.charge(Cost::PcpListOp);
         let f = self.mem.flags(pfn);
         self.mem.set_flags(pfn, f & !PG_PCP);
@@ -716,7 +720,7 @@ impl PageAlloc {
         &mut self,
         cx: &mut Cx,
         zi: usize,
-        pfn: u32,
+        pfn: PfnIdx,
         order: u8,
         mt: MigrateType,
     ) {
@@ -733,7 +737,7 @@ impl PageAlloc {
         cx: &mut Cx,
         zi: usize,
         pi: usize,
-        pfn: u32,
+        pfn: PfnIdx,
         order: u8,
         mt: MigrateType,
     ) {
@@ -748,6 +752,7 @@ impl PageAlloc {
         }
         p.lists[pindex].add(&mut self.mem, pfn);
         p.count += 1 << order;
+        self.nr_pcp_pages += 1 << order;
         cx.charge(Cost::PcpListOp);
         let batch = p.batch;
 
@@ -914,6 +919,7 @@ impl PageAlloc {
                 self.mem.set_flags(pfn, 0);
                 count -= nr;
                 p.count -= nr;
+                self.nr_pcp_pages -= nr as u64;
                 cx.charge(Cost::PcpListOp);
                 z.free_one_page(&locked, &mut self.mem, cx, pfn, order, mt);
                 self.vmstat.count(VmEvent::MM_PAGE_PCPU_DRAIN, 1);
@@ -1002,12 +1008,13 @@ mod tests {
     #[test]
     fn next_nonempty_list_searches_round_robin_once() {
         let mut mem = crate::page::MemMap::new(8);
+        mem.materialise(0);
         let mut p = PerCpuPages::default();
         assert_eq!(p.next_nonempty_list(3), None);
-        p.lists[2].add(&mut mem, 5);
+        p.lists[2].add(&mut mem, PfnIdx(5));
         assert_eq!(p.next_nonempty_list(3), Some(2));
         assert_eq!(p.next_nonempty_list(2), Some(2));
-        p.lists[4].add(&mut mem, 6);
+        p.lists[4].add(&mut mem, PfnIdx(6));
         assert_eq!(p.next_nonempty_list(2), Some(4));
         assert_eq!(
             p.nr_list_pages(),

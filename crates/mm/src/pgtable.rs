@@ -143,20 +143,31 @@ impl Level {
 /// Where one entry lives: the table's pfn and the index in it (and, for the
 /// model's own use, the table's place in its [`PageTables`]' slab, so that
 /// [`PageTables::get`] and [`PageTables::set`] index an array instead of
-/// searching). Slots are made by the [`PageTables`] that holds the table and
+/// searching, and the table page's memmap index, which names its split
+/// lock). Slots are made by the [`PageTables`] that holds the table and
 /// are valid while that table is: a slot does not outlive `free_table()`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
 pub struct Slot {
     /// The table holding the entry (its pfn).
-    pub table: u32,
+    pub table: Pfn,
     /// Index of the entry.
     pub index: usize,
     /// The table's slab index in its [`PageTables`]. Ordering by it never
     /// decides anything: within one `PageTables` it is a function of `table`.
     id: u32,
+    /// The table page's [`crate::page::PfnIdx`]: its `struct page` holds the
+    /// split page-table lock (`ptlock_ptr()`), so this names the lock.
+    /// A function of `table`.
+    ptl: u32,
 }
 
 impl Slot {
+    /// The index of the table's split page-table lock (see [`Slot`]).
+    #[inline]
+    pub fn ptl_index(self) -> u32 {
+        self.ptl
+    }
+
     /// The entry at `index` of the same table.
     #[inline]
     pub fn with_index(self, index: usize) -> Slot {
@@ -216,7 +227,9 @@ impl Table {
 #[derive(Clone, Copy, Debug)]
 struct TableMeta {
     /// The table's pfn (0 while the slab slot is free).
-    pfn: u32,
+    pfn: Pfn,
+    /// The table page's memmap index (its lock's name; see [`Slot`]).
+    ptl: u32,
     /// The level of the entries the table holds.
     level: Level,
 }
@@ -240,7 +253,7 @@ struct TableMeta {
 #[derive(Clone, Debug)]
 pub struct PageTables {
     /// The PGD's pfn.
-    pub pgd: u32,
+    pub pgd: Pfn,
     /// The PGD's slab index.
     pgd_id: u32,
     slab: Vec<Table>,
@@ -248,11 +261,11 @@ pub struct PageTables {
     /// Slab indices of freed tables, to reuse.
     free_ids: Vec<u32>,
     /// Table pfn to slab index, for every table in use.
-    by_pfn: BTreeMap<u32, u32>,
+    by_pfn: BTreeMap<Pfn, u32>,
     /// PTE tables deposited with PMD leaves (`pgtable_trans_huge_deposit()`),
     /// by the PMD slot: a THP fault allocates the table a later split needs,
     /// so that splitting never fails for want of memory.
-    deposited: BTreeMap<Slot, u32>,
+    deposited: BTreeMap<Slot, Pfn>,
     /// The model's own memo of the last walk through the PGD and PUD:
     /// `(addr >> PUD_SHIFT, id of the PMD table for that 1 GiB)`, or
     /// [`NO_HINT`] as the key. A walk of an address in the same 1 GiB starts
@@ -270,7 +283,7 @@ impl PageTables {
     /// Models `pgd_alloc()`: allocates and clears the top-level table.
     pub fn new(pa: &mut PageAlloc, cx: &mut Cx) -> Result<PageTables, AllocError> {
         let mut pt = PageTables {
-            pgd: 0,
+            pgd: Pfn(0),
             pgd_id: 0,
             slab: Vec::new(),
             meta: Vec::new(),
@@ -300,8 +313,11 @@ impl PageTables {
     ) -> Result<u32, AllocError> {
         let pfn = pa.alloc_pages(cx, Gfp::KERNEL, 0)?;
         cx.clear_page(pfn);
-        let p = crate::page::pfn_idx(pfn);
-        let meta = TableMeta { pfn: p, level };
+        let meta = TableMeta {
+            pfn,
+            ptl: pa.mem.idx(pfn).0,
+            level,
+        };
         let id = match self.free_ids.pop() {
             Some(id) => {
                 self.slab[id as usize].reset(level);
@@ -314,50 +330,48 @@ impl PageTables {
                 (self.slab.len() - 1) as u32
             }
         };
-        let old = self.by_pfn.insert(p, id);
-        assert!(old.is_none(), "table pfn {p:#x} allocated twice");
+        let old = self.by_pfn.insert(pfn, id);
+        assert!(old.is_none(), "table {pfn} allocated twice");
         Ok(id)
     }
 
     /// Frees a table that no entry references any more (`pte_free()` etc.).
-    fn free_table(&mut self, pa: &mut PageAlloc, cx: &mut Cx, table: u32) {
+    fn free_table(&mut self, pa: &mut PageAlloc, cx: &mut Cx, table: Pfn) {
         let id = self
             .by_pfn
             .remove(&table)
             .expect("freeing a table that is not ours");
-        self.meta[id as usize].pfn = 0;
+        self.meta[id as usize].pfn = Pfn(0);
         self.free_ids.push(id);
         self.pmd_hint.set((NO_HINT, NO_TABLE));
-        pa.free_pages(cx, Pfn(table as u64), 0);
+        pa.free_pages(cx, table, 0);
     }
 
     /// The slab index of the table `table` (a pfn).
-    fn id_of(&self, table: u32) -> u32 {
+    fn id_of(&self, table: Pfn) -> u32 {
         *self
             .by_pfn
             .get(&table)
-            .unwrap_or_else(|| panic!("pfn {table:#x} is not one of this mm's page tables"))
+            .unwrap_or_else(|| panic!("{table} is not one of this mm's page tables"))
     }
 
     /// The slot at `index` of the table with slab index `id`.
     #[inline]
     fn slot_at(&self, id: u32, index: usize) -> Slot {
+        let m = &self.meta[id as usize];
         Slot {
-            table: self.meta[id as usize].pfn,
+            table: m.pfn,
             index,
             id,
+            ptl: m.ptl,
         }
     }
 
     /// The slot at `index` of the table whose pfn is `table` (a table of
     /// this `PageTables`, e.g. one taken back by [`PageTables::withdraw`]).
     /// Searches by pfn: walk with [`PageTables::lookup`] where possible.
-    pub fn slot(&self, table: u32, index: usize) -> Slot {
-        Slot {
-            table,
-            index,
-            id: self.id_of(table),
-        }
+    pub fn slot(&self, table: Pfn, index: usize) -> Slot {
+        self.slot_at(self.id_of(table), index)
     }
 
     /// The PTE table that the (non-leaf) PMD entry at `pmd` points to, as the
@@ -390,7 +404,7 @@ impl PageTables {
                 self.pmd_hint.set((NO_HINT, NO_TABLE));
             }
             let child = if present(e) && e & PAGE_PSE == 0 {
-                self.id_of(entry_pfn(e).0 as u32)
+                self.id_of(entry_pfn(e))
             } else {
                 NO_TABLE
             };
@@ -528,7 +542,7 @@ impl PageTables {
         } else {
             let id = self.alloc_table(pa, cx, Level::Pte)?;
             let t = self.meta[id as usize].pfn;
-            self.set(pmd, mk_entry(Pfn(t as u64), PAGE_PRESENT | PAGE_RW));
+            self.set(pmd, mk_entry(t, PAGE_PRESENT | PAGE_RW));
             id
         };
         Ok(self.slot_at(id, Level::Pte.index(addr)))
@@ -579,7 +593,7 @@ impl PageTables {
                 let c = self.alloc_table(pa, cx, next)?;
                 let t = self.meta[c as usize].pfn;
                 let slot = self.slot_at(id, index);
-                self.set(slot, mk_entry(Pfn(t as u64), PAGE_PRESENT | PAGE_RW));
+                self.set(slot, mk_entry(t, PAGE_PRESENT | PAGE_RW));
                 c
             };
             self.walked(addr, l, id);
@@ -602,7 +616,7 @@ impl PageTables {
     }
 
     /// Takes back the table deposited at `slot` (`pgtable_trans_huge_withdraw()`).
-    pub fn withdraw(&mut self, slot: Slot) -> u32 {
+    pub fn withdraw(&mut self, slot: Slot) -> Pfn {
         self.deposited
             .remove(&slot)
             .expect("no table deposited with this PMD")
@@ -640,7 +654,7 @@ impl PageTables {
     }
 
     /// The entries of table `table`, by its pfn (read-only; searches by pfn).
-    pub fn table(&self, table: u32) -> &[u64; PTRS_PER_TABLE] {
+    pub fn table(&self, table: Pfn) -> &[u64; PTRS_PER_TABLE] {
         &self.slab[self.id_of(table) as usize].entries
     }
 
@@ -706,12 +720,12 @@ impl PageTables {
     }
 
     /// Every table's pfn, in pfn order (for checks).
-    pub fn table_pfns(&self) -> impl Iterator<Item = u32> + '_ {
+    pub fn table_pfns(&self) -> impl Iterator<Item = Pfn> + '_ {
         self.by_pfn.keys().copied()
     }
 
     /// The tables deposited with PMD leaves: `(PMD slot, table pfn)`.
-    pub fn deposited(&self) -> impl Iterator<Item = (Slot, u32)> + '_ {
+    pub fn deposited(&self) -> impl Iterator<Item = (Slot, Pfn)> + '_ {
         self.deposited.iter().map(|(&s, &t)| (s, t))
     }
 
@@ -749,27 +763,27 @@ impl PageTables {
     pub fn check_invariants(&self) {
         for (&pfn, &id) in &self.by_pfn {
             let m = self.meta[id as usize];
-            assert_eq!(m.pfn, pfn, "table {pfn:#x}: slab {id} holds {:#x}", m.pfn);
+            assert_eq!(m.pfn, pfn, "table {pfn}: slab {id} holds {}", m.pfn);
             let t = &self.slab[id as usize];
             let want_len = if m.level == Level::Pte {
                 0
             } else {
                 PTRS_PER_TABLE
             };
-            assert_eq!(t.child.len(), want_len, "table {pfn:#x}: child index size");
+            assert_eq!(t.child.len(), want_len, "table {pfn}: child index size");
             for i in 0..PTRS_PER_TABLE {
                 let e = t.entries[i];
                 if m.level == Level::Pte {
                     continue;
                 }
                 let want = if present(e) && e & PAGE_PSE == 0 {
-                    self.id_of(entry_pfn(e).0 as u32)
+                    self.id_of(entry_pfn(e))
                 } else {
                     NO_TABLE
                 };
                 assert_eq!(
                     t.child[i], want,
-                    "table {pfn:#x} ({:?}) entry {i} ({e:#x}): child index {} but {want}",
+                    "table {pfn} ({:?}) entry {i} ({e:#x}): child index {} but {want}",
                     m.level, t.child[i]
                 );
             }
@@ -786,7 +800,8 @@ impl PageTables {
         }
         for &id in &self.free_ids {
             assert_eq!(
-                self.meta[id as usize].pfn, 0,
+                self.meta[id as usize].pfn,
+                Pfn(0),
                 "free slab {id} names a table"
             );
         }
@@ -924,7 +939,7 @@ mod tests {
         for i in 0..PTRS_PER_TABLE {
             pt.set(first.with_index(i), pte(0x200 + i as u64));
         }
-        pt.set(pmd, mk_entry(Pfn(t as u64), PAGE_PRESENT | PAGE_RW));
+        pt.set(pmd, mk_entry(t, PAGE_PRESENT | PAGE_RW));
         pt.check_invariants();
         assert_eq!(pt.pte_table(pmd), Some(first));
         assert_eq!(pt.leaf(addr + 0x5000).map(|(_, _, e)| e), Some(pte(0x205)));

@@ -164,7 +164,8 @@ impl fmt::Display for SimTime {
 
 /// Parses a size as experiment files and workload parameters write it: a
 /// number of bytes, optionally followed (with or without a space) by a unit:
-/// `B`, `K`/`k`/`KB`/`KiB`, `M`/`MB`/`MiB`, `G`/`GB`/`GiB`, `T`/`TB`/`TiB`.
+/// `B`, `K`/`k`/`KB`/`KiB`, `M`/`MB`/`MiB`, `G`/`GB`/`GiB`, `T`/`TB`/`TiB`,
+/// `P`/`PB`/`PiB` (machines up to the memmap's 4 PiB limit).
 /// Every unit is binary (`16GB` is 16 GiB), as in the kernel's own messages
 /// and `/proc/meminfo`'s `kB`. The one size parser of mmlab: machines
 /// (`cli`) and workload parameters (`workloads`) both use it.
@@ -172,7 +173,7 @@ pub fn parse_size(s: &str) -> Result<u64, String> {
     let t = s.trim();
     let split = t.find(|c: char| !c.is_ascii_digit()).unwrap_or(t.len());
     let (num, unit) = t.split_at(split);
-    let expected = "a number followed by B, KiB, MiB, GiB or TiB (KB, MB, GB, TB and K, M, G, T mean the same)";
+    let expected = "a number followed by B, KiB, MiB, GiB, TiB or PiB (KB, MB, GB, TB, PB and K, M, G, T, P mean the same)";
     let n: u64 = num
         .parse()
         .map_err(|_| format!("invalid size \"{s}\": expected {expected}"))?;
@@ -182,6 +183,7 @@ pub fn parse_size(s: &str) -> Result<u64, String> {
         "M" | "MB" | "MiB" => 20,
         "G" | "GB" | "GiB" => 30,
         "T" | "TB" | "TiB" => 40,
+        "P" | "PB" | "PiB" => 50,
         u => {
             return Err(format!(
                 "invalid size \"{s}\": unknown unit \"{u}\"; expected {expected}"
@@ -204,6 +206,10 @@ mod parse_size_tests {
         assert_eq!(parse_size("4K"), Ok(4096));
         assert_eq!(parse_size("7"), Ok(7));
         assert_eq!(parse_size("1TiB"), Ok(1 << 40));
+        assert_eq!(parse_size("4PiB"), Ok(4 << 50));
+        assert_eq!(parse_size("4 PB"), Ok(4 << 50));
+        assert_eq!(parse_size("1P"), Ok(1 << 50));
+        assert!(parse_size("16384PiB").unwrap_err().contains("too large"));
         assert!(parse_size("MiB").is_err());
         assert!(parse_size("4 parsecs")
             .unwrap_err()

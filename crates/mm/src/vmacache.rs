@@ -161,7 +161,7 @@ pub struct Vmacache {
 /// Identity of an mm for `current->mm == mm`: the pfn of its PGD, unique
 /// among the live mms of one page allocator as the kernel's pointer is.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
-pub struct MmId(pub u32);
+pub struct MmId(pub crate::types::Pfn);
 
 impl MmId {
     /// The identity of `mm`.

@@ -14,6 +14,8 @@ use mm::pcp::PcpPolicy;
 use mm::rng::SplitMix64;
 use mm::{Pfn, SimTime, VcpuId};
 
+const SECTION: u64 = mm::page::PAGES_PER_SECTION;
+
 fn layout() -> MemoryLayout {
     MemoryLayout {
         nodes: vec![
@@ -55,6 +57,25 @@ fn run(seed: u64, nr_ops: usize, policy: PcpPolicy, fraction: u32) {
     run_on(&layout(), seed, nr_ops, policy, fraction, false);
 }
 
+/// Sections of 128 MiB cut by every kind of boundary: DMA32 ends a
+/// pageblock past a section, node 0 ends half-way into one, node 1 holds
+/// two whole sections and a bit; the whole sections start as lazy runs.
+fn sparse_layout() -> MemoryLayout {
+    MemoryLayout {
+        nodes: vec![
+            NodeLayout {
+                nr_cpus: 2,
+                nr_pages: 4 * SECTION + SECTION / 2,
+            },
+            NodeLayout {
+                nr_cpus: 2,
+                nr_pages: SECTION / 2 + 2 * SECTION + 512,
+            },
+        ],
+        dma32_pages: SECTION + 512,
+    }
+}
+
 /// One seeded run on `layout`; `lines`: with the cache-line model of the
 /// zone locks on (a machine of 2 CPUs per node, 1 per core).
 fn run_on(
@@ -70,6 +91,7 @@ fn run_on(
         ..VmSysctl::default()
     };
     let mut pa = PageAlloc::new(layout, sysctl, policy);
+    pa.check_invariants();
     if lines {
         pa.set_cpu_topology(CpuTopology {
             cpus_per_node: 2,
@@ -102,7 +124,7 @@ fn run_on(
             match pa.alloc_pages(&mut cx, gfp, order) {
                 Ok(pfn) => {
                     assert_eq!(pfn.0 & ((1 << order) - 1), 0, "op {op}: unaligned block");
-                    let zi = pa.page_zone(pfn.0 as u32);
+                    let zi = pa.page_zone(pfn);
                     if gfp.contains(Gfp::DMA32) {
                         assert_eq!(
                             pa.zones[zi].zone_type,
@@ -205,18 +227,32 @@ fn pageblocks_are_aligned_physically_not_to_the_zone() {
         VmSysctl::default(),
         PcpPolicy::default(),
     );
-    let z = &mut pa.zones[1];
+    use mm::page_alloc::pageblock_migratetype;
+    let z = &pa.zones[1];
     assert_eq!((z.zone_type, z.zone_start_pfn), (ZoneType::Normal, 1));
-    let b = PAGEBLOCK_NR_PAGES as u32;
-    z.set_pageblock_migratetype(b, MigrateType::Unmovable);
-    assert_eq!(z.pageblock_migratetype(b - 1), MigrateType::Movable);
-    assert_eq!(z.pageblock_migratetype(b), MigrateType::Unmovable);
-    assert_eq!(z.pageblock_migratetype(2 * b - 1), MigrateType::Unmovable);
-    // The zone's last page, in a partial last pageblock.
-    let last = (z.end_pfn() - 1) as u32;
-    z.set_pageblock_migratetype(last, MigrateType::Reclaimable);
+    let last = z.end_pfn() - 1;
+    let b = PAGEBLOCK_NR_PAGES;
+    let mem = &mut pa.mem;
+    let idx = |mem: &mm::page::MemMap, pfn: u64| mem.idx(Pfn(pfn));
+    let i = idx(mem, b);
+    mem.set_pageblock_mt(i, MigrateType::Unmovable as u8);
     assert_eq!(
-        z.pageblock_migratetype(last & !(b - 1)),
+        pageblock_migratetype(mem, idx(mem, b - 1)),
+        MigrateType::Movable
+    );
+    assert_eq!(
+        pageblock_migratetype(mem, idx(mem, b)),
+        MigrateType::Unmovable
+    );
+    assert_eq!(
+        pageblock_migratetype(mem, idx(mem, 2 * b - 1)),
+        MigrateType::Unmovable
+    );
+    // The zone's last page, in a partial last pageblock.
+    let i = idx(mem, last);
+    mem.set_pageblock_mt(i, MigrateType::Reclaimable as u8);
+    assert_eq!(
+        pageblock_migratetype(mem, idx(mem, last & !(b - 1))),
         MigrateType::Reclaimable
     );
 }
@@ -245,5 +281,63 @@ fn exhaustion_fails_cleanly_and_recovers() {
     for p in held {
         pa.free_pages(&mut cx, p, 0);
     }
+    pa.check_invariants();
+}
+
+/// The sparse layout: allocations of every order and migratetype walk
+/// into the lazy runs (materialising sections, stealing max-order blocks
+/// for unmovable and reclaimable requests), run out of memory, and give
+/// everything back.
+#[test]
+fn buddy_and_pcp_match_a_bitmap_over_lazy_sections() {
+    for seed in 20..=23 {
+        run_on(
+            &sparse_layout(),
+            seed,
+            6000,
+            PcpPolicy::linux_6_18(),
+            0,
+            false,
+        );
+    }
+    run_on(&sparse_layout(), 24, 6000, PcpPolicy::default(), 8, false);
+}
+
+/// Boot materialises only the sections a boundary cuts, and max-order
+/// blocks come off a zone's lazy run highest first, one section at a
+/// time, as they would from lists that `memblock_free_all()` filled page
+/// block by page block.
+#[test]
+fn lazy_sections_hand_out_blocks_in_boot_order() {
+    let layout = sparse_layout();
+    let mut pa = PageAlloc::new(&layout, VmSysctl::default(), PcpPolicy::default());
+    let cut: Vec<u64> = layout.boot_sections().into_iter().collect();
+    // DMA32's end (section 1), node 0's end (section 4), node 1's end (7).
+    assert_eq!(cut, vec![1, 4, 7]);
+    assert_eq!(pa.mem.nr_materialised(), 3 * SECTION);
+    let normal0 = pa
+        .zones
+        .iter()
+        .position(|z| z.node.0 == 0 && z.zone_type == ZoneType::Normal)
+        .unwrap();
+    let mut cx = Cx::new(VcpuId(0), CostTable::uniform(1));
+    let mut got = Vec::new();
+    for _ in 0..40 {
+        let p = pa
+            .alloc_pages_node(&mut cx, mm::NodeId(0), Gfp::HIGHUSER_MOVABLE, 10)
+            .unwrap();
+        assert_eq!(pa.page_zone(p), normal0);
+        got.push(p.0);
+    }
+    // First the materialised blocks of the cut section 4 (node 0's end,
+    // freed last at boot: at the head), then sections 3 and 2 of the run.
+    let mut want: Vec<u64> = (0..16).rev().map(|b| 4 * SECTION + b * 1024).collect();
+    want.extend((0..24).map(|i| 4 * SECTION - 1024 * (i + 1)));
+    assert_eq!(got, want);
+    assert_eq!(
+        pa.mem.nr_materialised(),
+        4 * SECTION,
+        "section 3 only so far"
+    );
     pa.check_invariants();
 }

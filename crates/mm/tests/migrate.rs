@@ -157,14 +157,14 @@ fn with_flow_of(preset: Preset) -> KernelConfig {
     cfg
 }
 
-fn head_of(mm: &MmStruct, addr: u64) -> u32 {
+fn head_of(mm: &MmStruct, addr: u64) -> Pfn {
     let pmd = mm.pgt.lookup(addr, Level::Pmd).unwrap();
     let e = mm.pgt.get(pmd);
     if e & PAGE_PSE != 0 {
-        return entry_pfn(e).0 as u32;
+        return entry_pfn(e);
     }
     let s = mm.pgt.lookup(addr, Level::Pte).unwrap();
-    entry_pfn(mm.pgt.get(s)).0 as u32
+    entry_pfn(mm.pgt.get(s))
 }
 
 fn pmd_mapped(mm: &MmStruct, addr: u64) -> bool {
@@ -320,13 +320,12 @@ fn thp_without_a_huge_destination_is_split_and_its_pages_move() {
     let blocks: Vec<(Pfn, u8)> = held.iter().filter(|b| b.1 == 10).take(4).copied().collect();
     held.retain(|b| !blocks.contains(b));
     for (p, o) in blocks {
-        let head = p.0 as u32;
-        w.pa.split_page(head, o);
-        for i in 0..1u32 << o {
+        w.pa.split_page(p, o);
+        for i in 0..1u64 << o {
             if i % 2 == 0 {
-                w.pa.free_pages(&mut w.cx, Pfn((head + i) as u64), 0);
+                w.pa.free_pages(&mut w.cx, p.offset(i), 0);
             } else {
-                held.push((Pfn((head + i) as u64), 0));
+                held.push((p.offset(i), 0));
             }
         }
     }
@@ -522,11 +521,11 @@ fn zonelists_follow_node_distance() {
         Gfp::HIGHUSER_MOVABLE.or(Gfp::THISNODE),
         9,
     ) {
-        assert_eq!(pa.pfn_to_nid(p.0 as u32), NodeId(0));
+        assert_eq!(pa.pfn_to_nid(p), NodeId(0));
         held.push(p);
     }
     let p = pa.alloc_pages(&mut cx, Gfp::HIGHUSER_MOVABLE, 9).unwrap();
-    assert_eq!(pa.pfn_to_nid(p.0 as u32), NodeId(2), "nearest other node");
+    assert_eq!(pa.pfn_to_nid(p), NodeId(2), "nearest other node");
     held.push(p);
     for p in held {
         pa.free_pages(&mut cx, p, 9);
@@ -638,12 +637,12 @@ fn a_preferred_mempolicy_allocates_on_its_node() {
     let local =
         w.pa.alloc_pages(&mut w.cx, Gfp::HIGHUSER_MOVABLE, 0)
             .unwrap();
-    assert_eq!(w.pa.pfn_to_nid(local.0 as u32), NodeId(0));
+    assert_eq!(w.pa.pfn_to_nid(local), NodeId(0));
     w.pa.set_task_mempolicy(VcpuId(0), Some(NodeId(1)));
     let far =
         w.pa.alloc_pages(&mut w.cx, Gfp::HIGHUSER_MOVABLE, 9)
             .unwrap();
-    assert_eq!(w.pa.pfn_to_nid(far.0 as u32), NodeId(1));
+    assert_eq!(w.pa.pfn_to_nid(far), NodeId(1));
     w.pa.set_task_mempolicy(VcpuId(0), None);
     w.pa.free_pages(&mut w.cx, local, 0);
     w.pa.free_pages(&mut w.cx, far, 9);

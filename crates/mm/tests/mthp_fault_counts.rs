@@ -385,8 +385,7 @@ fn fault_when_fragmented(policy: &str) -> ([u64; 3], u8) {
         .lookup((a + 80 * KIB).0, mm::pgtable::Level::Pte)
         .unwrap();
     let pfn = mm::pgtable::entry_pfn(mm.pgt.get(pte));
-    let head = mm::page::pfn_idx(pfn);
-    let order = pa.mem.order(head);
+    let order = pa.mem.order(pfn);
     let fb = [16, 32, 64].map(|kb| pa.vmstat.mthp_stat(kb, "anon_fault_fallback"));
     exit_mmap(&mut pa, &mut cx, mm);
     for p in odd {

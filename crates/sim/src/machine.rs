@@ -4,8 +4,8 @@ use mm::page_alloc::{MemoryLayout, NodeLayout};
 use mm::PAGE_SIZE;
 use std::fmt;
 
-/// The largest machine the model accepts: 256 CPUs and 1 TiB per DESIGN.md,
-/// with room to spare (16 TiB is where `u32` pfns end).
+/// The most CPUs the model accepts: 256 CPUs per DESIGN.md, with room to
+/// spare. (Memory is bounded by [`mm::page::MAX_PFN`]: 4 PiB.)
 pub const MAX_CPUS: u32 = 1024;
 
 /// One NUMA node (a socket, in the seeds' machines).
@@ -37,9 +37,9 @@ pub enum MachineError {
     Cpus(String),
     /// A node's memory is not a whole number of 2 MiB pageblocks, or is zero.
     Memory(String),
-    /// The page metadata would not fit in the host's memory.
+    /// The page allocator's boot state would not fit in the host's memory.
     TooLarge {
-        /// Bytes of host memory the page metadata would need.
+        /// Bytes of host memory the allocator needs at boot.
         needed_bytes: u64,
         /// Bytes the host has.
         host_bytes: u64,
@@ -52,7 +52,7 @@ impl fmt::Display for MachineError {
             MachineError::Cpus(s) | MachineError::Memory(s) => f.write_str(s),
             MachineError::TooLarge { needed_bytes, host_bytes } => write!(
                 f,
-                "the machine's page metadata would need {} of host memory ({} bytes a page), but this host has {}",
+                "the machine's page allocator would need {} of host memory at boot (before the workload's {} bytes a touched page), but this host has {}",
                 human_bytes(*needed_bytes),
                 mm::page::MemMap::BYTES_PER_PAGE,
                 human_bytes(*host_bytes)
@@ -65,7 +65,7 @@ impl std::error::Error for MachineError {}
 
 /// `1.5 GiB`-style size.
 pub fn human_bytes(b: u64) -> String {
-    const UNITS: [&str; 5] = ["B", "KiB", "MiB", "GiB", "TiB"];
+    const UNITS: [&str; 6] = ["B", "KiB", "MiB", "GiB", "TiB", "PiB"];
     let mut v = b as f64;
     let mut u = 0;
     while v >= 1024.0 && u + 1 < UNITS.len() {
@@ -90,9 +90,12 @@ impl Machine {
         self.nodes.iter().map(|n| n.memory_bytes).sum()
     }
 
-    /// Host bytes the model's page metadata needs for this machine.
+    /// Host bytes the model's page allocator needs for this machine at
+    /// boot (`MemoryLayout::boot_host_bytes`): a few bytes per 128 MiB
+    /// section and the per-CPU pagesets, not 16 bytes a page; the memory a
+    /// workload touches comes on top.
     pub fn metadata_bytes(&self) -> u64 {
-        self.memory_bytes() / PAGE_SIZE * mm::page::MemMap::BYTES_PER_PAGE as u64
+        self.memory_layout().boot_host_bytes()
     }
 
     /// Checks that the machine can exist and fits a host with `host_bytes`.
@@ -119,11 +122,11 @@ impl Machine {
                 self.nr_cpus()
             )));
         }
-        if self.memory_bytes() / PAGE_SIZE >= u32::MAX as u64 {
+        if self.memory_bytes() / PAGE_SIZE > mm::page::MAX_PFN {
             return Err(MachineError::Memory(format!(
-                "{} of memory; the model numbers pages with 32 bits, so a machine has fewer \
-                 than 2^32 pages: at most 16 TiB less one pageblock (2 MiB)",
-                human_bytes(self.memory_bytes())
+                "{} of memory; the model addresses at most {} (52-bit physical addresses)",
+                human_bytes(self.memory_bytes()),
+                human_bytes(mm::page::MAX_PFN * PAGE_SIZE)
             )));
         }
         // Leave half the host for everything else.

@@ -115,9 +115,9 @@ impl World {
             })
             .collect()
     }
-    fn folio(&self, mm: &MmStruct, addr: u64) -> u32 {
+    fn folio(&self, mm: &MmStruct, addr: u64) -> Pfn {
         let s = mm.pgt.lookup(addr, Level::Pmd).unwrap();
-        pfn_idx(entry_pfn(mm.pgt.get(s)))
+        entry_pfn(mm.pgt.get(s))
     }
     /// Everything is back: pool consistent, allocator consistent.
     fn check(&self) {
@@ -249,7 +249,7 @@ fn first_touch_clears_in_the_configured_order_with_the_fault_address_as_target()
         let log = w.log();
         assert_eq!(log.len(), 1);
         assert_eq!(log[0].src, None);
-        assert_eq!(log[0].dst.0 as u32, w.folio(&mm, a));
+        assert_eq!(log[0].dst, w.folio(&mm, a));
         let want: Vec<u32> = process_huge_page_order(policy, 512, 300).collect();
         assert_eq!(log[0].subpages, want, "{policy}");
         // Every later access to the page needs no fault.
@@ -303,8 +303,8 @@ fn fork_shares_write_protected_and_cow_copies_the_whole_page_in_order() {
     assert_eq!(w.draw(&child, a, 2), "wW");
     let log = w.log();
     assert_eq!(log.len(), 1);
-    assert_eq!(log[0].src, Some(Pfn(shared as u64)));
-    assert_eq!(log[0].dst.0 as u32, w.folio(&child, a + H));
+    assert_eq!(log[0].src, Some(shared));
+    assert_eq!(log[0].dst, w.folio(&child, a + H));
     let want: Vec<u32> = process_huge_page_order(HugeOrderPolicy::TargetLast, 512, 5).collect();
     assert_eq!(log[0].subpages, want);
     assert_eq!(*log[0].subpages.last().unwrap(), 5);

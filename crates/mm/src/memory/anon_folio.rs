@@ -66,7 +66,7 @@
 
 use super::{ThpEnabled, VmFault};
 use crate::cost::Cost;
-use crate::page::{pfn_idx, PG_PARTIALLY_MAPPED};
+use crate::page::PG_PARTIALLY_MAPPED;
 use crate::page_alloc::{Gfp, PageAlloc};
 use crate::pgtable::{
     mk_entry, Slot, PAGE_ACCESSED, PAGE_ANON_EXCLUSIVE, PAGE_DIRTY, PAGE_PRESENT, PAGE_RW,
@@ -361,9 +361,9 @@ pub fn map_anon_folio(vmf: &mut super::Vmf, pte: Slot, pfn: Pfn, order: u8) {
     let addr = address.0;
     let nr = 1u32 << order;
     super::huge_order::folio_zero_user(cx, g.cfg.clear_order, pfn, nr, *address);
-    pa.mem.set_refcount(pfn_idx(pfn), nr);
+    pa.mem.set_refcount(pfn, nr);
     let first = crate::pgtable::Level::Pte.index(addr & !((PAGE_SIZE << order) - 1));
-    let ptl = super::pte_lockptr(pte.table);
+    let ptl = super::pte_lockptr(pte);
     cx.lock(ptl);
     cx.charge_n(Cost::PteSet, nr as u64);
     let t = mm.pgt.entries_mut(pte);
@@ -381,7 +381,7 @@ pub fn map_anon_folio(vmf: &mut super::Vmf, pte: Slot, pfn: Pfn, order: u8) {
 /// A large folio mapped by a number of references that is not a multiple of
 /// its size is partially mapped (see the module's deviations); the first
 /// time, it counts `split_deferred` and `nr_anon_partially_mapped`.
-pub fn check_partially_mapped(pa: &mut PageAlloc, head: u32) {
+pub fn check_partially_mapped(pa: &mut PageAlloc, head: Pfn) {
     let flags = pa.mem.flags(head);
     let order = pa.mem.order(head);
     if order < 2 || flags & PG_PARTIALLY_MAPPED != 0 {
@@ -398,7 +398,7 @@ pub fn check_partially_mapped(pa: &mut PageAlloc, head: u32) {
 
 /// Before a large anonymous folio is freed: takes it off the per-size gauges
 /// (and the deferred split queue).
-pub fn folio_undo_large_anon(pa: &mut PageAlloc, head: u32, order: u8) {
+pub fn folio_undo_large_anon(pa: &mut PageAlloc, head: Pfn, order: u8) {
     if order == 0 || order as usize >= MTHP_NR_ORDERS {
         return;
     }
