@@ -116,7 +116,7 @@ fn replay_to_predictions(dir: &str, predictions: &str) {
         for k in aspace["kernels"].as_array().expect("kernels") {
             let kname = k["kernel"].as_str().expect("name");
             assert_eq!(
-                k["pgfault"],
+                &k["pgfault"],
                 want[kname]
                     .get("pgfault_replayed")
                     .unwrap_or(&want[kname]["pgfault"]),
