@@ -96,6 +96,7 @@ macro_rules! event_kinds {
 
             /// Reads the fields of the variant of `code`; `Ok(None)` for a
             /// code no variant has.
+            #[inline(always)]
             pub(crate) fn decode_fields(
                 code: u8,
                 r: &mut crate::format::FieldReader<'_, '_>,
