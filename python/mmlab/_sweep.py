@@ -8,7 +8,7 @@ import itertools
 import sys
 import time
 import warnings
-from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
+from typing import Any, Dict, Iterable, List, Literal, Mapping, Optional, Sequence, Tuple, Union
 
 import pandas as pd
 import pyarrow as pa
@@ -17,8 +17,11 @@ from . import _arrow, _native
 from ._errors import MmlabError
 from ._source import Experiment, Spec, portable, resolve
 
-Value = Any  # int, str or bool
+Value = Union[int, str, bool]
+"""A grid value: what the knob or parameter takes in an experiment file."""
 Point = Tuple[List[Tuple[str, Value]], Optional[int]]
+Backend = Literal["local", "ray"]
+OnError = Literal["report", "raise"]
 
 
 class _Progress:
@@ -67,7 +70,7 @@ class _Progress:
             sys.stderr.flush()
 
 
-def _check_values(grid: Mapping[str, Sequence[Value]]) -> Dict[str, List[Value]]:
+def _check_values(grid: Mapping[str, Iterable[Value]]) -> Dict[str, List[Value]]:
     out: Dict[str, List[Value]] = {}
     for key, values in grid.items():
         if not isinstance(key, str):
@@ -86,7 +89,7 @@ def _check_values(grid: Mapping[str, Sequence[Value]]) -> Dict[str, List[Value]]
     return out
 
 
-def points(grid: Mapping[str, Sequence[Value]], seeds: Optional[Sequence[int]]) -> List[Point]:
+def points(grid: Mapping[str, Sequence[Value]], seeds: Optional[Iterable[int]]) -> List[Point]:
     """The sweep's points in their order: the grid's keys in the order
     given, the last varying fastest, then the seeds."""
     keys = list(grid)
@@ -178,12 +181,12 @@ def _run_ray(spec: Spec, todo: List[Tuple[int, Point]], progress: _Progress) -> 
 
 def sweep(
     experiment: Experiment,
-    grid: Optional[Mapping[str, Sequence[Value]]] = None,
-    seeds: Optional[Sequence[int]] = None,
-    backend: str = "local",
+    grid: Optional[Mapping[str, Iterable[Value]]] = None,
+    seeds: Optional[Iterable[int]] = None,
+    backend: Backend = "local",
     jobs: Optional[int] = None,
     progress: bool = True,
-    on_error: str = "report",
+    on_error: OnError = "report",
 ) -> pd.DataFrame:
     """Runs ``experiment`` at every point of ``grid`` × ``seeds``."""
     if backend not in ("local", "ray"):

@@ -8,7 +8,7 @@ use crate::frames;
 use crate::source::PySource;
 use crate::table::{Column, Data, Table};
 use mmlab::api::{self, RunOptions};
-use mmlab::replay::ReplayMode;
+use mmlab::replay::{ReplayMode, ReplayOn};
 use mmlab::sweep::{self, Point};
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyList, PyTuple};
@@ -31,7 +31,8 @@ fn err(py: Python<'_>, e: anyhow::Error) -> PyErr {
 
 /// One column as `(name, type, length, null_count, validity, a, b, extra)`:
 /// `a`/`b` the data buffers (values; or offsets and bytes), `extra` the
-/// dictionary's strings or a list column's child columns.
+/// dictionary's strings, a list column's child columns or a null column's
+/// type (type `null`: every row null, no buffers).
 fn column<'py>(py: Python<'py>, name: &str, c: &Column) -> PyResult<Bound<'py, PyTuple>> {
     let bytes = |b: &[u8]| PyBytes::new(py, b).into_any();
     let none = || py.None().into_bound(py);
@@ -47,6 +48,7 @@ fn column<'py>(py: Python<'py>, name: &str, c: &Column) -> PyResult<Bound<'py, P
             PyList::new(py, dict)?.into_any(),
         ),
         Data::List { offsets, child } => ("list", bytes(offsets), none(), columns(py, child)?),
+        Data::Null { ty } => ("null", none(), none(), ty.into_pyobject(py)?.into_any()),
     };
     let items: Vec<Bound<'py, PyAny>> = vec![
         name.into_pyobject(py)?.into_any(),
@@ -311,26 +313,31 @@ fn replay_mode(mode: &str) -> anyhow::Result<ReplayMode> {
 }
 
 /// Replays a trace (`mmlab replay`): the tidy columns of mode (a)'s runs
-/// and the whole results document as JSON text.
+/// and the whole results document as JSON text. `experiment` is the
+/// `(kind, payload, origin)` of the experiment whose machine and kernels
+/// it uses, or None for the recorded ones.
 #[pyfunction]
 #[pyo3(signature = (trace, experiment, seed, warm, mode))]
 fn replay<'py>(
     py: Python<'py>,
     trace: PathBuf,
-    experiment: Option<PathBuf>,
+    experiment: Option<(String, String, String)>,
     seed: Option<u64>,
     warm: bool,
     mode: String,
 ) -> PyResult<(Bound<'py, PyAny>, String)> {
+    let experiment = experiment.map(|(k, p, o)| source(k, p, o));
     let (table, text) = py
         .detach(|| {
-            let r = mmlab::replay::replay(
-                &trace,
-                experiment.as_deref(),
-                seed,
-                warm,
-                replay_mode(&mode)?,
-            )?;
+            let mode = replay_mode(&mode)?;
+            // A path is read after the trace's header, as `mmlab replay
+            // --experiment` does, so that a bad trace is reported first.
+            let on = match &experiment {
+                None => ReplayOn::Recorded,
+                Some(s) if s.kind == "path" => ReplayOn::File(Path::new(&s.payload)),
+                Some(s) => ReplayOn::Loaded(Box::new(s.replay_experiment()?)),
+            };
+            let r = mmlab::replay::replay_on(&trace, on, seed, warm, mode, None)?;
             Ok((
                 frames::tidy_table(&r.doc, false),
                 mmlab::results::to_json_pretty(&r.doc),

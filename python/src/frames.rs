@@ -406,22 +406,9 @@ mod tests {
     use mmlab::api::{self, RunOptions, Source};
     use mmlab::results::TIDY_COLUMNS;
 
-    const SMALL: &str = r#"
-name = "small"
-profile = "haswell-ep"
-[machine]
-name = "m"
-nodes = 1
-cpus_per_node = 2
-memory_per_node = "256MiB"
-[[kernel]]
-name = "a"
-preset = "linux-6.6"
-[[workload]]
-name = "w"
-type = "page-churn"
-params = { iterations = 5, burst = 50, think_ns = 1000 }
-"#;
+    /// The CLI's small test experiment (two kernels, page churn on 4
+    /// CPUs), shared with the CLI crate's tests.
+    const SMALL: &str = include_str!("../../crates/cli/tests/fixtures/small.toml");
 
     fn doc() -> ResultsDoc {
         api::run(

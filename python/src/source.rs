@@ -3,8 +3,8 @@
 //! path that names it in errors and locates relative profile paths.
 
 use anyhow::{anyhow, bail, Result};
-use mmlab::api::Source;
-use mmlab::experiment::ExperimentFile;
+use mmlab::api::{Source, BUILTIN_EXPERIMENTS};
+use mmlab::experiment::{Experiment, ExperimentFile};
 use mmlab::sweep::Spec;
 use std::path::{Path, PathBuf};
 
@@ -59,6 +59,33 @@ impl PySource {
     /// The sweep spec of this experiment.
     pub fn spec(&self) -> Result<Spec> {
         self.with_source(Spec::from_source)
+    }
+
+    /// The experiment whose machine, profile and kernels a replay uses, as
+    /// `mmlab replay --experiment` reads it: `[[workload]]` may be left out
+    /// (the trace stands for it). A built-in name is that one experiment
+    /// (without its companions).
+    pub fn replay_experiment(&self) -> Result<Experiment> {
+        let toml = |text: &str, origin: &Path| -> Result<Experiment> {
+            let f: ExperimentFile =
+                toml::from_str(text).map_err(|e| anyhow!("{}: {e}", origin.display()))?;
+            Experiment::from_file(f, origin, true)
+        };
+        match self.kind.as_str() {
+            "path" => Experiment::load_for_replay(Path::new(&self.payload)),
+            "toml" => toml(&self.payload, &self.origin),
+            "json" => {
+                Experiment::from_file(parse_json(&self.payload, &self.origin)?, &self.origin, true)
+            }
+            "builtin" => {
+                let (_, text) = BUILTIN_EXPERIMENTS
+                    .iter()
+                    .find(|(n, _)| *n == self.payload)
+                    .ok_or_else(|| anyhow!("no built-in experiment \"{}\"", self.payload))?;
+                toml(text, &self.origin)
+            }
+            other => bail!("unknown experiment source kind \"{other}\""),
+        }
     }
 }
 

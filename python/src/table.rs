@@ -10,6 +10,16 @@
 //! list column is `i32` offsets into a child table (a list of structs).
 //! Every column may have a validity bitmap (bit `i` set: row `i` has a
 //! value), kept only when some row is null.
+//!
+//! # Mostly-null columns
+//!
+//! A trace's table has one column per tracepoint field, and each event
+//! kind fills only a few: most columns are mostly null, and a trace without
+//! some kind has columns that are null throughout. Builders therefore pad
+//! the rows an event skips in bulk (`resize`, not a push per row), and a
+//! column with no value at all is sent as [`Data::Null`] (its type and
+//! length only): the Python side makes it from one shared zeroed buffer
+//! instead of copying megabytes of zeros.
 
 /// A primitive Arrow type.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -63,6 +73,19 @@ pub struct Validity {
 }
 
 impl Validity {
+    /// Appends `k` null rows (their bits are already clear: a set bit is
+    /// only ever written for a valid row).
+    fn extend_nulls(&mut self, k: usize) {
+        self.len += k;
+        self.nulls += k;
+        self.bits.resize(self.len.div_ceil(8), 0);
+    }
+
+    /// True when no row so far has a value (also when there are no rows).
+    fn all_null(&self) -> bool {
+        self.nulls == self.len
+    }
+
     fn push(&mut self, valid: bool) {
         if self.len.is_multiple_of(8) {
             self.bits.push(0);
@@ -98,6 +121,9 @@ pub enum Data {
     Dict { indices: Vec<u8>, dict: Vec<String> },
     /// `offsets[i]..offsets[i+1]` (`i32`) of the child's rows is row `i`.
     List { offsets: Vec<u8>, child: Table },
+    /// Every row null: a column of type `ty` (a [`Prim::name`], `bool` or
+    /// `str`) with no buffers.
+    Null { ty: &'static str },
 }
 
 /// A column: its data and which rows are null.
@@ -149,6 +175,18 @@ impl<T: Native> Default for PrimCol<T> {
     }
 }
 
+/// The column of `len` rows, none with a value, of type `ty`.
+fn null_column(ty: &'static str, len: usize) -> Column {
+    let mut validity = Validity::default();
+    validity.extend_nulls(len);
+    validity.bits = Vec::new();
+    Column {
+        data: Data::Null { ty },
+        validity,
+        len,
+    }
+}
+
 impl<T: Native> PrimCol<T> {
     pub fn with_capacity(n: usize) -> Self {
         PrimCol {
@@ -176,12 +214,16 @@ impl<T: Native> PrimCol<T> {
     }
 
     fn pad(&mut self, rows: usize) {
-        while self.validity.len < rows {
-            self.push(None);
+        if let Some(k) = rows.checked_sub(self.validity.len) {
+            self.validity.extend_nulls(k);
+            self.bytes.resize(rows * std::mem::size_of::<T>(), 0);
         }
     }
 
     pub fn finish(mut self, rows: usize) -> Column {
+        if self.validity.all_null() {
+            return null_column(T::PRIM.name(), rows.max(self.validity.len));
+        }
         self.pad(rows);
         Column {
             len: self.validity.len,
@@ -209,13 +251,16 @@ impl BoolCol {
     }
 
     fn pad(&mut self, rows: usize) {
-        while self.validity.len < rows {
-            self.bits.push(false);
-            self.validity.push(false);
+        if let Some(k) = rows.checked_sub(self.validity.len) {
+            self.bits.extend_nulls(k);
+            self.validity.extend_nulls(k);
         }
     }
 
     pub fn finish(mut self, rows: usize) -> Column {
+        if self.validity.all_null() {
+            return null_column("bool", rows.max(self.validity.len));
+        }
         self.pad(rows);
         Column {
             len: self.validity.len,
@@ -261,13 +306,19 @@ impl StrCol {
     }
 
     fn pad(&mut self, rows: usize) {
-        while self.validity.len < rows {
-            self.end();
-            self.validity.push(false);
+        if let Some(k) = rows.checked_sub(self.validity.len) {
+            let end = i32::try_from(self.bytes.len()).unwrap_or(i32::MAX);
+            for _ in 0..k {
+                self.offsets.extend_from_slice(&end.to_le_bytes());
+            }
+            self.validity.extend_nulls(k);
         }
     }
 
     pub fn finish(mut self, rows: usize) -> Column {
+        if self.validity.all_null() {
+            return null_column("str", rows.max(self.validity.len));
+        }
         self.pad(rows);
         Column {
             len: self.validity.len,
@@ -356,10 +407,12 @@ impl ListCol {
     }
 
     fn pad(&mut self, rows: usize) {
-        while self.validity.len < rows {
-            self.offsets
-                .extend_from_slice(&self.child_rows.to_le_bytes());
-            self.validity.push(false);
+        if let Some(k) = rows.checked_sub(self.validity.len) {
+            for _ in 0..k {
+                self.offsets
+                    .extend_from_slice(&self.child_rows.to_le_bytes());
+            }
+            self.validity.extend_nulls(k);
         }
     }
 
@@ -400,6 +453,42 @@ mod tests {
         assert_eq!(u64s(&col), [0, 7, 0, 9, 0]);
         assert_eq!(col.validity.null_count(), 3);
         assert_eq!(col.validity.bitmap(), Some(&[0b0000_1010u8][..]));
+    }
+
+    #[test]
+    fn a_column_never_set_is_a_null_column_of_its_type() {
+        let col = PrimCol::<u64>::default().finish(1000);
+        assert_eq!(col.data, Data::Null { ty: "u64" });
+        assert_eq!((col.len, col.validity.null_count()), (1000, 1000));
+        assert_eq!(StrCol::default().finish(3).data, Data::Null { ty: "str" });
+        assert_eq!(BoolCol::default().finish(3).data, Data::Null { ty: "bool" });
+        // One value is enough for the full layout.
+        let mut c = PrimCol::<u64>::default();
+        c.set(999, 5);
+        let col = c.finish(1000);
+        assert_eq!(u64s(&col)[999], 5);
+        assert_eq!(col.validity.null_count(), 999);
+    }
+
+    #[test]
+    fn padding_in_bulk_keeps_the_bitmap_and_offsets_exact() {
+        let mut b = BoolCol::default();
+        b.set(9, true);
+        b.set(10, false);
+        let col = b.finish(17);
+        let Data::Bool { bits } = &col.data else {
+            panic!()
+        };
+        assert_eq!(bits, &[0, 0b0000_0010, 0]);
+        assert_eq!(col.validity.bitmap(), Some(&[0, 0b0000_0110, 0][..]));
+        let mut s = StrCol::default();
+        s.set(2, "xy");
+        let col = s.finish(4);
+        let Data::Str { offsets, .. } = &col.data else {
+            panic!()
+        };
+        assert_eq!(offsets.len(), 5 * 4);
+        assert_eq!(&offsets[12..], &[2, 0, 0, 0, 2, 0, 0, 0]);
     }
 
     #[test]

@@ -7,7 +7,7 @@ import pandas as pd
 import pytest
 
 import mmlab
-from conftest import SMALL
+from common import SMALL
 
 ray = pytest.importorskip("ray", reason="pip install 'mmlab[ray]' for the Ray backend's test")
 

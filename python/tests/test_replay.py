@@ -6,12 +6,13 @@ from __future__ import annotations
 import io
 import json
 import re
+import tomllib
 
 import pandas as pd
 import pytest
 
 import mmlab
-from conftest import REPO
+from common import REPO
 
 TRACE = REPO / "crates" / "trace" / "tests" / "fixtures" / "dd-gzip.mmtrace"
 FOLIOS = REPO / "examples" / "replay-folio-configs.toml"
@@ -60,3 +61,29 @@ def test_a_bad_mode_and_a_missing_trace_raise(tmp_path):
         mmlab.validate(TRACE, mode="fast")
     with pytest.raises(mmlab.MmlabError, match="nope.mmtrace"):
         mmlab.replay(tmp_path / "nope.mmtrace")
+
+
+def test_replay_takes_the_experiment_as_a_path_toml_text_a_dict_or_a_name():
+    text = FOLIOS.read_text()
+    frames = []
+    for experiment in (FOLIOS, str(FOLIOS), text, tomllib.loads(text)):
+        with pytest.warns(UserWarning):
+            frames.append(mmlab.replay(TRACE, experiment, mode="aspace"))
+    for df in frames[1:]:
+        pd.testing.assert_frame_equal(df, frames[0])
+    # A built-in experiment's machine and kernels (that one, not its companions).
+    with pytest.warns(UserWarning):
+        df = mmlab.replay(TRACE, "page-churn", mode="aspace")
+    doc = mmlab.run_document("page-churn")
+    kernels = [k["name"] for k in doc["experiments"][0]["kernels"]]
+    assert df.kernel.unique().tolist() == kernels
+
+
+def test_replay_of_a_bad_toml_text_or_dict_raises_with_mmlabs_message():
+    text = FOLIOS.read_text()
+    with pytest.raises(mmlab.MmlabError, match=r"<string>.*line"):
+        mmlab.replay(TRACE, text.replace("nodes = 1", "nodes = \"one\"", 1), mode="aspace")
+    d = tomllib.loads(text)
+    d["kernel"][0]["presett"] = d["kernel"][0].pop("preset")
+    with pytest.raises(mmlab.MmlabError, match=r"<dict>: kernel\[0\].*presett"):
+        mmlab.replay(TRACE, d, mode="aspace")

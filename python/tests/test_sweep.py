@@ -10,18 +10,18 @@ import pandas as pd
 import pytest
 
 import mmlab
-from conftest import SMALL
+from common import SMALL
 
 GRID = {"vm.percpu_pagelist_high_fraction": [0, 8], "churn.burst": [20, 50]}
 
 
 def _written(high: int, burst: int) -> str:
     """SMALL with the point's values written in (every kernel's knob)."""
-    text = SMALL.replace("burst = 50", f"burst = {burst}")
+    text = SMALL.replace("burst = 200", f"burst = {burst}")
     text = text.replace('"vm.percpu_pagelist_high_fraction" = 8', f'"vm.percpu_pagelist_high_fraction" = {high}')
     return text.replace(
-        'name = "6.6"\npreset = "linux-6.6"\n',
-        f'name = "6.6"\npreset = "linux-6.6"\nknobs = {{ "vm.percpu_pagelist_high_fraction" = {high} }}\n',
+        'name = "base"\npreset = "linux-6.6"\n',
+        f'name = "base"\npreset = "linux-6.6"\nknobs = {{ "vm.percpu_pagelist_high_fraction" = {high} }}\n',
     )
 
 

@@ -8,7 +8,7 @@ import re
 import pytest
 
 import mmlab
-from conftest import REPO
+from common import REPO
 
 TRACE = REPO / "crates" / "trace" / "tests" / "fixtures" / "dd-gzip.mmtrace"
 
@@ -46,3 +46,12 @@ def test_a_file_that_is_not_a_trace_raises_naming_it(tmp_path):
     bad.write_bytes(b"not a trace at all\n")
     with pytest.raises(mmlab.MmlabError, match="bad.mmtrace"):
         mmlab.read_trace(bad)
+
+
+def test_a_field_no_event_has_is_a_typed_all_null_column():
+    ev = mmlab.read_trace(TRACE)
+    # dd-gzip was recorded from tracefs: no perf:comm records, so no comm.
+    assert "perf:comm" not in set(ev.kind)
+    assert str(ev["comm"].dtype) == "string[pyarrow]" and ev["comm"].isna().all()
+    assert str(ev["pgoff"].dtype) == "uint64[pyarrow]" and ev["pgoff"].isna().all()
+    assert len(ev["comm"]) == len(ev)

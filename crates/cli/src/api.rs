@@ -264,22 +264,9 @@ pub fn read_results(path: &Path) -> Result<ResultsDoc> {
 mod tests {
     use super::*;
 
-    const SMALL: &str = r#"
-name = "small"
-profile = "haswell-ep"
-[machine]
-name = "m"
-nodes = 1
-cpus_per_node = 2
-memory_per_node = "256MiB"
-[[kernel]]
-name = "a"
-preset = "linux-6.6"
-[[workload]]
-name = "w"
-type = "page-churn"
-params = { iterations = 5, burst = 50, think_ns = 1000 }
-"#;
+    /// The CLI's small test experiment (two kernels, page churn on 4
+    /// CPUs), shared with `sweep.rs` and the Python crate's tests.
+    const SMALL: &str = include_str!("../tests/fixtures/small.toml");
 
     #[test]
     fn toml_and_parsed_sources_give_the_same_document_and_tidy_rows() {
@@ -296,7 +283,8 @@ params = { iterations = 5, burst = 50, think_ns = 1000 }
         let b = run(Source::Parsed { file, origin }, &RunOptions::default()).expect("runs");
         assert_eq!(a, b);
         assert_eq!(a.experiments.len(), 1);
-        assert_eq!(a.experiments[0].runs.len(), 1);
+        // One run per kernel (`base`, `big-high`).
+        assert_eq!(a.experiments[0].runs.len(), 2);
         let rows = a.tidy_rows();
         let runtime = rows
             .iter()
@@ -329,8 +317,13 @@ params = { iterations = 5, burst = 50, think_ns = 1000 }
         .expect("runs");
         let e = &doc.experiments[0];
         assert_eq!(e.seeds, [3, 4]);
-        let seeds: Vec<u64> = e.runs.iter().map(|r| r.seed).collect();
-        assert_eq!(seeds, [3, 4]);
+        let mut pairs: Vec<(&str, u64)> =
+            e.runs.iter().map(|r| (r.kernel.as_str(), r.seed)).collect();
+        pairs.sort_unstable();
+        assert_eq!(
+            pairs,
+            [("base", 3), ("base", 4), ("big-high", 3), ("big-high", 4)]
+        );
     }
 
     #[test]

@@ -108,6 +108,23 @@ pub fn recorded_kernel(h: &Header) -> Result<Kernel> {
     })
 }
 
+/// Where a replay's machine, profile and kernels come from.
+pub enum ReplayOn<'a> {
+    /// The recorded machine and configuration (the trace's header).
+    Recorded,
+    /// An experiment file (`mmlab replay --experiment FILE`).
+    File(&'a Path),
+    /// An experiment already loaded for replay (the Python package's TOML
+    /// text or dict, through [`Experiment::from_file`] with `for_replay`).
+    Loaded(Box<Experiment>),
+}
+
+impl<'a> ReplayOn<'a> {
+    fn from_file(exp_file: Option<&'a Path>) -> Self {
+        exp_file.map_or(ReplayOn::Recorded, ReplayOn::File)
+    }
+}
+
 /// The experiment a replay runs: machine, kernels and profile; one workload
 /// standing for the trace.
 pub fn replay_experiment(
@@ -115,6 +132,16 @@ pub fn replay_experiment(
     header: &Header,
     min_cpus: u32,
     exp_file: Option<&Path>,
+) -> Result<Experiment> {
+    replay_experiment_on(trace, header, min_cpus, ReplayOn::from_file(exp_file))
+}
+
+/// [`replay_experiment`] under `on`'s machine and kernels.
+pub fn replay_experiment_on(
+    trace: &Path,
+    header: &Header,
+    min_cpus: u32,
+    on: ReplayOn,
 ) -> Result<Experiment> {
     let workload = Workload {
         name: format!("replay {}", trace.display()),
@@ -128,8 +155,12 @@ pub fn replay_experiment(
         baseline: None,
         mode: Mode::Absolute,
     };
-    if let Some(path) = exp_file {
-        let mut exp = Experiment::load_for_replay(path)?;
+    let given = match on {
+        ReplayOn::Recorded => None,
+        ReplayOn::File(path) => Some(Experiment::load_for_replay(path)?),
+        ReplayOn::Loaded(exp) => Some(*exp),
+    };
+    if let Some(mut exp) = given {
         exp.workloads = vec![workload];
         if exp.report.baseline.is_none() {
             exp.report = report;
@@ -322,6 +353,25 @@ pub fn replay_with(
     mode: ReplayMode,
     timeline: Option<sim::TimelineOptions>,
 ) -> Result<Replayed> {
+    replay_on(
+        trace,
+        ReplayOn::from_file(exp_file),
+        seed,
+        warm,
+        mode,
+        timeline,
+    )
+}
+
+/// [`replay_with`] under `on`'s machine and kernels.
+pub fn replay_on(
+    trace: &Path,
+    on: ReplayOn,
+    seed: Option<u64>,
+    warm: bool,
+    mode: ReplayMode,
+    timeline: Option<sim::TimelineOptions>,
+) -> Result<Replayed> {
     let t0 = std::time::Instant::now();
     let prep = open_alloc(trace, mode)?;
     let header = match &prep {
@@ -332,7 +382,7 @@ pub fn replay_with(
         .as_ref()
         .and_then(|p| p.recorded.cpus.last().map(|c| c.saturating_add(1)))
         .unwrap_or(1);
-    let exp = replay_experiment(trace, &header, min_cpus, exp_file)?;
+    let exp = replay_experiment_on(trace, &header, min_cpus, on)?;
     let seed = seed.unwrap_or(exp.seed);
     let t1 = std::time::Instant::now();
     let mut results = Vec::new();

@@ -229,26 +229,17 @@ pub fn run_points(
 mod tests {
     use super::*;
 
-    const SMALL: &str = r#"
-name = "small"
-profile = "haswell-ep"
-[machine]
-name = "m"
-nodes = 1
-cpus_per_node = 2
-memory_per_node = "256MiB"
-[[kernel]]
-name = "a"
-preset = "linux-6.6"
-[[workload]]
-name = "churn.v1"
-type = "page-churn"
-params = { iterations = 5, burst = 50, think_ns = 1000 }
-"#;
+    /// The CLI's small test experiment (kernels `base` and `big-high`,
+    /// workload `churn`), shared with `api.rs` and the Python crate's tests.
+    const SMALL: &str = include_str!("../tests/fixtures/small.toml");
 
     fn spec() -> Spec {
+        spec_of(SMALL)
+    }
+
+    fn spec_of(text: &str) -> Spec {
         Spec::from_source(Source::Toml {
-            text: SMALL,
+            text,
             origin: Path::new("small.toml"),
         })
         .expect("parses")
@@ -260,7 +251,8 @@ params = { iterations = 5, burst = 50, think_ns = 1000 }
 
     #[test]
     fn keys_resolve_to_knobs_or_workload_parameters() {
-        let s = spec();
+        // A workload name with a dot: the parameter is after the last one.
+        let s = spec_of(&SMALL.replace("name = \"churn\"", "name = \"churn.v1\""));
         assert_eq!(
             s.setting("vm.percpu_pagelist_high_fraction").expect("knob"),
             Setting::Knob("vm.percpu_pagelist_high_fraction".into())
@@ -282,17 +274,19 @@ params = { iterations = 5, burst = 50, think_ns = 1000 }
         let point = Point {
             settings: vec![
                 ("vm.percpu_pagelist_high_fraction".into(), int(8)),
-                ("churn.v1.burst".into(), int(70)),
+                ("churn.burst".into(), int(70)),
             ],
             seed: Some(5),
         };
         let swept = run_point(&s, &point).expect("runs");
         let written = SMALL
             .replace(
-                "preset = \"linux-6.6\"",
-                "preset = \"linux-6.6\"\nknobs = { \"vm.percpu_pagelist_high_fraction\" = 8 }",
+                "name = \"base\"\npreset = \"linux-6.6\"",
+                "name = \"base\"\npreset = \"linux-6.6\"\nknobs = { \"vm.percpu_pagelist_high_fraction\" = 8 }",
             )
-            .replace("burst = 50", "burst = 70");
+            .replace("burst = 200", "burst = 70");
+        assert_eq!(written.matches("high_fraction\" = 8").count(), 2);
+        assert!(written.contains("burst = 70"));
         let opts = RunOptions {
             seeds: vec![5],
             ..RunOptions::default()
