@@ -734,6 +734,11 @@ pub fn do_wp_page(vmf: &mut Vmf, pte: Slot) -> Result<(), VmFault> {
             return Ok(());
         }
     }
+    // wp_page_copy(): folio_prealloc() allocates and charges the new page
+    // to the memcg (mem_cgroup_charge() is inside the allocator's fitted
+    // per-page cost, as for every anonymous fault), then
+    // __wp_page_copy_user() copies the old page, or the zero page's
+    // replacement is cleared.
     let pfn = pa
         .alloc_pages(cx, Gfp::HIGHUSER_MOVABLE, 0)
         .map_err(|_| VmFault::Oom)?;
@@ -743,9 +748,7 @@ pub fn do_wp_page(vmf: &mut Vmf, pte: Slot) -> Result<(), VmFault> {
         cx.copy_page(pfn, entry_pfn(e));
     }
     pa.mem.set_refcount(pfn, 1);
-    if let Some(h) = old_head {
-        folio_put_refs(pa, cx, h, 1);
-    }
+    mmu_notifier_invalidate_range_start(mm);
     let ptl = pte_lockptr(pte);
     cx.lock(ptl);
     // ptep_clear_flush(): the old entry leaves this CPU's TLB before the
@@ -759,8 +762,47 @@ pub fn do_wp_page(vmf: &mut Vmf, pte: Slot) -> Result<(), VmFault> {
             PAGE_PRESENT | PAGE_RW | PAGE_ACCESSED | PAGE_DIRTY | PAGE_ANON_EXCLUSIVE,
         ),
     );
+    if old_head.is_some() {
+        folio_remove_rmap_pte(cx);
+    }
     cx.unlock(ptl);
+    mmu_notifier_invalidate_range_end(mm);
+    // The reference the old PTE held goes after the unlock, as in
+    // wp_page_copy() (a page another mm still maps is not freed here).
+    if let Some(h) = old_head {
+        folio_put_refs(pa, cx, h, 1);
+    }
     Ok(())
+}
+
+/// Models `folio_remove_rmap_pte()` of the old page in `wp_page_copy()`,
+/// under the PTE lock, with the `folio_put()` of its PTE's reference after
+/// the unlock (the caller's): the page leaves this mm as a zap takes it
+/// (its mapcount and `NR_ANON_MAPPED` updated, its reference dropped, its
+/// `struct page` usually cold since the fork), so it charges what
+/// `zap_present_ptes()` charges per page, `pte_zap_ns`. Deviation: the
+/// kernel also drops the extra reference `do_wp_page()` took with
+/// `folio_get()` across the copy (the model takes none), and the PTE's own
+/// clearing is in `ptep_clear_flush()`; both are inside what
+/// `pte_zap_ns` measures (munmap per page).
+fn folio_remove_rmap_pte(cx: &mut Cx) {
+    cx.charge(Cost::PteZap);
+}
+
+/// Models `mmu_notifier_invalidate_range_start()`: tells secondary MMUs
+/// (KVM, an IOMMU with SVA, a GPU driver) that a range of the mm is about
+/// to change. The model's processes have none registered, as a plain
+/// process on this host has none: `mm_has_notifiers()` is false and the
+/// kernel's inline wrapper returns at once, so nothing is charged.
+fn mmu_notifier_invalidate_range_start(mm: &MmStruct) {
+    let _ = mm;
+}
+
+/// Models `mmu_notifier_invalidate_range_end()`: as
+/// [`mmu_notifier_invalidate_range_start`], nothing to do without
+/// subscribers.
+fn mmu_notifier_invalidate_range_end(mm: &MmStruct) {
+    let _ = mm;
 }
 
 /// Models `zap_page_range_single()`/`unmap_page_range()`: unmaps

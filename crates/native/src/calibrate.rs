@@ -34,6 +34,7 @@
 //! [`Outcome::Skipped`]; nothing here changes a knob.
 
 pub mod hw;
+pub mod isolated;
 pub mod kernel;
 
 use crate::error::NativeError;

@@ -3,6 +3,7 @@
 //! repeated in interleaved rounds.
 
 use native::calibrate::hw::{self, CpuPair};
+use native::calibrate::isolated;
 use native::calibrate::kernel;
 use native::calibrate::{run_interleaved, Measurement, Outcome, Probe};
 use native::faults::{Access, Advice, FaultPattern, Step};
@@ -32,12 +33,16 @@ pub mod names {
     pub const MMAP: &str = "mmap+munmap 4 KiB";
     pub const MPROTECT1: &str = "mprotect 1 page, populated";
     pub const MPROTECT1_EMPTY: &str = "mprotect 1 page, never touched";
-    pub const MPROTECT1_IPI: &str = "mprotect 1 page, a thread of the process on another CPU";
+    pub const MPROTECT1_IPI: &str =
+        "TLB shootdown IPI (mprotect, a thread of the process on another CPU)";
     pub const MUNMAP_PAGES: &str = "munmap per populated page";
     pub const MPROTECT_PAGES: &str = "mprotect per populated page";
     pub const FORK_PAGES: &str = "fork per populated page";
     pub const VMACACHE1: &str = "vmacache_find equivalent, hit in slot 0";
     pub const VMACACHE4: &str = "vmacache_find equivalent, hit in slot 3";
+    pub const COPY_ISOLATED: &str = "copy_page cold, one at a time (COW)";
+    pub const CONTEXT_SWITCH: &str = "two context switches on one CPU";
+    pub const BUDDY_INSN: &str = "buddy free-list operation, instructions only";
 }
 
 /// Sizes of the region probes, in 4 KiB pages.
@@ -99,6 +104,7 @@ pub fn run_micro(rounds: usize, progress: &mut dyn FnMut(&str)) -> Result<Micro,
     let budget = kernel::vma_budget(60_000)?;
     let mut probes = hw::page_probes(&page_buf, me);
     probes.extend(all_cpu_probes(&page_buf, &cpus));
+    probes.extend(isolated_probes(&page_buf, me));
     probes.push(Probe::new(
         names::LOCK,
         "ns",
@@ -144,6 +150,43 @@ pub fn run_micro(rounds: usize, progress: &mut dyn FnMut(&str)) -> Result<Micro,
         many_vmas: few_vmas + budget,
         pairs,
     })
+}
+
+/// The probes of single operations among other work
+/// (`native::calibrate::isolated`).
+fn isolated_probes(buf: &RefCell<native::sys::HugeBuf>, me: usize) -> Vec<Probe<'_>> {
+    let mut stir = vec![0u8; isolated::STIR_BYTES];
+    let mut seed = 0u64;
+    vec![
+        Probe::new(
+            names::COPY_ISOLATED,
+            "ns/page",
+            format!(
+                "rep movsb (copy_mc_enhanced_fast_string, the COW copy) of {} random cold 4 KiB pages of a 256 MiB THP-backed buffer to random others, 16 KiB of L2-resident stores between copies, less those stores alone, thread CPU time",
+                isolated::ISOLATED_COPIES
+            ),
+            move || {
+                seed += 1;
+                Ok(isolated::copy_isolated_ns(
+                    buf.borrow_mut().as_mut_slice(),
+                    &mut stir,
+                    seed,
+                ))
+            },
+        ),
+        Probe::new(
+            names::CONTEXT_SWITCH,
+            "ns",
+            format!("two threads pinned to CPU {me} waking each other (futex wake, futex wait) in turn: per round trip (two wake-ups, two context switches), both threads' CPU time"),
+            move || isolated::context_switch_ns(me),
+        ),
+        Probe::new(
+            names::BUDDY_INSN,
+            "ns",
+            "user-space replica of del_page_from_free_list() + add_to_free_list() (list unlink and link, PG_buddy and order, nr_free) on 8 L1-resident 64-byte nodes, 10^6 operations, thread CPU time",
+            || Ok(isolated::buddy_list_insn_ns()),
+        ),
+    ]
 }
 
 fn libc_rw() -> i32 {

@@ -186,38 +186,108 @@ pub fn mprotect_page_probe<'a>(populated: bool) -> Probe<'a> {
     )
 }
 
-/// `mprotect` of one populated page (as [`mprotect_page_probe`]) while
-/// another thread of this process spins in user space on CPU `b`, the
-/// caller pinned to `a`: every change of the page's protection must flush
-/// that CPU's TLB too (`flush_tlb_mm_range()` sends it an IPI and waits).
-/// ns per call.
+/// The "TLB shootdowns" count of CPU `cpu` in `/proc/interrupts` (IPIs that
+/// ran `flush_tlb_func()` there).
+pub fn tlb_shootdowns(cpu: usize) -> Result<u64, NativeError> {
+    let p = "/proc/interrupts";
+    let text = std::fs::read_to_string(p).map_err(|e| NativeError::io("read", p, e))?;
+    let bad = || NativeError::Parse {
+        path: p.into(),
+        content: "TLB: line".into(),
+        expected: "a \"TLB:\" line with one count per CPU",
+    };
+    let line = text
+        .lines()
+        .find(|l| l.trim_start().starts_with("TLB:"))
+        .ok_or_else(bad)?;
+    line.split_whitespace()
+        .nth(1 + cpu)
+        .and_then(|v| v.parse().ok())
+        .ok_or_else(bad)
+}
+
+/// Calls of [`tlb_ipi_ns`] per phase.
+const IPI_CALLS: u64 = 2000;
+
+/// The initiator's cost of one TLB-shootdown IPI: `mprotect` of one
+/// populated page (as [`mprotect_page_probe`]) on CPU `a`, first alone,
+/// then while another thread of this process spins in user space on CPU
+/// `b`, which makes every change of the page's protection flush that
+/// CPU's TLB too (`flush_tlb_mm_range()` sends an IPI and waits for it).
+/// On a shared host the spinner is not always on its CPU (another task
+/// runs there, and the mm is then not loaded on it), so the extra time is
+/// divided by the IPIs CPU `b` actually took, counted in
+/// `/proc/interrupts` (a shootdown of another process there meanwhile
+/// counts too, which can only lower the figure). ns per IPI.
+pub fn tlb_ipi_ns(a: usize, b: usize) -> Result<f64, NativeError> {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    crate::sys::pin_to_cpu(a)?;
+    let alone = mprotect_loop_ns(IPI_CALLS)?;
+    let stop = AtomicBool::new(false);
+    let (with, ipis) = std::thread::scope(|s| {
+        let spinner = s.spawn(|| -> Result<(), NativeError> {
+            crate::sys::pin_to_cpu(b)?;
+            while !stop.load(Ordering::Relaxed) {
+                std::hint::spin_loop();
+            }
+            Ok(())
+        });
+        // Let the spinner reach its CPU before timing.
+        std::thread::sleep(std::time::Duration::from_millis(2));
+        let r = (|| {
+            let n0 = tlb_shootdowns(b)?;
+            let ns = mprotect_loop_ns(IPI_CALLS)?;
+            Ok::<_, NativeError>((ns, tlb_shootdowns(b)? - n0))
+        })();
+        stop.store(true, Ordering::Relaxed);
+        spinner.join().map_err(|_| NativeError::ThreadPanicked {
+            what: "TLB spinner",
+        })??;
+        r
+    })?;
+    // Fewer than one call in ten with an IPI leaves the difference to the
+    // noise (the spinner rarely on its CPU, or a paravirtual flush: a KVM
+    // guest's kvm_flush_tlb_multi() sends no IPI to a preempted vCPU and
+    // has the host flush it on its next entry instead).
+    if ipis < IPI_CALLS / 10 {
+        return Err(NativeError::InvalidConfig {
+            what: format!(
+                "only {ipis} of {IPI_CALLS} flushes sent CPU {b} an IPI (/proc/interrupts): too few to time one (a KVM guest's paravirtual TLB flush skips preempted vCPUs; the spinner may be off its CPU)"
+            ),
+        });
+    }
+    Ok(((with - alone) * IPI_CALLS as f64 / ipis.min(IPI_CALLS) as f64).max(0.0))
+}
+
+/// Mean ns of `n` `mprotect` calls of one populated page between
+/// read-write and read-only (`PROT_NONE` guards, as
+/// [`mprotect_page_probe`]).
+fn mprotect_loop_ns(n: u64) -> Result<f64, NativeError> {
+    let guard = Region::new(3 * PAGE_SIZE, libc::PROT_NONE, false)?;
+    let page = guard.addr() + PAGE_SIZE;
+    mprotect(page, PAGE_SIZE, RW)?;
+    // SAFETY: the page was just made writable.
+    unsafe { std::ptr::write_volatile(page as *mut u8, 1) };
+    let mut r = Ok(());
+    let ns = cpu_ns_of(|| {
+        for i in 0..n {
+            let prot = if i % 2 == 0 { libc::PROT_READ } else { RW };
+            if let Err(e) = mprotect(page, PAGE_SIZE, prot) {
+                r = Err(e);
+                break;
+            }
+        }
+    });
+    r.map(|()| ns as f64 / n as f64)
+}
+
+/// [`tlb_ipi_ns`] as a probe.
 pub fn mprotect_ipi_probe<'a>(a: usize, b: usize) -> Probe<'a> {
     Probe::new(
-        "mprotect 1 page, other CPU in the mm",
+        "TLB shootdown IPI",
         "ns",
-        format!("2000 x mprotect of one populated page (RW <-> R) on CPU {a} while a thread of the process spins on CPU {b}, thread CPU time"),
-        move || {
-            use std::sync::atomic::{AtomicBool, Ordering};
-            let stop = AtomicBool::new(false);
-            std::thread::scope(|s| {
-                let spinner = s.spawn(|| -> Result<(), NativeError> {
-                    crate::sys::pin_to_cpu(b)?;
-                    while !stop.load(Ordering::Relaxed) {
-                        std::hint::spin_loop();
-                    }
-                    Ok(())
-                });
-                crate::sys::pin_to_cpu(a)?;
-                // Let the spinner reach its CPU before timing.
-                std::thread::sleep(std::time::Duration::from_millis(2));
-                let r = mprotect_page_probe(true).run.as_mut()();
-                stop.store(true, Ordering::Relaxed);
-                spinner
-                    .join()
-                    .map_err(|_| NativeError::ThreadPanicked { what: "TLB spinner" })??;
-                r
-            })
-        },
+        format!("{IPI_CALLS} x mprotect of one populated page (RW <-> R) on CPU {a} while a thread of the process spins on CPU {b}, less {IPI_CALLS} without it, thread CPU time, over the TLB shootdowns CPU {b} took (/proc/interrupts)"),
+        move || tlb_ipi_ns(a, b),
     )
 }
 
