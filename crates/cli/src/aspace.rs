@@ -377,6 +377,16 @@ pub fn validate_rows(a: &AspaceReplay) -> Vec<(String, Option<u64>, u64)> {
             ));
         }
     }
+    // khugepaged's collapses are not modelled: shown where the recording
+    // saw some, so that a workload whose heap khugepaged collapsed (and
+    // whose faults there then vanish) is not taken for a model error.
+    if let Some(n) = delta(before, after, "thp_collapse_alloc").filter(|&n| n > 0) {
+        rows.push((
+            "thp_collapse_alloc (khugepaged, whole system: NOT MODELLED)".into(),
+            Some(n),
+            0,
+        ));
+    }
     rows
 }
 

@@ -11,12 +11,12 @@ use trace::sysinfo;
 /// The text after `mmlab import --help`'s options.
 pub const AFTER_HELP: &str = concat!(
     "Example: record everything mmlab can use (every tracepoint it replays, -d for the PERF_RECORD_MMAP2 of \
-     data and anonymous mappings, -a for every process's allocator events), with a snapshot of the \
-     machine just before:\n\n",
+     data and anonymous mappings, -a for every process's allocator events, -m 128M so that a busy \
+     machine loses no events), with a snapshot of the machine just before:\n\n",
     "  mkdir snap && cat /proc/zoneinfo >snap/zoneinfo && cat /proc/vmstat >snap/vmstat && \\\n",
     "    cp -r /sys/kernel/mm/transparent_hugepage snap/thp && \\\n",
     "    cat /proc/sys/vm/percpu_pagelist_high_fraction >snap/percpu_pagelist_high_fraction\n",
-    "  perf record -a -d -e kmem:mm_page_alloc -e kmem:mm_page_free -e kmem:mm_page_alloc_zone_locked \\\n",
+    "  perf record -a -d -m 128M -e kmem:mm_page_alloc -e kmem:mm_page_free -e kmem:mm_page_alloc_zone_locked \\\n",
     "    -e kmem:mm_page_pcpu_drain -e exceptions:page_fault_user -e exceptions:page_fault_kernel \\\n",
     "    -e syscalls:sys_enter_mmap -e syscalls:sys_exit_mmap -e syscalls:sys_enter_munmap \\\n",
     "    -e syscalls:sys_exit_munmap -e syscalls:sys_enter_brk -e syscalls:sys_exit_brk \\\n",
@@ -27,6 +27,9 @@ pub const AFTER_HELP: &str = concat!(
     "  cat /proc/vmstat >snap/vmstat-after && cp -r /sys/kernel/mm/transparent_hugepage snap/thp-after\n",
     "  mmlab import perf.data -o cmd.mmtrace --snapshot snap\n",
     "  mmlab validate cmd.mmtrace\n\n",
+    "With -a, only the command's process tree (perf's perf-exec child and its descendants) is replayed; \
+     the other processes' allocator events are kept for the PCP counters. A perf.data of a perf that \
+     was killed (its header never finished) is read to the end of the file, as perf report does.\n\n",
     "Fewer events work too: import says, per missing event, what the replay loses. --zoneinfo is what \
      `mmlab validate` needs (the zones, watermarks and each CPU's PCP count/high/batch); without it, \
      give `mmlab replay` the machine with --experiment."
@@ -74,6 +77,16 @@ pub struct ImportArgs {
     /// `perf:task`. To see what an event contributes.
     #[arg(long = "ignore-event", value_name = "EVENT")]
     pub ignore_events: Vec<String>,
+    /// For a perf.data whose header perf never finished (killed: data size 0, no
+    /// feature sections): a copy of tracefs's events/ directory (`cp -r
+    /// /sys/kernel/tracing/events DIR`) of the host and boot it was recorded on, for the
+    /// tracepoint formats the file lacks. Default: this host's tracefs.
+    #[arg(long, value_name = "DIR")]
+    pub tracefs_events: Option<PathBuf>,
+    /// For a perf.data recorded without -d: do not complete each exec's layout (data
+    /// segments, .bss) from the ELF files on this host.
+    #[arg(long)]
+    pub no_elf_layouts: bool,
 }
 
 fn read(path: &Path) -> Result<String> {
@@ -126,6 +139,8 @@ pub fn options(a: &ImportArgs) -> Result<ImportOptions> {
     let src = sources(a)?;
     let mut opts = ImportOptions {
         ignore_events: a.ignore_events.iter().cloned().collect(),
+        tracefs_events: a.tracefs_events.clone(),
+        no_elf_layouts: a.no_elf_layouts,
         ..ImportOptions::default()
     };
     opts.check().map_err(|e| anyhow!("--ignore-event: {e}"))?;
@@ -215,6 +230,6 @@ mod tests {
                 "{ev} missing from the perf record line"
             );
         }
-        assert!(AFTER_HELP.contains("perf record -a -d "));
+        assert!(AFTER_HELP.contains("perf record -a -d -m 128M "));
     }
 }

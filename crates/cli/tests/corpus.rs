@@ -77,9 +77,24 @@ fn committed_recordings_replay_to_the_committed_predictions() {
     }
 }
 
+#[test]
+fn committed_perf_record_recordings_replay_to_the_committed_predictions() {
+    replay_to_predictions(
+        "perf-recordings-noaslr/minimal",
+        "predictions-perf-minimal-noaslr.json",
+    );
+}
+
 fn recordings_replay_to_predictions(sfx: &str) {
-    let preds = load(&format!("predictions{sfx}.json"));
-    let dir = root().join(format!("scripts/corpus/recordings{sfx}"));
+    replay_to_predictions(
+        &format!("recordings{sfx}"),
+        &format!("predictions{sfx}.json"),
+    );
+}
+
+fn replay_to_predictions(dir: &str, predictions: &str) {
+    let preds = load(predictions);
+    let dir = root().join("scripts/corpus").join(dir);
     let exp = root().join("examples/replay-folio-configs.toml");
     let mut checked = 0;
     for entry in std::fs::read_dir(&dir).expect("scripts/corpus/recordings") {
@@ -101,7 +116,10 @@ fn recordings_replay_to_predictions(sfx: &str) {
         for k in aspace["kernels"].as_array().expect("kernels") {
             let kname = k["kernel"].as_str().expect("name");
             assert_eq!(
-                k["pgfault"], want[kname]["pgfault"],
+                &k["pgfault"],
+                want[kname]
+                    .get("pgfault_replayed")
+                    .unwrap_or(&want[kname]["pgfault"]),
                 "{name} under {kname}: the replay no longer gives the committed prediction"
             );
             let sizes: BTreeMap<String, u64> = k["anon_fault_alloc"]
@@ -133,8 +151,51 @@ fn committed_predictions_meet_the_goals_but_for_the_named_misses() {
 }
 
 fn predictions_meet_goals(sfx: &str) {
+    predictions_file_meets_goals(sfx, &format!("predictions{sfx}.json"), "", KNOWN_MISSES);
+}
+
+const KFAULT: &str = "no exceptions:page_fault_kernel: the kernel's faults are an ESTIMATE shrunk with the user faults; the live value is inside its printed band";
+
+/// The plain `perf record` recordings (`scripts/corpus.py perf-record
+/// --no-aslr`, one line per source) and their pairs outside 2 %.
+const PERF_MISSES: &[(&str, &str, &str, &str)] = &[
+    ("perf-full", "node", "64k", JIT),
+    ("perf-full", "node", "all", JIT),
+    ("perf-full", "zstd", "all", SMALL),
+    ("perf-full", "java", "*", JVM),
+    ("perf-full", "gzip", "*", SMALL),
+    ("perf-typical", "node", "*", JIT),
+    ("perf-typical", "java", "*", JVM),
+    ("perf-typical", "server", "all", KFAULT),
+    ("perf-typical", "zstd", "*", KFAULT),
+    ("perf-typical", "sort", "*", KFAULT),
+];
+
+#[test]
+fn committed_perf_record_predictions_meet_the_goals_but_for_the_named_misses() {
+    for source in ["perf-full", "perf-typical"] {
+        let misses: Vec<_> = PERF_MISSES
+            .iter()
+            .filter(|m| m.0 == source)
+            .map(|m| ("-noaslr", m.1, m.2, m.3))
+            .collect();
+        predictions_file_meets_goals(
+            "-noaslr",
+            &format!("predictions-{source}-noaslr.json"),
+            source,
+            &misses,
+        );
+    }
+}
+
+fn predictions_file_meets_goals(
+    sfx: &str,
+    file: &str,
+    source: &str,
+    known: &[(&str, &str, &str, &str)],
+) {
     let live = load(&format!("live{sfx}.json"));
-    let preds = load(&format!("predictions{sfx}.json"));
+    let preds = load(file);
     let mut pairs = 0;
     let mut failures = Vec::new();
     for (prog, configs) in live["programs"].as_object().expect("programs") {
@@ -154,11 +215,13 @@ fn predictions_meet_goals(sfx: &str) {
             let model = p["kernels"][kernel]["pgfault"].as_f64().expect("pgfault") + outside;
             let err = pct(model, l["faults"]["mean"].as_f64().expect("mean"));
             pairs += 1;
-            let known = KNOWN_MISSES
+            let known = known
                 .iter()
-                .any(|(s, a, b, _)| *s == sfx && a == prog && b == cfg);
+                .any(|(s, a, b, _)| *s == sfx && a == prog && (b == cfg || *b == "*"));
             if err.abs() > 2.0 && !known {
-                failures.push(format!("live{sfx}: {prog} {cfg}: page faults {err:+.1} %"));
+                failures.push(format!(
+                    "live{sfx} {source}: {prog} {cfg}: page faults {err:+.1} %"
+                ));
             }
         }
     }

@@ -449,3 +449,54 @@ fn a_recorded_trace_replays_under_each_vmacache_policy() {
     );
     assert_eq!(c[3], (0, 0, 0), "none: no cache");
 }
+
+#[test]
+fn validate_shows_khugepaged_collapses_as_not_modelled() {
+    let t = tmp("collapse.mmtrace");
+    let counters = |n: u64| trace::event::Counters {
+        vmstat: [
+            ("thp_collapse_alloc".to_string(), n),
+            ("pgfault".to_string(), 10 * n),
+        ]
+        .into_iter()
+        .collect(),
+        thp_stats: Default::default(),
+    };
+    let mut h = header();
+    h.counters_before = Some(counters(5));
+    let mut w = TraceWriter::create(&t, &h).expect("create");
+    for r in 0..100u64 {
+        w.write(&Event {
+            ts_ns: r,
+            cpu: 0,
+            pid: 1,
+            tid: 1,
+            kind: EventKind::PageFaultUser {
+                address: r << 12,
+                ip: 0,
+                error_code: 6,
+            },
+        })
+        .expect("write");
+    }
+    w.finish(&Trailer {
+        nr_events: 100,
+        counters_after: Some(counters(8)),
+        ..Trailer::default()
+    })
+    .expect("finish");
+    let o = mmlab(&["validate", t.to_str().expect("utf-8")]);
+    let _ = std::fs::remove_file(&t);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let out = String::from_utf8_lossy(&o.stdout);
+    let line = out
+        .lines()
+        .find(|l| l.contains("thp_collapse_alloc"))
+        .unwrap_or_else(|| panic!("no thp_collapse_alloc row in\n{out}"));
+    assert!(line.contains("NOT MODELLED"), "{line}");
+    assert_eq!(
+        line.split_whitespace().rev().nth(2),
+        Some("3"),
+        "3 collapses recorded: {line}"
+    );
+}

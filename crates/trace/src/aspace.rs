@@ -1588,11 +1588,13 @@ pub fn replay_aspace(
     };
     let mut reader = TraceReader::open(path).map_err(terr)?;
     let header = reader.header().clone();
+    let kfaults = KernelFaultEstimator::new(header.kmem_system_wide);
     let (recorded, models) = replay_events(
         reader.by_ref().map(|e| e.map_err(terr)),
         layout,
         table,
         kernels,
+        kfaults,
     );
     let recorded = recorded?;
     if recorded.faults + recorded.kernel_faults == 0
@@ -1617,6 +1619,7 @@ fn replay_events<I: Iterator<Item = Result<Event, ReplayError>>>(
     layout: &MemoryLayout,
     table: &CostTable,
     kernels: &[KernelConfig],
+    mut kfaults: KernelFaultEstimator,
 ) -> (Result<AspaceRecorded, ReplayError>, Vec<AspaceModel>) {
     let mut worlds: Vec<World> = kernels
         .iter()
@@ -1626,7 +1629,6 @@ fn replay_events<I: Iterator<Item = Result<Event, ReplayError>>>(
     let mut t0: Option<u64> = None;
     let mut last = 0u64;
     let mut error = None;
-    let mut kfaults = KernelFaultEstimator::default();
     for ev in events {
         let ev = match ev {
             Ok(ev) => ev,
@@ -1861,7 +1863,13 @@ pub fn replay_fuzz_input(bytes: &[u8]) -> AspaceRecorded {
         wide,
         mm::knobs::Preset::Linux4_19.config(),
     ];
-    let (rec, _) = replay_events(events, &layout, &CostTable::uniform(1), &kernels);
+    let (rec, _) = replay_events(
+        events,
+        &layout,
+        &CostTable::uniform(1),
+        &kernels,
+        KernelFaultEstimator::default(),
+    );
     rec.unwrap_or_default()
 }
 

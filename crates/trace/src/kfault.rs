@@ -204,9 +204,28 @@ impl KernelFaultEstimate {
 pub struct KernelFaultEstimator {
     spaces: BTreeMap<i32, Space>,
     out: KernelFaultEstimate,
+    /// The trace holds every process's allocator events but only the
+    /// workload's faults and calls (`mmlab record --kmem-system-wide`,
+    /// `perf record -a`): an allocation counts only in a process the
+    /// workload's own events named first, or every other process's zeroed
+    /// pages would be taken for kernel faults of the workload.
+    system_wide_allocs: bool,
+    /// With `system_wide_allocs`: the processes the workload's own events
+    /// named (never forgotten: an exec's allocations come before the new
+    /// image's first fault).
+    workload: BTreeSet<i32>,
 }
 
 impl KernelFaultEstimator {
+    /// An estimator for a trace whose allocator events are system-wide
+    /// (`kmem_system_wide` in its header) or not.
+    pub fn new(kmem_system_wide: bool) -> Self {
+        KernelFaultEstimator {
+            system_wide_allocs: kmem_system_wide,
+            ..Self::default()
+        }
+    }
+
     /// Counts one event.
     pub fn observe(&mut self, ev: &Event) {
         match &ev.kind {
@@ -214,8 +233,18 @@ impl KernelFaultEstimator {
                 order: 0,
                 gfp_flags,
                 ..
-            } if gfp_flags & (GFP_MOVABLE | GFP_ZERO) == GFP_MOVABLE | GFP_ZERO => {
+            } if gfp_flags & (GFP_MOVABLE | GFP_ZERO) == GFP_MOVABLE | GFP_ZERO
+                && (!self.system_wide_allocs || self.workload.contains(&ev.pid)) =>
+            {
                 self.space(ev.pid).zeroed += 1;
+            }
+            EventKind::PageFree { .. }
+            | EventKind::PageAllocZoneLocked { .. }
+            | EventKind::PagePcpuDrain { .. }
+            | EventKind::PageAlloc { .. } => {}
+            _ if self.system_wide_allocs && self.workload.insert(ev.pid) => {
+                // The first event of a workload process: look again.
+                self.observe(ev);
             }
             EventKind::PageFaultUser {
                 address,
@@ -246,6 +275,9 @@ impl KernelFaultEstimator {
             } => self.space(ev.pid).map(*addr, *len, is_file(filename)),
             EventKind::Munmap { addr, len, .. } => self.space(ev.pid).unmap(*addr, *len),
             EventKind::Fork { parent, child } if parent != child => {
+                if self.system_wide_allocs {
+                    self.workload.insert(*child);
+                }
                 // A thread shares its process's entry (events carry the
                 // thread group); a process starts as a copy of its parent.
                 let copy = Space {
@@ -378,6 +410,40 @@ mod tests {
         assert_eq!(r.band(4), (3, 3));
         // 1 % of 1000 faults: 3 - 10 (never below 0) to 3 + 10.
         assert_eq!(r.band(997), (0, 13));
+    }
+
+    #[test]
+    fn with_system_wide_allocations_only_the_workload_counts() {
+        let mut e = KernelFaultEstimator::new(true);
+        // Another process (9) allocates zeroed pages; it has no fault or
+        // call in the trace: not the workload's.
+        e.observe(&ev(9, zeroed()));
+        // The workload (7) forks 8, which execs; 8's allocation before its
+        // first fault (the kernel clearing its .bss) counts.
+        e.observe(&ev(7, fault(0x1000, 6)));
+        e.observe(&ev(7, zeroed()));
+        e.observe(&ev(
+            7,
+            EventKind::Fork {
+                parent: 7,
+                child: 8,
+            },
+        ));
+        e.observe(&ev(
+            8,
+            EventKind::Exec {
+                pid: 8,
+                filename: "cc1".into(),
+            },
+        ));
+        e.observe(&ev(8, zeroed()));
+        e.observe(&ev(9, zeroed()));
+        let r = e.finish();
+        assert_eq!((r.zeroed_allocs, r.explained, r.kernel_faults), (2, 1, 1));
+        // The same events with allocations of the workload only: 9 counts.
+        let mut all = KernelFaultEstimator::default();
+        all.observe(&ev(9, zeroed()));
+        assert_eq!(all.finish().kernel_faults, 1);
     }
 
     #[test]

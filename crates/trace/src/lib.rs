@@ -9,7 +9,10 @@
 //! - [`record`]: [`record::record`] on the live kernel (root and tracefs).
 //! - [`exec_layout`]: each exec's mappings from perf's mapping records,
 //!   shared by the recorder and an importer.
-//! - [`perf`]: [`perf::import`] of `perf record -e kmem:...` files.
+//! - [`perf`]: [`perf::import`] of `perf record -e kmem:...` files;
+//!   [`perf_workload`]: the recorded command's process tree in a `perf record -a` file;
+//!   [`perf_unfinished`]: a file whose header perf never finished (killed).
+//! - [`elf_layout`]: an exec's layout completed from its ELF files (perf.data without -d).
 //! - [`kfault`]: the estimate of the kernel's faults on user memory when
 //!   `exceptions:page_fault_kernel` was not recorded.
 //! - [`replay`]: replay mode (a), the allocator stream as engine tasks.
@@ -26,11 +29,14 @@
 
 pub mod aspace;
 pub mod decode;
+pub mod elf_layout;
 pub mod event;
 pub mod exec_layout;
 pub mod format;
 pub mod kfault;
 pub mod perf;
+pub mod perf_unfinished;
+pub mod perf_workload;
 pub mod record;
 pub mod replay;
 pub mod sysinfo;

@@ -30,11 +30,16 @@ use linux_perf_data::linux_perf_event_reader::{EventRecord, PerfEventType, Recor
 use linux_perf_data::{Feature, PerfFileReader, PerfFileRecord};
 
 use crate::decode::{Decoded, Decoder, RECORDED_EVENTS};
+use crate::elf_layout::{complete_from_elf, read_head};
 use crate::event::{
     Counters, Event, EventKind, ExecVma, Header, Knobs, Machine, TraceSource, Trailer,
     NR_EVENT_KINDS,
 };
 use crate::format::{TraceError, TraceWriter};
+use crate::perf_unfinished::{
+    host_formats, tracefs_formats, walk_to_eof, PatchedHeader, Unfinished,
+};
+use crate::perf_workload::WorkloadTree;
 use crate::sysinfo::ZoneinfoSnapshot;
 use crate::tracefs::{parse_format, EventFormat};
 
@@ -138,20 +143,57 @@ pub struct ImportSummary {
     /// Of the `mmap`s without their exit, those whose address a
     /// `PERF_RECORD_MMAP2` gave.
     pub nr_mmaps_placed_by_records: u64,
+    /// The recorded command's pid and the processes and threads of its
+    /// tree, when the file says which it is (perf's `perf-exec` child).
+    pub workload_tree: Option<(i32, usize)>,
+    /// Faults, calls and task events of other processes left out
+    /// (`perf record -a`); their allocator events are kept.
+    pub nr_other_process_events: u64,
+    /// How the file was read: a header perf never finished, a cut last
+    /// record, formats taken from this host.
+    pub warnings: Vec<String>,
+    /// Without `-d`: the execs whose layout the ELF files on this host
+    /// completed, of those seen.
+    pub execs_from_elf: (u64, u64),
 }
 
 impl ImportSummary {
     /// One line per ignored event kind and per lost capability, for users.
     pub fn report(&self) -> Vec<String> {
-        let mut lines: Vec<String> = self
-            .ignored_events
-            .iter()
-            .map(|(name, n)| format!("{n} events of kind {name} ignored"))
-            .collect();
+        let mut lines: Vec<String> = self.warnings.clone();
+        lines.extend(
+            self.ignored_events
+                .iter()
+                .map(|(name, n)| format!("{n} events of kind {name} ignored")),
+        );
+        match self.workload_tree {
+            Some((pid, n)) if self.nr_other_process_events > 0 => lines.push(format!(
+                "the recorded command is pid {pid} ({n} processes and threads in its tree): \
+                 {} fault, call and task events of other processes left out (perf record -a), \
+                 their page allocator events kept",
+                self.nr_other_process_events
+            )),
+            None => lines.push(
+                "no perf-exec process (perf record without a command, or -p): \
+                 every process's faults and calls are replayed"
+                    .to_string(),
+            ),
+            _ => {}
+        }
         lines.extend(self.reduced_capability.iter().cloned());
+        if self.execs_from_elf.1 > 0 {
+            lines.push(format!(
+                "{} of {} execs: their data segments and .bss taken from the ELF files on this host \
+                 (recorded without -d; a file changed since the recording gives a wrong layout); \
+                 the stack's place is unknown, its faults are carried over",
+                self.execs_from_elf.0, self.execs_from_elf.1
+            ));
+        }
         if self.nr_lost_events > 0 {
             lines.push(format!(
-                "{} events were lost while recording: the trace is incomplete",
+                "{} events were lost while recording: the trace is incomplete (perf could not write \
+                 them out in time; record again with larger ring buffers, e.g. perf record -m 128M, \
+                 and without -a unless the PCP counters are to be validated)",
                 self.nr_lost_events
             ));
         }
@@ -272,7 +314,10 @@ impl<'a> SectionReader<'a> {
 /// Checks that every section a perf.data header names lies inside the file,
 /// before the parser crate allocates buffers of the sizes it reads: a
 /// corrupted size must be an error, not an allocation of exabytes.
-fn validate_perf_file<R: Read + Seek>(r: &mut R) -> Result<(), String> {
+///
+/// A file whose header perf never finished (data size 0) is read to its
+/// end ([`crate::perf_unfinished`]): what was found is returned.
+fn validate_perf_file<R: Read + Seek>(r: &mut R) -> Result<Option<Unfinished>, String> {
     use std::io::SeekFrom;
     let len = r.seek(SeekFrom::End(0)).map_err(|e| e.to_string())?;
     r.seek(SeekFrom::Start(0)).map_err(|e| e.to_string())?;
@@ -326,11 +371,18 @@ fn validate_perf_file<R: Read + Seek>(r: &mut R) -> Result<(), String> {
     check("data", u(40), u(48))?;
     check("event types", u(56), u(64))?;
     if u(48) == 0 {
-        return Err(
-            "the header says the data section is empty: perf record was stopped before it \
-             finished the file (killed?), or recorded nothing"
-                .to_string(),
-        );
+        // perf's provisional header: read the records to the end.
+        let data_at = u(40);
+        let u = walk_to_eof(r, data_at, len)?;
+        if u.nr_records == 0 {
+            return Err(format!(
+                "the header says the data section is empty and no whole record follows it at byte {}: \
+                 perf record was stopped before it wrote any, or recorded nothing",
+                data_at
+            ));
+        }
+        r.seek(SeekFrom::Start(0)).map_err(|e| e.to_string())?;
+        return Ok(Some(u));
     }
     validate_records(r, u(40), u(48))?;
     let table = u(40) + u(48);
@@ -356,6 +408,20 @@ fn validate_perf_file<R: Read + Seek>(r: &mut R) -> Result<(), String> {
         }
     }
     r.seek(SeekFrom::Start(0)).map_err(|e| e.to_string())?;
+    Ok(None)
+}
+
+/// Checks one record header: a perf record type, and at least its own 8
+/// bytes.
+pub(crate) fn check_record_header(kind: u32, len: u64) -> Result<(), String> {
+    if !(1..=31).contains(&kind) && !(64..=127).contains(&kind) {
+        return Err(format!(
+            "type {kind} is not a perf record type (expected 1-31, or 64-127 for perf's own)"
+        ));
+    }
+    if len < 8 {
+        return Err(format!("size {len} is smaller than its 8-byte header"));
+    }
     Ok(())
 }
 
@@ -383,16 +449,7 @@ fn validate_records<R: Read + Seek>(r: &mut R, offset: u64, size: u64) -> Result
         r.read_exact(&mut h).map_err(|e| record(e.to_string()))?;
         let kind = u32::from_le_bytes([h[0], h[1], h[2], h[3]]);
         let len = u16::from_le_bytes([h[6], h[7]]) as u64;
-        if !(1..=31).contains(&kind) && !(64..=127).contains(&kind) {
-            return Err(record(format!(
-                "type {kind} is not a perf record type (expected 1-31, or 64-127 for perf's own)"
-            )));
-        }
-        if len < 8 {
-            return Err(record(format!(
-                "size {len} is smaller than its 8-byte header"
-            )));
-        }
+        check_record_header(kind, len).map_err(record)?;
         if len > end - at {
             return Err(record(format!(
                 "its {len} bytes run past the end of the data section at byte {end}"
@@ -696,10 +753,20 @@ fn check_zoneinfo(
 fn open_perf<R: Read + Seek>(
     mut reader: R,
     input: &Path,
-) -> Result<(PerfFileReader<R>, Vec<EventFormat>), PerfImportError> {
+    formats_dir: Option<&Path>,
+) -> Result<OpenedPerf<R>, PerfImportError> {
     let path = || input.to_path_buf();
-    validate_perf_file(&mut reader)
+    let unfinished = validate_perf_file(&mut reader)
         .map_err(|what| PerfImportError::NotPerfData { path: path(), what })?;
+    let reader = match &unfinished {
+        Some(u) => PatchedHeader::finished(reader, u.data_size).map_err(|e| {
+            PerfImportError::NotPerfData {
+                path: path(),
+                what: e.to_string(),
+            }
+        })?,
+        None => PatchedHeader::unchanged(reader),
+    };
     // The parser crate has been seen to panic on damaged input that passes
     // the checks above (an arithmetic overflow); a panic there must not take
     // the caller down with it. This does not help under panic=abort.
@@ -714,18 +781,38 @@ fn open_perf<R: Read + Seek>(
         path: path(),
         what: e.to_string(),
     })?;
-    let tracing = parsed
-        .perf_file
-        .feature_section_data(Feature::TRACING_DATA)
-        .ok_or_else(|| PerfImportError::NoTracingData { path: path() })?;
-    let formats =
-        parse_tracing_data(tracing).map_err(|(offset, what)| PerfImportError::TracingData {
-            path: path(),
-            offset,
-            what,
-        })?;
-    Ok((parsed, formats))
+    let Some(u) = unfinished else {
+        let tracing = parsed
+            .perf_file
+            .feature_section_data(Feature::TRACING_DATA)
+            .ok_or_else(|| PerfImportError::NoTracingData { path: path() })?;
+        let formats =
+            parse_tracing_data(tracing).map_err(|(offset, what)| PerfImportError::TracingData {
+                path: path(),
+                offset,
+                what,
+            })?;
+        return Ok((parsed, formats, Vec::new()));
+    };
+    // The feature sections were never written: the formats from the
+    // directory given, else from this host.
+    let (dir, formats) = match formats_dir {
+        Some(d) => (d.to_path_buf(), tracefs_formats(d)),
+        None => host_formats().ok_or_else(|| PerfImportError::NoTracingData { path: path() })?,
+    };
+    if formats.is_empty() {
+        return Err(PerfImportError::NoTracingData { path: path() });
+    }
+    Ok((parsed, formats, u.warnings(Some(&dir))))
 }
+
+/// A parsed perf.data file, its tracepoint formats, and what the import
+/// must say about how it was read.
+type OpenedPerf<R> = (
+    PerfFileReader<PatchedHeader<R>>,
+    Vec<EventFormat>,
+    Vec<String>,
+);
 
 /// Event kinds an import can be told to leave out, besides the
 /// tracepoints of [`RECORDED_EVENTS`]: perf's own records.
@@ -753,6 +840,13 @@ pub struct ImportOptions {
     /// after the recording: the header's and trailer's counters.
     pub counters_before: Option<Counters>,
     pub counters_after: Option<Counters>,
+    /// Without `perf record -d`, do not complete the execs' layouts from
+    /// the ELF files on this host ([`crate::elf_layout`]).
+    pub no_elf_layouts: bool,
+    /// Where to take the tracepoint formats from when the file lacks them
+    /// (a perf killed before it wrote its feature sections): an `events/`
+    /// directory of tracefs or a copy of it. Default: this host's.
+    pub tracefs_events: Option<PathBuf>,
 }
 
 impl ImportOptions {
@@ -839,7 +933,8 @@ pub fn import_from_with<R: Read + Seek, W: crate::format::TraceSink>(
             mut record_iter,
         },
         mut formats,
-    ) = open_perf(reader, input)?;
+        warnings,
+    ) = open_perf(reader, input, opts.tracefs_events.as_deref())?;
     // An ignored tracepoint is as if its format were not in the file: its
     // samples are dropped and the decoder treats its kind as missing.
     let dropped: BTreeSet<u32> = formats
@@ -874,6 +969,7 @@ pub fn import_from_with<R: Read + Seek, W: crate::format::TraceSink>(
         source,
     })?;
     let mut imp = Importer::new(decoder, writer, &pre, dropped, opts);
+    imp.warnings = warnings;
     let mut nr_records = 0u64;
     loop {
         let rec =
@@ -943,6 +1039,15 @@ struct Importer<W: crate::format::TraceSink> {
     execs: BTreeMap<i32, (Option<Event>, Vec<ExecVma>)>,
     /// `perf record -d`: the exec's data, `.bss` and stack are reported.
     mmap_data: bool,
+    /// The recorded command's process tree (`perf record -a` records
+    /// every process).
+    workload: WorkloadTree,
+    /// How the file was read (an unfinished header), for the summary.
+    warnings: Vec<String>,
+    /// Without `-d`: execs seen, and those whose layout the ELF files gave.
+    nr_execs_without_layout: u64,
+    nr_execs_from_elf: u64,
+    no_elf_layouts: bool,
 }
 
 impl<W: crate::format::TraceSink> Importer<W> {
@@ -975,6 +1080,11 @@ impl<W: crate::format::TraceSink> Importer<W> {
             counters_after: opts.counters_after.clone(),
             execs: BTreeMap::new(),
             mmap_data: pre.mmap_data,
+            workload: WorkloadTree::default(),
+            warnings: Vec::new(),
+            nr_execs_without_layout: 0,
+            nr_execs_from_elf: 0,
+            no_elf_layouts: opts.no_elf_layouts,
         }
     }
 
@@ -1121,6 +1231,9 @@ impl<W: crate::format::TraceSink> Importer<W> {
     /// `mmap` or `brk`; pairs a `PERF_RECORD_MMAP2` with the held call it
     /// places; gathers an exec's mappings into its `ExecLayout`.
     fn emit(&mut self, ev: Event) -> Result<(), RecordError> {
+        if !self.workload.keeps(&ev) {
+            return Ok(());
+        }
         if let EventKind::Comm { exec: true, comm } = &ev.kind {
             self.begin_exec(&ev, comm.clone());
             return self.write(&ev);
@@ -1198,10 +1311,23 @@ impl<W: crate::format::TraceSink> Importer<W> {
                 return Ok(true);
             }
             // The kernel's faults of the exec itself (the .bss cleared, the
-            // stack written) come before its end, as with the tracepoint.
-            EventKind::PageFaultKernel { .. } => return Ok(false),
+            // stack written) come before its end, as with the tracepoint;
+            // so do the loader's page allocations: neither is the process
+            // back in user space (an allocation ending the exec lost the
+            // layout of every exec of a recording without the sched
+            // tracepoints).
+            EventKind::PageFaultKernel { .. }
+            | EventKind::PageAlloc { .. }
+            | EventKind::PageFree { .. }
+            | EventKind::PageAllocZoneLocked { .. }
+            | EventKind::PagePcpuDrain { .. } => return Ok(false),
             EventKind::Exit { .. } => {
-                self.execs.remove(&ev.pid);
+                // A process that dies in its exec, or whose exec nothing
+                // after it ended: the exec made from perf's record is
+                // written before the exit.
+                if let Some((Some(exec), vmas)) = self.execs.remove(&ev.pid) {
+                    self.end_exec(ev, exec, vmas)?;
+                }
                 return Ok(false);
             }
             EventKind::Exec { .. } => {}
@@ -1211,15 +1337,29 @@ impl<W: crate::format::TraceSink> Importer<W> {
         let Some((exec, vmas)) = self.execs.remove(&ev.pid) else {
             return Ok(false);
         };
+        self.end_exec(ev, exec.unwrap_or_else(|| ev.clone()), vmas)?;
+        // The tracepoint's own Exec was written; any other event still has
+        // to be.
+        Ok(matches!(ev.kind, EventKind::Exec { .. }))
+    }
+
+    /// Writes an exec's `Exec` event (at `ev`'s time, or the latest
+    /// written), then its `ExecLayout`.
+    fn end_exec(
+        &mut self,
+        ev: &Event,
+        mut exec: Event,
+        vmas: Vec<ExecVma>,
+    ) -> Result<(), RecordError> {
         let ts_ns = ev.ts_ns.max(self.last_ts);
-        match exec {
-            Some(mut e) => {
-                e.ts_ns = ts_ns;
-                self.write(&e)?;
-            }
-            None => self.write(ev)?,
-        }
-        if self.mmap_data && !vmas.is_empty() {
+        exec.ts_ns = ts_ns;
+        self.write(&exec)?;
+        let vmas = if self.mmap_data {
+            vmas
+        } else {
+            self.layout_from_elf(vmas)
+        };
+        if !vmas.is_empty() {
             self.write(&Event {
                 ts_ns,
                 cpu: ev.cpu,
@@ -1228,9 +1368,23 @@ impl<W: crate::format::TraceSink> Importer<W> {
                 kind: EventKind::ExecLayout { pid: ev.pid, vmas },
             })?;
         }
-        // The tracepoint's own Exec was written above; any other event
-        // still has to be.
-        Ok(matches!(ev.kind, EventKind::Exec { .. }))
+        Ok(())
+    }
+
+    /// Without `perf record -d`: an exec's executable mappings completed
+    /// from the ELF files on this host ([`crate::elf_layout`]), or no
+    /// layout (a partial one would mislead) when no file could be read.
+    fn layout_from_elf(&mut self, vmas: Vec<ExecVma>) -> Vec<ExecVma> {
+        if self.no_elf_layouts {
+            return Vec::new();
+        }
+        self.nr_execs_without_layout += 1;
+        let (layout, nr_files) = complete_from_elf(&vmas, read_head);
+        if nr_files == 0 {
+            return Vec::new();
+        }
+        self.nr_execs_from_elf += 1;
+        layout
     }
 
     /// Writes the event `tid` holds, unplaced, at the latest time written.
@@ -1260,6 +1414,20 @@ impl<W: crate::format::TraceSink> Importer<W> {
             path: output.to_path_buf(),
             source,
         };
+        // Execs that nothing after them ended (the file ends inside them).
+        let open: Vec<i32> = self.execs.keys().copied().collect();
+        for pid in open {
+            if let Some((Some(exec), vmas)) = self.execs.remove(&pid) {
+                let at = exec.clone();
+                self.end_exec(&at, exec, vmas).map_err(|e| match e {
+                    RecordError::Output(source) => out_err(source),
+                    RecordError::Parse(what) => PerfImportError::NotPerfData {
+                        path: output.to_path_buf(),
+                        what,
+                    },
+                })?;
+            }
+        }
         let held: Vec<i32> = self.held.keys().copied().collect();
         for tid in held {
             self.release(tid).map_err(|e| match e {
@@ -1329,6 +1497,10 @@ impl<W: crate::format::TraceSink> Importer<W> {
                 missing_event_kinds,
                 entry_only_syscalls: self.decoder.entry_only_syscalls(),
                 nr_mmaps_placed_by_records: self.nr_mmaps_placed,
+                workload_tree: self.workload.tree(),
+                nr_other_process_events: self.workload.nr_dropped,
+                warnings: self.warnings,
+                execs_from_elf: (self.nr_execs_from_elf, self.nr_execs_without_layout),
             },
             out,
         ))

@@ -357,11 +357,56 @@ fn an_exec_s_mappings_become_its_exec_layout() {
         0,
         "faults outside every mapping"
     );
-    // Without -d the exec's data and stack are not reported: no layout.
-    let (_, nod) = import("layout-nod", &opts(&["perf:mmap-data"]));
+    // Without the sched tracepoints the exec comes from perf's COMM record,
+    // and the loader's page allocations after it do not end the exec
+    // before its mappings are in.
+    let (_, nosched) = import(
+        "layout-nosched",
+        &opts(&[
+            "sched:sched_process_fork",
+            "sched:sched_process_exec",
+            "sched:sched_process_exit",
+        ]),
+    );
+    let evs = events(&nosched);
+    let layouts: Vec<_> = evs
+        .iter()
+        .filter_map(|e| match &e.kind {
+            EventKind::ExecLayout { vmas, .. } => Some(vmas),
+            _ => None,
+        })
+        .collect();
+    assert!(
+        layouts
+            .iter()
+            .any(|v| v.iter().any(|m| m.name == "[stack]")),
+        "{layouts:?}"
+    );
+    let _ = std::fs::remove_file(nosched);
+    // Without -d the exec's data and stack are not reported: no layout
+    // unless the ELF files on this host complete it.
+    let (s, nod) = import(
+        "layout-nod",
+        &ImportOptions {
+            no_elf_layouts: true,
+            ..opts(&["perf:mmap-data"])
+        },
+    );
+    assert_eq!(s.execs_from_elf, (0, 0));
     assert!(!events(&nod)
         .iter()
         .any(|e| matches!(e.kind, EventKind::ExecLayout { .. })));
+    // With them (which files are on this host differs: `mini` was built
+    // in a directory that is gone, ld.so may be another): whatever layout
+    // comes of them has file segments and .bss only, never a stack.
+    let (s, elf) = import("layout-elf", &opts(&["perf:mmap-data"]));
+    assert_eq!(s.execs_from_elf.1, 1);
+    for e in events(&elf) {
+        if let EventKind::ExecLayout { vmas, .. } = &e.kind {
+            assert!(vmas.iter().all(|v| v.name != "[stack]"), "{vmas:?}");
+        }
+    }
     let _ = std::fs::remove_file(out);
     let _ = std::fs::remove_file(nod);
+    let _ = std::fs::remove_file(elf);
 }
