@@ -418,7 +418,41 @@ pub fn mutate_builtin(rng: &mut Rng) -> Value {
     for _ in 0..1 + rng.below(3) {
         mutate_leaf(rng, &mut v);
     }
+    bound_work(&mut v);
     v
+}
+
+/// Brings every accepted integer workload parameter above its default back
+/// to the default, as `generate()` draws them: a mutation may set a valid
+/// but large count (page-fault1 `iterations = 500000`, input 5069976, is
+/// about 4.6 G faults), a run that ends but takes the better part of an
+/// hour. Values outside the parameter's range stay, so validation's errors
+/// are still exercised.
+fn bound_work(v: &mut Value) {
+    let Some(ws) = v.get_mut("workload").and_then(Value::as_array_mut) else {
+        return;
+    };
+    for w in ws {
+        let kind = w.get("type").and_then(Value::as_str).unwrap_or("");
+        let Some(def) = workloads::WORKLOADS.iter().find(|d| d.name == kind) else {
+            continue;
+        };
+        let Some(p) = w.get_mut("params").and_then(Value::as_table_mut) else {
+            continue;
+        };
+        for spec in def.params {
+            let ParamKind::Int { default, min, max } = spec.kind else {
+                continue;
+            };
+            let (Some(d), Some(Value::Integer(n))) = (count(default), p.get_mut(spec.name)) else {
+                continue;
+            };
+            let in_range = *n >= min && count(max).is_none_or(|m| *n <= m);
+            if in_range && *n > d {
+                *n = d;
+            }
+        }
+    }
 }
 
 /// A small machine, and integer workload parameters cut by up to 8 times.
@@ -526,5 +560,76 @@ pub fn damage_bytes(rng: &mut Rng, bytes: &mut Vec<u8>) {
             }
             _ => bytes.truncate(at),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The integer workload parameters of an input, by workload type.
+    fn int_params(input: &[u8]) -> Vec<(String, String, i64)> {
+        let v: Value = std::str::from_utf8(input).unwrap().parse().unwrap();
+        let mut out = Vec::new();
+        for w in v
+            .get("workload")
+            .and_then(Value::as_array)
+            .into_iter()
+            .flatten()
+        {
+            let kind = w
+                .get("type")
+                .and_then(Value::as_str)
+                .unwrap_or("")
+                .to_string();
+            for (k, x) in w
+                .get("params")
+                .and_then(Value::as_table)
+                .into_iter()
+                .flatten()
+            {
+                if let Value::Integer(n) = x {
+                    out.push((kind.clone(), k.clone(), *n));
+                }
+            }
+        }
+        out
+    }
+
+    #[test]
+    fn input_5069976_no_longer_asks_for_half_a_million_iterations() {
+        let (input, _) = Experiments.make(5_069_976);
+        let params = int_params(&input);
+        let it = params
+            .iter()
+            .find(|(kind, k, _)| kind == "page-fault1" && k == "iterations")
+            .expect("the input is still a page-fault1 mutation");
+        assert_eq!(it.2, 4, "page-fault1's default iterations: {params:?}");
+    }
+
+    #[test]
+    fn mutated_builtins_keep_accepted_counts_at_or_below_their_defaults() {
+        let mut checked = 0;
+        for seed in 0..3000 {
+            let mut rng = Rng(seed);
+            let v = mutate_builtin(&mut rng);
+            let text = toml::to_string(&v).unwrap();
+            for (kind, k, n) in int_params(text.as_bytes()) {
+                let Some(def) = workloads::WORKLOADS.iter().find(|d| d.name == kind) else {
+                    continue;
+                };
+                let Some(spec) = def.params.iter().find(|p| p.name == k) else {
+                    continue;
+                };
+                if let ParamKind::Int { default, min, max } = spec.kind {
+                    let in_range = n >= min && count(max).is_none_or(|m| n <= m);
+                    if let (true, Some(d)) = (in_range, count(default)) {
+                        assert!(n <= d, "seed {seed}: {kind}.{k} = {n} > default {d}");
+                        checked += 1;
+                    }
+                }
+            }
+        }
+        assert!(checked > 1000, "only {checked} parameters checked");
     }
 }
