@@ -37,19 +37,22 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-/// SplitMix64 (Steele, Lea and Flood 2014), the generators' only source of
-/// randomness: one 64-bit seed per input.
+use mm::rng::SplitMix64;
+
+/// The generators' only source of randomness: one 64-bit seed per input,
+/// expanded by the model crates' SplitMix64 (`mm::rng`).
 #[derive(Clone, Debug)]
-pub struct Rng(pub u64);
+pub struct Rng(SplitMix64);
 
 impl Rng {
+    /// A generator seeded with `seed`.
+    pub fn new(seed: u64) -> Rng {
+        Rng(SplitMix64(seed))
+    }
+
     /// The next 64 random bits.
     pub fn next_u64(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-        z ^ (z >> 31)
+        self.0.next_u64()
     }
 
     /// Uniform in `0..n` (0 when `n` is 0).

@@ -20,23 +20,7 @@ use std::process::{Child, Command, ExitStatus, Stdio};
 use std::time::{Duration, Instant};
 
 use host::lock::LiveLock;
-
-/// SplitMix64 (Steele, Lea, Flood 2014): the delays of one seed.
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-        z ^ (z >> 31)
-    }
-
-    fn below(&mut self, n: u64) -> u64 {
-        self.next() % n.max(1)
-    }
-}
+use mm::rng::SplitMix64;
 
 fn env_u64(name: &str, default: u64) -> u64 {
     std::env::var(name)
@@ -377,20 +361,21 @@ fn run_all(name: &str, make: impl Fn(&Scratch, &str) -> Case, plans: &[&[i32]]) 
     let lock = LiveLock::acquire().expect("live-kernel lock");
     let seed = env_u64("MMLAB_KILL_SEED", 15);
     let rounds = env_u64("MMLAB_KILL_ROUNDS", 1);
-    let mut rng = Rng(seed ^ name.len() as u64);
+    // SplitMix64: the delays of one seed.
+    let mut rng = SplitMix64(seed ^ name.len() as u64);
     let mut failures = Vec::new();
     let mut nr = 0;
     for round in 0..rounds {
         for plan in plans {
             let dir = Scratch::new(name);
-            let marker = format!("mmlab-kill-marker-{:016x}", rng.next());
+            let marker = format!("mmlab-kill-marker-{:016x}", rng.next_u64());
             let case = make(&dir, &marker);
             let timed: Vec<(u64, i32)> = plan
                 .iter()
                 .enumerate()
                 .map(|(i, &s)| {
                     let d = if i == 0 {
-                        rng.below(case.max_delay_ms)
+                        rng.below(case.max_delay_ms.max(1))
                     } else {
                         rng.below(400)
                     };

@@ -29,7 +29,7 @@ pub struct Experiments;
 
 impl Target for Experiments {
     fn make(&self, seed: u64) -> (Vec<u8>, &'static str) {
-        let mut rng = Rng(seed);
+        let mut rng = Rng::new(seed);
         let text = match rng.below(10) {
             0..=4 => toml::to_string(&generate(&mut rng)).unwrap_or_default(),
             5..=8 => toml::to_string(&mutate_builtin(&mut rng)).unwrap_or_default(),
@@ -611,7 +611,7 @@ mod tests {
     fn mutated_builtins_keep_accepted_counts_at_or_below_their_defaults() {
         let mut checked = 0;
         for seed in 0..3000 {
-            let mut rng = Rng(seed);
+            let mut rng = Rng::new(seed);
             let v = mutate_builtin(&mut rng);
             let text = toml::to_string(&v).unwrap();
             for (kind, k, n) in int_params(text.as_bytes()) {

@@ -35,7 +35,7 @@ pub struct Traces;
 
 impl Target for Traces {
     fn make(&self, seed: u64) -> (Vec<u8>, &'static str) {
-        let mut rng = Rng(seed);
+        let mut rng = Rng::new(seed);
         match rng.below(10) {
             0..=2 => {
                 let mut b = if rng.pct(50) {
