@@ -639,41 +639,8 @@ pub fn validate_text(
             let _ = writeln!(s, "{}", warm_text(prep, at_start));
         }
     }
-    // The PCP lists are per CPU, not per process: the kernel's saw every
-    // process of the machine, the replay only the recorded ones.
-    let before = prep.header.counters_before.as_ref();
-    let after = prep
-        .trailer
-        .as_ref()
-        .and_then(|t| t.counters_after.as_ref());
-    if let (Some(b), Some(a)) = (before, after) {
-        let sum = |c: &trace::event::Counters| -> u64 {
-            [
-                "pgalloc_dma",
-                "pgalloc_dma32",
-                "pgalloc_normal",
-                "pgalloc_movable",
-            ]
-            .iter()
-            .filter_map(|k| c.vmstat.get(*k))
-            .sum()
-        };
-        let machine = sum(a).saturating_sub(sum(b));
-        if machine > 0 {
-            // pgalloc_* count pages, mm_page_alloc blocks of any order.
-            let traced = rec.pages_allocated;
-            let _ = writeln!(
-                s,
-                "pages allocated on the whole machine during the recording (pgalloc_*): {machine}; in the trace: {traced} ({:.0}%){}",
-                100.0 * traced as f64 / machine as f64,
-                if prep.header.kmem_system_wide {
-                    " (every process's allocator events were recorded)"
-                } else {
-                    ": the other processes' allocations and frees went through the same per-CPU lists and are not \
-                     in the trace; record with --kmem-system-wide to replay them"
-                }
-            );
-        }
+    if let Some(line) = machine_share_text(prep) {
+        let _ = writeln!(s, "{line}");
     }
     if rec.order_mismatches + rec.unsupported_order > 0 {
         let _ = writeln!(
@@ -685,6 +652,48 @@ pub fn validate_text(
         );
     }
     s
+}
+
+/// How much of the machine's allocation traffic during the recording the
+/// trace holds (`pgalloc_*` before and after), when the counters are there.
+fn machine_share_text(prep: &Prepared) -> Option<String> {
+    // The PCP lists are per CPU, not per process: the kernel's saw every
+    // process of the machine, the replay only the recorded ones.
+    let before = prep.header.counters_before.as_ref();
+    let after = prep
+        .trailer
+        .as_ref()
+        .and_then(|t| t.counters_after.as_ref());
+    let (Some(b), Some(a)) = (before, after) else {
+        return None;
+    };
+    let sum = |c: &trace::event::Counters| -> u64 {
+        [
+            "pgalloc_dma",
+            "pgalloc_dma32",
+            "pgalloc_normal",
+            "pgalloc_movable",
+        ]
+        .iter()
+        .filter_map(|k| c.vmstat.get(*k))
+        .sum()
+    };
+    let machine = sum(a).saturating_sub(sum(b));
+    if machine == 0 {
+        return None;
+    }
+    // pgalloc_* count pages, mm_page_alloc blocks of any order.
+    let traced = prep.recorded.pages_allocated;
+    Some(format!(
+        "pages allocated on the whole machine during the recording (pgalloc_*): {machine}; in the trace: {traced} ({:.0}%){}",
+        100.0 * traced as f64 / machine as f64,
+        if prep.header.kmem_system_wide {
+            " (every process's allocator events were recorded)"
+        } else {
+            ": the other processes' allocations and frees went through the same per-CPU lists and are not \
+             in the trace; record with --kmem-system-wide to replay them"
+        }
+    ))
 }
 
 /// What the warm-up put on the lists, and how it knows.
