@@ -880,7 +880,7 @@ fn buddy_steps(
             ns: (sx.median * b).round().max(1.0) as u64,
             kind: Kind::Fitted,
             source: format!(
-                "fitted ({}): {} ({} ns/page, median of {} rounds, CPU time) less {} ({} ns/page): {} ns/page, of which the model's measured and fitted costs account for {} ns/page; the rest over the {:.3} buddy-step units per page the model charges the small lists more (buddy_list_op_ns, buddy_merge_step_ns, buddy_split_step_ns as one group scaled x{:.2} from the base profile's ratios: no measurement here tells them apart); base profile: {} ns",
+                "fitted ({}): {} ({} ns/page, median of {} rounds, CPU time) less {} ({} ns/page): {} ns/page, of which the model's measured and fitted costs account for {} ns/page; the rest over what the model charges the small lists more in buddy steps, {:.1} ns/page at the base profile's figures (buddy_list_op_ns, buddy_merge_step_ns, buddy_split_step_ns as one group scaled x{:.2} from them: no measurement here tells them apart; the spread is that of the per-round differences, two figures of ~1.5 us/page each); base profile: {} ns",
                 provenance(host),
                 pats[0].pattern.name,
                 fmt_num(ls),

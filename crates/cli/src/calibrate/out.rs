@@ -154,15 +154,22 @@ pub fn estimates_line(derived: &[Derived]) -> String {
     };
     let (here, yet) = (of(Kind::NotHere), of(Kind::Estimate));
     let est = here.len() + yet.len();
+    let list = |v: &[&str]| {
+        if v.is_empty() {
+            String::new()
+        } else {
+            format!(" ({})", v.join(", "))
+        }
+    };
     format!(
-        "{} of {} costs measured or fitted, {est} estimates ({:.0} %): {} cannot be measured here ({}), {} not yet measured ({})",
+        "{} of {} costs measured or fitted, {est} estimates ({:.0} %): {} cannot be measured here{}, {} not yet measured{}",
         derived.len() - est,
         derived.len(),
         100.0 * est as f64 / derived.len().max(1) as f64,
         here.len(),
-        here.join(", "),
+        list(&here),
         yet.len(),
-        yet.join(", ")
+        list(&yet)
     )
 }
 
@@ -176,10 +183,12 @@ pub fn profile_toml(c: &Calibration, name: &str, check_mib: usize) -> String {
          # operation the model charges as this cost. \"fitted\": the weighted\n\
          # least-squares solution of the model's own charges against live\n\
          # measurements (fault patterns per folio size, zero-page reads, a PCP\n\
-         # fault storm with small lists, munmap/mprotect/fork per page).\n\
-         # \"estimate\": not measurable on this host, kept from the base profile\n\
-         # with the reason. Each source gives the median and spread of its\n\
-         # measurement; a re-run should agree within them.\n\
+         # fault storm with small lists, munmap/mprotect/fork per page; the\n\
+         # buddy steps from the storm with small lists less with large ones).\n\
+         # \"estimate\": kept from the base profile with the reason, either\n\
+         # \"cannot measure it here\" or \"not yet measured\". Each source gives\n\
+         # the median and spread of its measurement and ends with the figure's\n\
+         # spread; `mmlab calibrate --compare` tells whether a re-run agrees.\n\
          # {}.\n\
          # Closing check ({check_mib} MiB patterns the fit did not use):\n\
          # calibration check: {}/{} within 10 % (median of each repetition's faster\n\
