@@ -172,16 +172,23 @@ fn replay_path(path: &Path, exp_path: &Path) -> anyhow::Result<()> {
     let given = header.machine.zones.is_empty().then_some(exp_path);
     let exp = replay::replay_experiment(path, &header, min_cpus, given)?;
     let _ = replay::cpu_fold_warning(&header, min_cpus, &exp);
+    // A warm-up refused for its size (`mmlab replay --warm-pcp` says so)
+    // still leaves the cold replays and mode (b) to run.
+    let mut warm_refused = Ok(());
     if let Some(prep) = &prep {
+        warm_refused = replay::check_warm_fits(path, &exp, prep);
         for k in &exp.kernels {
             for warm in [false, true] {
+                if warm && warm_refused.is_err() {
+                    continue;
+                }
                 let _ = replay::replay_one(&exp, k, prep, exp.seed, warm, None);
             }
         }
     }
     let aspace = crate::aspace::run(path, &exp, false)?;
     let _ = crate::aspace::warnings(&header, &exp, aspace.as_ref());
-    Ok(())
+    warm_refused
 }
 
 /// Damage: bit flips, overwritten words, truncation, insertion, a span
