@@ -498,7 +498,7 @@ impl PageTables {
             let e = self.slab[id as usize].entries[index];
             if !present(e) || e & PAGE_PSE != 0 {
                 let mask = (1u64 << l.shift()) - 1;
-                return Err((addr | mask).checked_add(1).unwrap_or(u64::MAX));
+                return Err((addr | mask).saturating_add(1));
             }
             id = self.child_of(id, index);
             self.walked(addr, l, id);

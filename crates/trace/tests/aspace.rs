@@ -162,8 +162,7 @@ fn replay(t: &Trace, name: &str, kernels: &[KernelConfig]) -> AspaceReplay {
         }],
         dma32_pages: 0,
     };
-    let r = replay_aspace(&path, &layout, &CostTable::uniform(1), kernels).expect("replay");
-    r
+    replay_aspace(&path, &layout, &CostTable::uniform(1), kernels).expect("replay")
 }
 
 const BASE: u64 = 0x7f00_0000_0000;
