@@ -498,6 +498,37 @@ impl PageTables {
     /// a user access.)
     #[inline(always)]
     pub fn leaf(&self, addr: u64) -> Option<(Slot, Level, u64)> {
+        // The common case straight-line: the PMD hint covers `addr`, and the
+        // walk is two fixed steps (host speed only; the same answer as the
+        // loop of `leaf_walk`, which `check_leaf_paths` tests).
+        let (key, id) = self.pmd_hint.get();
+        if key != addr >> PUD_SHIFT {
+            return self.leaf_walk(addr);
+        }
+        debug_assert_eq!(self.pmd_table_uncached(addr), Some(id), "stale PMD hint");
+        let i = Level::Pmd.index(addr);
+        let t = &self.slab[id as usize];
+        let e = t.entries[i];
+        if !present(e) {
+            return None;
+        }
+        if e & PAGE_PSE != 0 {
+            return Some((self.slot_at(id, i), Level::Pmd, e));
+        }
+        let c = t.child[i];
+        debug_assert!(c != NO_TABLE, "table pointer without a table");
+        let j = Level::Pte.index(addr);
+        Some((
+            self.slot_at(c, j),
+            Level::Pte,
+            self.slab[c as usize].entries[j],
+        ))
+    }
+
+    /// [`PageTables::leaf`] by a walk level by level from where
+    /// [`PageTables::walk_start`] says.
+    #[inline(never)]
+    fn leaf_walk(&self, addr: u64) -> Option<(Slot, Level, u64)> {
         let (mut id, mut l) = self.walk_start(addr, Level::Pte);
         loop {
             let index = l.index(addr);
@@ -911,6 +942,63 @@ mod tests {
         pt.check_invariants();
         pt.free_pgd(&mut pa, &mut cx);
         assert_eq!(free(&pa), free0 + 1, "every table and the PGD freed");
+    }
+
+    /// `leaf()`'s straight-line path (the PMD hint covers the address)
+    /// answers as the level-by-level walk from the PGD does, for a PTE that
+    /// is set, one that is empty, a PMD leaf, an empty PMD entry and an
+    /// address in a 1 GiB with no PMD table:
+    ///
+    /// ```text
+    ///   GiB 2:  [PTE table: pte(0x10) at +0x1000, empty at +0x2000]
+    ///           [PMD leaf at +0x20_0000] [empty PMD entry at +0x40_0000]
+    ///   GiB 3:  no PMD table
+    /// ```
+    #[test]
+    fn check_leaf_paths() {
+        let (mut pa, mut cx, mut pt) = setup();
+        let base = 2 * GIB;
+        let s = pt
+            .walk_alloc(&mut pa, &mut cx, base + 0x1000, Level::Pte)
+            .unwrap();
+        pt.set(s, pte(0x10));
+        let pmd = pt
+            .walk_alloc(&mut pa, &mut cx, base + 0x20_0000, Level::Pmd)
+            .unwrap();
+        pt.set(pmd, mk_entry(Pfn(0x200), PAGE_PRESENT | PAGE_RW | PAGE_PSE));
+        pt.check_invariants();
+        let addrs = [
+            base + 0x1000,
+            base + 0x1fff,
+            base + 0x2000,
+            base + 0x20_0000,
+            base + 0x3f_ffff,
+            base + 0x40_0000,
+            3 * GIB + 0x1000,
+        ];
+        for a in addrs {
+            // Through the hint (walk once so that it covers `a`'s GiB)...
+            let _ = pt.lookup(base, Level::Pmd);
+            let hinted = pt.leaf(a);
+            // ...and with it forgotten, from the PGD.
+            pt.pmd_hint.set((NO_HINT, NO_TABLE));
+            let walked = pt.leaf_walk(a);
+            assert_eq!(hinted, walked, "leaf({a:#x})");
+        }
+        assert_eq!(
+            pt.leaf(base + 0x1000).map(|(_, l, e)| (l, e)),
+            Some((Level::Pte, pte(0x10)))
+        );
+        assert_eq!(
+            pt.leaf(base + 0x2000).map(|(_, l, e)| (l, e)),
+            Some((Level::Pte, 0))
+        );
+        assert_eq!(
+            pt.leaf(base + 0x20_1000).map(|(_, l, _)| l),
+            Some(Level::Pmd)
+        );
+        assert_eq!(pt.leaf(base + 0x40_0000), None);
+        assert_eq!(pt.leaf(3 * GIB), None);
     }
 
     #[test]
