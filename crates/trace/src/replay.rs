@@ -603,8 +603,8 @@ impl Prepared {
 
 impl Prepared {
     /// At most how many pages [`Prepared::warm_pcp`] puts on per-CPU lists:
-    /// the recorded pagesets' counts, each zone's at most its managed pages
-    /// (a damaged header may claim more). What the warm-up costs the host
+    /// the recorded pagesets' counts, each at most its zone's managed pages
+    /// (a damaged header may claim more; `warm_pcp` clamps the same way). What the warm-up costs the host
     /// grows with it (the pages' `struct page`s are materialised), so a
     /// caller checks it against the host before warming (a 2 KiB trace
     /// claiming 2^47 pages on a 16 TiB zone aborted on memory, fuzz input
@@ -614,13 +614,7 @@ impl Prepared {
             .machine
             .zones
             .iter()
-            .map(|z| {
-                let listed = z
-                    .pagesets
-                    .iter()
-                    .fold(0u64, |n, ps| n.saturating_add(ps.count));
-                listed.min(z.managed)
-            })
+            .flat_map(|z| z.pagesets.iter().map(|ps| ps.count.min(z.managed)))
             .fold(0u64, u64::saturating_add)
     }
 
@@ -653,7 +647,10 @@ impl Prepared {
             for ps in &z.pagesets {
                 let v = VcpuId(ps.cpu % nr_cpus.max(1));
                 let room = start_high(pa, pa.pcp_index(v, zi), ps);
-                let want = ps.count.min(room);
+                // A list never holds more than its zone's pages: the
+                // model's zone of that name may be larger than the
+                // recorded one (fuzz input 761763 of seed 6000000).
+                let want = ps.count.min(room).min(z.managed);
                 let lists = self.start_lists(ps.cpu, zh, want);
                 cx.begin(v, SimTime(0));
                 put_on_lists(pa, &mut cx, zone_gfp, &lists);
