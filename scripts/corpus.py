@@ -158,7 +158,8 @@ class LiveKernel:
 
 
 def mmlab():
-    return os.path.join(ROOT, "target", "release", "mmlab")
+    # MMLAB=path runs another build (e.g. main's, for before/after figures).
+    return os.environ.get("MMLAB") or os.path.join(ROOT, "target", "release", "mmlab")
 
 
 def fault_counts():

@@ -161,9 +161,10 @@ const KFAULT: &str = "no exceptions:page_fault_kernel: the kernel's faults are a
 const PERF_MISSES: &[(&str, &str, &str, &str)] = &[
     ("perf-full", "node", "64k", JIT),
     ("perf-full", "node", "all", JIT),
+    ("perf-full", "node", "hf100", JIT),
     ("perf-full", "zstd", "all", SMALL),
+    ("perf-full", "sort", "all", SMALL),
     ("perf-full", "java", "*", JVM),
-    ("perf-full", "gzip", "*", SMALL),
     ("perf-typical", "node", "*", JIT),
     ("perf-typical", "java", "*", JVM),
     ("perf-typical", "server", "all", KFAULT),

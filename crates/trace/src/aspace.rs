@@ -103,6 +103,12 @@
 //!   be larger than the kernel could have placed). A `brk` that moves the
 //!   break of a process whose first `brk` was not a query tells no heap
 //!   start: the heap below that break is not modelled.
+//! - A `brk` without its exit (no `sys_exit_brk`) and without a mapping
+//!   record of the heap (no `perf record -d`) tells the break asked for,
+//!   not the heap's start: the heap is taken to start at the page of the
+//!   first fault below that break with no mapping between them (glibc's
+//!   `malloc` writes the top chunk's header at the old break first), and
+//!   counted; until then the heap's faults pass through.
 //! - `mprotect` of ranges the model does not have (file-backed mappings,
 //!   as the dynamic linker's RELRO `mprotect(PROT_READ)`, the stack, the
 //!   program) changes nothing in the model and is counted.
@@ -239,6 +245,19 @@ impl Ranges {
         }
     }
 
+    /// The start of the first range that overlaps `[start, end)`.
+    fn first_overlap(&self, start: u64, end: u64) -> Option<u64> {
+        if let Some((&s, _)) = self
+            .0
+            .range(..=start)
+            .next_back()
+            .filter(|(_, &(e, _))| e > start)
+        {
+            return Some(s);
+        }
+        self.0.range(start..end).next().map(|(&s, _)| s)
+    }
+
     fn get(&self, addr: u64) -> Option<Kind> {
         self.0
             .range(..=addr)
@@ -273,6 +292,11 @@ struct Proc {
     /// True once a `brk` event has set the model's `start_brk` and `brk`
     /// from the recording.
     brk_known: bool,
+    /// The break that a `brk` without its exit asked for while the heap's
+    /// start was unknown (no `sys_exit_brk`, no `-d` mapping record): the
+    /// heap is then taken to begin at the first fault below this break that
+    /// no mapping explains ([`World::heap_from_fault`]).
+    brk_asked: Option<u64>,
     /// The live tasks (thread ids) of the process.
     tids: BTreeSet<i32>,
 }
@@ -475,6 +499,7 @@ impl World {
                 mm,
                 other: Ranges::default(),
                 brk_known: false,
+                brk_asked: None,
                 tids: BTreeSet::from([tid]),
             }),
             Err(_) => {
@@ -970,16 +995,57 @@ impl World {
                 }
                 _ => Self::below_stack(p, addr),
             };
-        if !in_vma {
+        if !in_vma && !self.heap_from_fault(addr) {
             self.fault_outside(pid, tid, addr, write, kernel);
             return;
         }
         self.out.faults_replayed += 1;
+        let Some((_, p)) = self.hot.as_mut() else {
+            unreachable!("the hot process was just set");
+        };
         if memory::access_ok(&mut p.mm, Vaddr(addr), write) {
             self.out.faults_absorbed += 1;
             return;
         }
         self.fault_in_vma(tid, addr, write);
+    }
+
+    /// A fault at `addr`, in no mapping of the hot process, below the break
+    /// that a `brk` without its exit asked for while the heap's start was
+    /// unknown, with no mapping between it and that break: the heap starts
+    /// at its page, and the model's heap is made from there to the break
+    /// asked for (true). Why the first fault: the C library's `malloc`
+    /// (glibc's `sysmalloc()`) writes the new top chunk's header at the old
+    /// break right after `sbrk()`, so the first fault of a heap is on its
+    /// first page, and `start_brk` is page-aligned (with or without
+    /// `arch_randomize_brk()`). An allocator that first writes higher up
+    /// gives a heap that starts too high, whose lowest pages then fault as
+    /// in the recording; it is counted in the notes like every inference.
+    fn heap_from_fault(&mut self, addr: u64) -> bool {
+        let Some((_, p)) = self.hot.as_mut() else {
+            return false;
+        };
+        let start = page_down(addr);
+        let Some(asked) = p.brk_asked.filter(|&a| !p.brk_known && start < a) else {
+            return false;
+        };
+        let below_is_free =
+            p.mm.vmas
+                .range(..asked)
+                .next_back()
+                .is_none_or(|(_, v)| v.end <= start)
+                && p.other.first_overlap(start, asked).is_none();
+        if !below_is_free {
+            return false;
+        }
+        p.brk_known = true;
+        p.brk_asked = None;
+        p.mm.start_brk = start;
+        p.mm.brk = start;
+        let made = p.mm.brk(&mut self.pa, &mut self.cx, Vaddr(asked)) == Vaddr(asked);
+        self.hot_vma = (0, 0);
+        self.note("heap start taken from its first fault (brk without its exit)");
+        made
     }
 
     /// A recorded fault in a modelled VMA of the hot process, not mapped
@@ -1171,7 +1237,12 @@ impl World {
                 p.mm.brk(&mut self.pa, &mut self.cx, Vaddr(brk));
                 self.note("brk without its exit (replayed at its entry with the model's result)");
             } else {
-                self.note("brk without its exit before the heap's start was known (heap not modelled until then)");
+                // brk(0) asks for nothing; a break asked for is where the
+                // heap ends once its first fault says where it starts.
+                if brk != 0 {
+                    p.brk_asked = Some(brk);
+                }
+                self.note("brk without its exit before the heap's start was known (the heap is taken to start at its first fault)");
             }
             return;
         };
@@ -1490,7 +1561,7 @@ impl World {
         let Some(p) = self.procs.get_mut(&parent) else {
             return;
         };
-        let (other, brk_known) = (p.other.clone(), p.brk_known);
+        let (other, brk_known, brk_asked) = (p.other.clone(), p.brk_known, p.brk_asked);
         let copy = match memory::fork(&mut self.pa, &mut self.cx, &mut p.mm) {
             Ok(mm) => mm,
             Err(_) => {
@@ -1505,6 +1576,7 @@ impl World {
             mm: copy,
             other,
             brk_known,
+            brk_asked,
             tids: BTreeSet::from([child]),
         };
         self.procs.insert(child, c);

@@ -860,3 +860,64 @@ fn an_exec_layout_puts_the_stack_bss_and_files_in_the_replay() {
         "grown to the faulting page"
     );
 }
+
+#[test]
+fn without_brk_exits_the_heap_starts_at_its_first_fault() {
+    // A perf.data without sys_exit_brk and without -d: brk(0) and
+    // brk(start_brk + 16 pages) tell only the break asked for.
+    let heap = 0x5555_5556_0000u64;
+    let entry = |brk: u64| EventKind::Brk { brk, ret: None };
+    let mut t = Trace::new();
+    // FF                  the program's .data (a file mapping below the heap)
+    t.mmap(10, heap - 4 * P, 2 * P, 3, FILE_PRIVATE);
+    t.put(10, 10, entry(0));
+    t.put(10, 10, entry(heap + 16 * P));
+    // FF  HHHHHHHHHHHHHHHH  the heap, written from its first page (glibc's
+    //                       sysmalloc() writes the top chunk's header there)
+    t.touch(10, 10, heap, 16 * P, WRITE);
+    let k16 = kernel(&[
+        ("transparent_hugepage/enabled", "never"),
+        ("transparent_hugepage/hugepages-2048kB/enabled", "never"),
+        ("transparent_hugepage/hugepages-16kB/enabled", "always"),
+    ]);
+    let r = replay(&t, "brk-first-fault", &[kernel(&[]), k16]);
+    for m in &r.models {
+        assert_eq!(
+            (m.live[&10].start_brk, m.live[&10].brk),
+            (heap, heap + 16 * P)
+        );
+        assert_eq!(vmas(m, 10), vec![span(heap, heap + 16 * P, "rw-")]);
+        assert_eq!(m.faults_passthrough, 0);
+        assert_eq!(
+            m.notes
+                .get("heap start taken from its first fault (brk without its exit)"),
+            Some(&1)
+        );
+    }
+    // 4 KiB: every page faults; 16 KiB folios: one fault in four.
+    assert_eq!(r.models[0].faults_taken, 16);
+    assert_eq!(r.models[1].faults_taken, 4);
+    assert_eq!(r.models[1].faults_absorbed, 12);
+}
+
+#[test]
+fn without_brk_exits_a_fault_below_a_mapping_starts_no_heap() {
+    // brk(0), brk(B + 4 pages) without exits, and a fault in no mapping
+    // but *below* a mapping that lies under the break: not the heap's.
+    let heap = 0x5555_5556_0000u64;
+    let entry = |brk: u64| EventKind::Brk { brk, ret: None };
+    let mut t = Trace::new();
+    t.put(10, 10, entry(0));
+    t.put(10, 10, entry(heap + 4 * P));
+    // ?  FF    the fault at heap - 4P has the file mapping between it and
+    //          the break: passed through, the heap still unknown
+    t.mmap(10, heap - 2 * P, 2 * P, 3, FILE_PRIVATE);
+    t.touch(10, 10, heap - 4 * P, P, WRITE);
+    // ?  FFHHHH then the heap's first page: the heap starts there
+    t.touch(10, 10, heap, 4 * P, WRITE);
+    let r = replay(&t, "brk-first-fault-below", &[kernel(&[])]);
+    let m = &r.models[0];
+    assert_eq!(m.live[&10].start_brk, heap);
+    assert_eq!(m.faults_passthrough, 1);
+    assert_eq!(m.faults_taken, 4);
+}
