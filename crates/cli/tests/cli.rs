@@ -245,7 +245,7 @@ fn unknown_metric_workload_and_parameter_are_named() {
     assert!(
         e.contains(
             "unknown workload \"page-chrun\"; valid workloads: \
-             anon-cow-seq, anon-w-seq, ebizzy, hugetlb-cow, kbuild, kernel-compile, \
+             anon-cow-seq, anon-w-seq, ebizzy, folio-buckets, hugetlb-cow, kbuild, kernel-compile, \
              malloc-dontneed, page-churn, page-fault1, small-vmas, speedometer, stream, \
              thp-migration-bench, tiering-promote"
         ),

@@ -7,6 +7,7 @@
 pub mod anon_cow_seq;
 pub mod anon_w_seq;
 pub mod ebizzy;
+pub mod folio_buckets;
 pub mod hugetlb_cow;
 pub mod kbuild;
 pub mod kernel_compile;
@@ -53,6 +54,7 @@ pub const WORKLOADS: &[WorkloadDef] = &[
     anon_cow_seq::DEF,
     anon_w_seq::DEF,
     ebizzy::DEF,
+    folio_buckets::DEF,
     hugetlb_cow::DEF,
     kbuild::DEF,
     kernel_compile::DEF,

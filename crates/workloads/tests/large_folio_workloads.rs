@@ -190,3 +190,55 @@ fn page_fault1_variants_give_the_live_kernels_counts() {
         assert_eq!(v.mthp(o, MthpStat::AnonFaultAlloc), 2, "order {o}");
     }
 }
+
+/// folio-buckets: one run (no churn) puts every region in its bucket under
+/// v1 — 64 KiB regions in 64K folios, the 32 KiB and 16 KiB regions (own
+/// VMAs at an alignment that allows nothing larger) in 32K and 16K folios,
+/// single pages in 4K — and the simple order folds the 32K and 16K regions
+/// into 4 KiB faults while keeping the 64K ones.
+///
+/// ```text
+///  |RRRRRRRRRRRRRRRR|--------RRRRRRRR|----RRRR|-R|   (- PROT_NONE, R written)
+///    one 64K folio     one 32K folio  one 16K  4K
+/// ```
+#[test]
+fn folio_buckets_puts_each_region_in_its_bucket_and_simple_folds_the_middle_ones() {
+    let m = machine(2, 256 << 20);
+    let p = params(&[
+        ("heap_kib", ParamValue::Int(1024)),
+        ("runs", ParamValue::Int(1)),
+    ]);
+    // 1 MiB: 256 KiB in 4 regions of 64K, 153.6 KiB in 4 of 32K and 9 of
+    // 16K, 460.8 KiB in 115 single pages.
+    let (_, v1) = run("folio-buckets", &p, policy("v1"), &m);
+    let alloc = |v: &VmStat, o: u8| v.mthp(o, MthpStat::AnonFaultAlloc);
+    assert_eq!(
+        [alloc(&v1, 4), alloc(&v1, 3), alloc(&v1, 2), alloc(&v1, 0)],
+        [4, 4, 9, 115]
+    );
+    let (_, simple) = run("folio-buckets", &p, policy("simple"), &m);
+    assert_eq!(
+        [alloc(&simple, 4), alloc(&simple, 3), alloc(&simple, 2)],
+        [4, 0, 0]
+    );
+    assert_eq!(alloc(&simple, 0), 115 + 4 * 8 + 9 * 4);
+    // Churned runs re-fault the small buckets, not the static 64K one.
+    let p = params(&[
+        ("heap_kib", ParamValue::Int(1024)),
+        ("runs", ParamValue::Int(4)),
+        ("churn_pct", ParamValue::Int(100)),
+    ]);
+    let (_, v1) = run("folio-buckets", &p, policy("v1"), &m);
+    assert_eq!(
+        [alloc(&v1, 4), alloc(&v1, 3), alloc(&v1, 2), alloc(&v1, 0)],
+        [4, 16, 36, 460]
+    );
+}
+
+#[test]
+fn folio_buckets_rejects_a_mix_that_does_not_sum_to_100() {
+    let m = machine(2, 256 << 20);
+    let p = params(&[("mix_4k_pct", ParamValue::Int(40))]);
+    let e = workloads::build("folio-buckets", &p, &m).err().unwrap();
+    assert!(e.to_string().contains("sum to 95"), "{e}");
+}
