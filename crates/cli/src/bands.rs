@@ -12,8 +12,8 @@
 //! # Bands
 //!
 //! A profile gives a `band = [low, high]` for every figure that is an
-//! estimate or a bound (a `[costs.*]` entry, or `line_fill_buffers` and
-//! `link_mbps` of `[numa]`). A headline's band is the range it takes when
+//! estimate or a bound (a `[costs.*]` entry, or `line_fill_buffers`,
+//! `link_mbps` and `link_snoop_flits` of `[numa]`). A headline's band is the range it takes when
 //! those inputs move across their bands:
 //!
 //! - one at a time: each input alone at its low and then its high end, the
@@ -413,7 +413,10 @@ pub fn inputs(exp: &Experiment) -> Vec<Input> {
         .collect();
     if let Some(n) = &exp.profile.numa {
         for (k, &(lo, hi)) in &n.bands {
-            let varied = matches!(k.as_str(), "link_mbps" | "line_fill_buffers");
+            let varied = matches!(
+                k.as_str(),
+                "link_mbps" | "line_fill_buffers" | "link_snoop_flits"
+            );
             if varied && lo < hi {
                 v.push(Input {
                     key: format!("numa.{k}"),
@@ -436,6 +439,7 @@ fn set(exp: &mut Experiment, key: &str, value: u64) {
         match key {
             "numa.link_mbps" => n.link_mbps = value,
             "numa.line_fill_buffers" => n.line_fill_buffers = Some(value as u32),
+            "numa.link_snoop_flits" => n.link_snoop_flits = Some(value as u32),
             _ => {}
         }
     }

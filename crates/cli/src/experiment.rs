@@ -367,6 +367,10 @@ struct NumaFile {
     dma_channel_mbps: Sourced<u64>,
     #[serde(default)]
     line_fill_buffers: Option<Sourced<u32>>,
+    #[serde(default)]
+    link_data_flits: Option<Sourced<u32>>,
+    #[serde(default)]
+    link_snoop_flits: Option<Sourced<u32>>,
 }
 
 /// A profile's `[cache]` section.
@@ -433,6 +437,14 @@ fn numa_profile(n: NumaFile) -> NumaProfile {
         note("line_fill_buffers", l.source, l.band);
         l.value
     });
+    let mut flits = |k: &str, f: Option<Sourced<u32>>| {
+        f.map(|f| {
+            note(k, f.source, f.band);
+            f.value
+        })
+    };
+    let link_data_flits = flits("link_data_flits", n.link_data_flits);
+    let link_snoop_flits = flits("link_snoop_flits", n.link_snoop_flits);
     NumaProfile {
         distance: n.distance.value,
         threads_per_core: n.threads_per_core.value,
@@ -442,6 +454,8 @@ fn numa_profile(n: NumaFile) -> NumaProfile {
         dma_channels: n.dma_channels.value,
         dma_channel_mbps: n.dma_channel_mbps.value,
         line_fill_buffers: lfb,
+        link_data_flits,
+        link_snoop_flits,
         sources,
         bands,
     }

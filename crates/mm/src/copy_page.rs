@@ -49,6 +49,29 @@
 //! bandwidth (`node_mbps`; a copy within one node reads and writes it).
 //! The bytes are split evenly, so the slowest thread sets the time.
 //!
+//! # The link's traffic
+//!
+//! `link_mbps` is the sustained rate of one node reading another's memory
+//! (a measured remote-read bandwidth): each 64-byte line crosses the link
+//! as one data packet of `link_data_flits` flits. A copy puts more on the
+//! link than the lines it reads remotely: with the profile's
+//! `link_data_flits` and `link_snoop_flits` given, every line copied by a
+//! thread on node `c` costs, per direction of each link,
+//!
+//! - a source line on another node: a data packet `s -> c`;
+//! - a destination line on another node: its read-for-ownership, a data
+//!   packet `d -> c`, and its later write-back, a data packet `c -> d`;
+//! - a line homed on `c` itself (the source read of a copy on the source
+//!   node, the destination of a copy on the destination node): under a
+//!   source-snooping protocol (Intel's Early Snoop) the miss is snooped on
+//!   every other node, whose response (`link_snoop_flits`) crosses back to
+//!   `c`; with a home-snooping directory protocol that finds no remote
+//!   copy, nothing (`link_snoop_flits = 0`).
+//!
+//! The busiest direction sets the time: its flits over a read stream's
+//! `link_data_flits` per line, at `link_mbps`. Without the two keys the
+//! link carries the copied bytes alone, as before.
+//!
 //! Every parameter comes from the cost profile (its `[numa]` section and
 //! its `*_ns` costs), with a source.
 //!
@@ -145,6 +168,13 @@ pub struct NumaHw {
     /// Line fill buffers of one core (0: not given; the thread rate is then
     /// `thread_copy_mbps` scaled by the SLIT distance).
     pub line_fill_buffers: u32,
+    /// Flits of one line's data packet on the link (0: not given; the link
+    /// then carries the copied bytes alone).
+    pub link_data_flits: u32,
+    /// Flits of the snoop response a miss on a line homed on the copying
+    /// CPU's own node sends back over the link (0: home snooping with a
+    /// directory, or not given).
+    pub link_snoop_flits: u32,
 }
 
 impl NumaHw {
@@ -160,6 +190,8 @@ impl NumaHw {
             dma_channels: 0,
             dma_channel_mbps: 0,
             line_fill_buffers: 0,
+            link_data_flits: 0,
+            link_snoop_flits: 0,
         }
     }
 }
@@ -279,16 +311,59 @@ impl CopyModel<'_> {
             let mine = (core_mbps / sharing).max(1);
             slowest = slowest.max(ns_at(chunk, mine));
         }
-        slowest.max(self.caps_ns(bytes, job))
+        let copier = threads.first().map(|&t| self.node_of(t));
+        slowest.max(self.caps_ns(bytes, job, copier))
     }
 
-    /// The time the interconnect and the nodes' memory need for `bytes`.
-    fn caps_ns(&self, bytes: u64, job: &CopyJob) -> u64 {
+    /// The time the interconnect and the nodes' memory need for `bytes`
+    /// copied by CPUs of node `copier` (`None`: a DMA engine, whose reads
+    /// and writes go to the two nodes directly).
+    fn caps_ns(&self, bytes: u64, job: &CopyJob, copier: Option<NodeId>) -> u64 {
         if job.src == job.dst {
-            ns_at(2 * bytes, self.hw.node_mbps)
-        } else {
-            ns_at(bytes, self.hw.link_mbps).max(ns_at(bytes, self.hw.node_mbps))
+            return ns_at(2 * bytes, self.hw.node_mbps);
         }
+        let node = ns_at(bytes, self.hw.node_mbps);
+        match copier {
+            Some(c) if self.hw.link_data_flits > 0 => {
+                let flits = self.busiest_link_flits(c, job) as u64;
+                let link_bytes = bytes * flits / self.hw.link_data_flits as u64;
+                ns_at(link_bytes, self.hw.link_mbps).max(node)
+            }
+            _ => ns_at(bytes, self.hw.link_mbps).max(node),
+        }
+    }
+
+    /// Flits per line copied on the busiest direction of any link, for a
+    /// copy of `job` by a CPU of node `c` (see "The link's traffic").
+    pub fn busiest_link_flits(&self, c: NodeId, job: &CopyJob) -> u32 {
+        let data = self.hw.link_data_flits;
+        let snoop = self.hw.link_snoop_flits;
+        // (from, to) -> flits per line; a handful of entries.
+        let mut dirs: Vec<((NodeId, NodeId), u32)> = Vec::new();
+        let mut add = |from: NodeId, to: NodeId, f: u32| match dirs
+            .iter_mut()
+            .find(|(k, _)| *k == (from, to))
+        {
+            Some((_, v)) => *v += f,
+            None => dirs.push(((from, to), f)),
+        };
+        let others: Vec<NodeId> = (0..self.pa.nr_nodes())
+            .map(|n| NodeId(n as u16))
+            .filter(|&n| n != c)
+            .collect();
+        for (home, is_dst) in [(job.src, false), (job.dst, true)] {
+            if home != c {
+                add(home, c, data);
+                if is_dst {
+                    add(c, home, data);
+                }
+            } else {
+                for &o in &others {
+                    add(o, c, snoop);
+                }
+            }
+        }
+        dirs.iter().map(|&(_, f)| f).max().unwrap_or(data).max(1)
     }
 
     /// Models `folio_copy()`: one `copy_page()` after another on `cpu`.
@@ -412,7 +487,8 @@ impl CopyModel<'_> {
         let pages = bytes.div_ceil(PAGE_SIZE);
         let ch = (self.hw.dma_channels as u64).min(pages).max(1);
         let descs = (jobs.len() as u64).max(ch);
-        let xfer = ns_at(bytes, self.hw.dma_channel_mbps * ch).max(self.caps_ns(bytes, first_job));
+        let xfer =
+            ns_at(bytes, self.hw.dma_channel_mbps * ch).max(self.caps_ns(bytes, first_job, None));
         CopyCost {
             ns: descs * self.costs.get(Cost::DmaSubmit)
                 + xfer
@@ -460,6 +536,8 @@ mod tests {
             dma_channels: 4,
             dma_channel_mbps: 1000,
             line_fill_buffers: 0,
+            link_data_flits: 0,
+            link_snoop_flits: 0,
         }
     }
 
@@ -502,6 +580,57 @@ mod tests {
         };
         let m = CopyModel { hw: &slow, ..m };
         assert_eq!(m.parallel_ns(&all, THP.bytes, &THP), ns_at(THP.bytes, 5000));
+    }
+
+    /// The link's traffic per line copied node 0 -> node 1, by where the
+    /// copying CPU is, with a snoop response of one flit (source snooping)
+    /// and without (a home-snooping directory).
+    ///
+    /// ```text
+    ///  copier on node 1 (copy_page_mt's helpers): 0 -> 1: data 9 + snoop 1
+    ///  copier on node 0 (the migrating CPU):      1 -> 0: RFO data 9 + snoop 1
+    ///                                             0 -> 1: write-back 9
+    /// ```
+    #[test]
+    fn the_link_carries_data_packets_and_snoop_responses() {
+        let costs = CostTable::uniform(1);
+        let pa = machine(8);
+        let idle = vec![true; 16];
+        let early = NumaHw {
+            link_data_flits: 9,
+            link_snoop_flits: 1,
+            link_mbps: 9000,
+            ..hw()
+        };
+        let m = CopyModel {
+            pa: &pa,
+            hw: &early,
+            costs: &costs,
+            idle: &idle,
+        };
+        assert_eq!(m.busiest_link_flits(NodeId(1), &THP), 10);
+        assert_eq!(m.busiest_link_flits(NodeId(0), &THP), 10);
+        // The link binds eight helpers on node 1: 10/9 of the bytes at 9 GB/s.
+        let all: Vec<u32> = (8..16).collect();
+        assert_eq!(
+            m.parallel_ns(&all, THP.bytes, &THP),
+            ns_at(THP.bytes * 10 / 9, 9000)
+        );
+        let home = NumaHw {
+            link_snoop_flits: 0,
+            ..early.clone()
+        };
+        let m = CopyModel { hw: &home, ..m };
+        assert_eq!(m.busiest_link_flits(NodeId(1), &THP), 9);
+        assert_eq!(m.busiest_link_flits(NodeId(0), &THP), 9);
+        assert_eq!(m.parallel_ns(&all, THP.bytes, &THP), ns_at(THP.bytes, 9000));
+        // Without the flit counts the link carries the bytes alone.
+        let plain = NumaHw {
+            link_data_flits: 0,
+            ..early.clone()
+        };
+        let m = CopyModel { hw: &plain, ..m };
+        assert_eq!(m.parallel_ns(&all, THP.bytes, &THP), ns_at(THP.bytes, 9000));
     }
 
     #[test]

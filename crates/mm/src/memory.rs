@@ -259,6 +259,7 @@ fn folio_get_refs(pa: &mut PageAlloc, head: Pfn, n: u32) {
 /// the 2 MiB-aligned range around `addr` lies inside it. Under
 /// [`AnonFolioPolicy::Mthp`] the knob is `hugepages-2048kB/enabled`
 /// (`inherit` by default: the top-level knob); otherwise the top-level one.
+#[inline]
 pub fn thp_vma_allowable(cfg: &MmConfig, vma: &Vma, addr: u64) -> bool {
     if vma.flags.contains(VmFlags::NOHUGEPAGE)
         || vma.flags.contains(VmFlags::STACK_INCOMPLETE_SETUP)
@@ -285,6 +286,7 @@ pub fn thp_vma_allowable(cfg: &MmConfig, vma: &Vma, addr: u64) -> bool {
 
 /// True if a user access to `addr` needs no fault: the page is mapped, and
 /// writable if `write`. Sets the accessed and dirty bits as the hardware does.
+#[inline]
 pub fn access_ok(mm: &mut MmStruct, addr: Vaddr, write: bool) -> bool {
     access_entry(mm, addr.0, write).is_some()
 }
@@ -310,6 +312,7 @@ pub fn user_access(pa: &mut PageAlloc, mm: &mut MmStruct, addr: Vaddr, write: bo
 /// physical address the access reaches (the hardware's page walk), with the
 /// accessed and dirty bits set as the hardware sets them; `None` if the
 /// access must fault.
+#[inline]
 fn access_entry(mm: &mut MmStruct, addr: u64, write: bool) -> Option<(u64, u64)> {
     let (slot, _, e) = mm.pgt.leaf(addr)?;
     if !present(e) || e & PAGE_PROTNONE != 0 || (write && e & PAGE_RW == 0) {
@@ -334,6 +337,7 @@ fn access_entry(mm: &mut MmStruct, addr: u64, write: bool) -> Option<(u64, u64)>
 /// the VMA, checks the access (`access_error()`), counts the fault
 /// (`pgfault`, the task's `ru_minflt`), walks and fills the page tables, and
 /// maps or copies a page.
+#[inline]
 pub fn handle_mm_fault(
     pa: &mut PageAlloc,
     cx: &mut Cx,
@@ -467,6 +471,7 @@ fn handle_mm_fault_vma(vmf: &mut Vmf) -> Result<(), VmFault> {
 /// a write allocates a folio (`alloc_anon_folio()`: order 0, or a large
 /// folio under [`MmConfig::anon_folio`]), clears it and maps all its pages
 /// writable. `pte` is the empty entry for the address.
+#[inline]
 pub fn do_anonymous_page(vmf: &mut Vmf, pte: Slot) -> Result<(), VmFault> {
     let Vmf { cx, mm, write, .. } = vmf;
     if !*write {

@@ -492,6 +492,7 @@ impl PageAlloc {
     /// Models `rmqueue_bulk()`: moves up to `count` blocks of `order` from the
     /// buddy lists to the tail of a PCP list, under one `zone->lock` section.
     /// Returns the number of blocks moved.
+    #[inline]
     fn rmqueue_bulk(
         &mut self,
         cx: &mut Cx,

@@ -152,20 +152,37 @@ pub struct Slot {
     pub table: Pfn,
     /// Index of the entry.
     pub index: usize,
-    /// The table's slab index in its [`PageTables`]. Ordering by it never
-    /// decides anything: within one `PageTables` it is a function of `table`.
-    id: u32,
-    /// The table page's [`crate::page::PfnIdx`]: its `struct page` holds the
-    /// split page-table lock (`ptlock_ptr()`), so this names the lock.
-    /// A function of `table`.
-    ptl: u32,
+    /// The table's slab index in its [`PageTables`] (low 32 bits) and the
+    /// table page's [`crate::page::PfnIdx`] (high 32 bits): its `struct
+    /// page` holds the split page-table lock (`ptlock_ptr()`), so this names
+    /// the lock. Both are functions of `table`, so ordering by this word
+    /// never decides anything. One word rather than two `u32`s so that a
+    /// slot is written and read back in 8-byte pieces: the compiler copied
+    /// the pair as one 8-byte load of two 4-byte stores, which the host CPU
+    /// cannot forward (a stall on every fault; host speed only).
+    tag: u64,
 }
 
 impl Slot {
+    #[inline]
+    fn new(table: Pfn, index: usize, id: u32, ptl: u32) -> Slot {
+        Slot {
+            table,
+            index,
+            tag: ((ptl as u64) << 32) | id as u64,
+        }
+    }
+
+    /// The table's slab index (the low half of `tag`).
+    #[inline]
+    fn id(self) -> u32 {
+        self.tag as u32
+    }
+
     /// The index of the table's split page-table lock (see [`Slot`]).
     #[inline]
     pub fn ptl_index(self) -> u32 {
-        self.ptl
+        (self.tag >> 32) as u32
     }
 
     /// The entry at `index` of the same table.
@@ -356,15 +373,10 @@ impl PageTables {
     }
 
     /// The slot at `index` of the table with slab index `id`.
-    #[inline]
+    #[inline(always)]
     fn slot_at(&self, id: u32, index: usize) -> Slot {
         let m = &self.meta[id as usize];
-        Slot {
-            table: m.pfn,
-            index,
-            id,
-            ptl: m.ptl,
-        }
+        Slot::new(m.pfn, index, id, m.ptl)
     }
 
     /// The slot at `index` of the table whose pfn is `table` (a table of
@@ -379,7 +391,7 @@ impl PageTables {
     /// pointer (empty, or a PMD leaf).
     #[inline]
     pub fn pte_table(&self, pmd: Slot) -> Option<Slot> {
-        let c = self.slab[pmd.id as usize].child[pmd.index];
+        let c = self.slab[pmd.id() as usize].child[pmd.index];
         (c != NO_TABLE).then(|| self.slot_at(c, 0))
     }
 
@@ -387,16 +399,17 @@ impl PageTables {
     #[inline]
     pub fn get(&self, slot: Slot) -> u64 {
         debug_assert_eq!(
-            self.meta[slot.id as usize].pfn, slot.table,
+            self.meta[slot.id() as usize].pfn,
+            slot.table,
             "stale slot {slot:?}"
         );
-        self.slab[slot.id as usize].entries[slot.index]
+        self.slab[slot.id() as usize].entries[slot.index]
     }
 
     /// Sets the entry at `slot` (`set_pte_at()`, `set_pmd_at()`).
     #[inline]
     pub fn set(&mut self, slot: Slot, e: u64) {
-        let id = slot.id as usize;
+        let id = slot.id() as usize;
         debug_assert_eq!(self.meta[id].pfn, slot.table, "stale slot {slot:?}");
         let level = self.meta[id].level;
         if level != Level::Pte {
@@ -425,7 +438,7 @@ impl PageTables {
     /// Where a walk of `addr` down to `level` starts: the PMD table of the
     /// [`PageTables::pmd_hint`] if it covers `addr` and the walk goes that
     /// far, else the PGD.
-    #[inline]
+    #[inline(always)]
     fn walk_start(&self, addr: u64, level: Level) -> (u32, Level) {
         let (key, id) = self.pmd_hint.get();
         if key == addr >> PUD_SHIFT && matches!(level, Level::Pmd | Level::Pte) {
@@ -461,7 +474,7 @@ impl PageTables {
 
     /// The slot of `addr` at `level`, without allocating: `None` if a table
     /// above it is missing or a PMD leaf stands in the way of a PTE.
-    #[inline]
+    #[inline(always)]
     pub fn lookup(&self, addr: u64, level: Level) -> Option<Slot> {
         let (mut id, mut l) = self.walk_start(addr, level);
         loop {
@@ -483,8 +496,39 @@ impl PageTables {
     /// [`Level::Pmd`] and its entry, or the PTE slot, [`Level::Pte`] and its
     /// entry; `None` if a table on the way is missing. (The hardware walk of
     /// a user access.)
-    #[inline]
+    #[inline(always)]
     pub fn leaf(&self, addr: u64) -> Option<(Slot, Level, u64)> {
+        // The common case straight-line: the PMD hint covers `addr`, and the
+        // walk is two fixed steps (host speed only; the same answer as the
+        // loop of `leaf_walk`, which `check_leaf_paths` tests).
+        let (key, id) = self.pmd_hint.get();
+        if key != addr >> PUD_SHIFT {
+            return self.leaf_walk(addr);
+        }
+        debug_assert_eq!(self.pmd_table_uncached(addr), Some(id), "stale PMD hint");
+        let i = Level::Pmd.index(addr);
+        let t = &self.slab[id as usize];
+        let e = t.entries[i];
+        if !present(e) {
+            return None;
+        }
+        if e & PAGE_PSE != 0 {
+            return Some((self.slot_at(id, i), Level::Pmd, e));
+        }
+        let c = t.child[i];
+        debug_assert!(c != NO_TABLE, "table pointer without a table");
+        let j = Level::Pte.index(addr);
+        Some((
+            self.slot_at(c, j),
+            Level::Pte,
+            self.slab[c as usize].entries[j],
+        ))
+    }
+
+    /// [`PageTables::leaf`] by a walk level by level from where
+    /// [`PageTables::walk_start`] says.
+    #[inline(never)]
+    fn leaf_walk(&self, addr: u64) -> Option<(Slot, Level, u64)> {
         let (mut id, mut l) = self.walk_start(addr, Level::Pte);
         loop {
             let index = l.index(addr);
@@ -510,7 +554,7 @@ impl PageTables {
     /// table if the entry is empty (`pte_alloc()` once the PMD is known).
     ///
     /// Panics if `pmd` is a leaf: the caller splits it first.
-    #[inline]
+    #[inline(always)]
     pub fn pte_alloc(
         &mut self,
         pa: &mut PageAlloc,
@@ -519,7 +563,7 @@ impl PageTables {
         addr: u64,
     ) -> Result<Slot, AllocError> {
         // The common case inline: the PTE table is there.
-        match self.slab[pmd.id as usize].child.get(pmd.index) {
+        match self.slab[pmd.id() as usize].child.get(pmd.index) {
             Some(&c) if c != NO_TABLE => Ok(self.slot_at(c, Level::Pte.index(addr))),
             _ => self.pte_alloc_slow(pa, cx, pmd, addr),
         }
@@ -538,7 +582,7 @@ impl PageTables {
         let e = self.get(pmd);
         assert!(e & PAGE_PSE == 0, "pte_alloc under a PMD leaf at {addr:#x}");
         let id = if present(e) {
-            self.child_of(pmd.id, pmd.index)
+            self.child_of(pmd.id(), pmd.index)
         } else {
             let id = self.alloc_table(pa, cx, Level::Pte)?;
             let t = self.meta[id as usize].pfn;
@@ -552,7 +596,7 @@ impl PageTables {
     /// (`p4d_alloc()`, `pud_alloc()`, `pmd_alloc()`, `pte_alloc()`).
     ///
     /// Panics if a PMD leaf stands in the way: the caller splits it first.
-    #[inline]
+    #[inline(always)]
     pub fn walk_alloc(
         &mut self,
         pa: &mut PageAlloc,
@@ -633,7 +677,7 @@ impl PageTables {
     /// through [`PageTables::set`], which keeps its child index.
     #[inline]
     pub fn entries_mut(&mut self, slot: Slot) -> &mut [u64; PTRS_PER_TABLE] {
-        let id = slot.id as usize;
+        let id = slot.id() as usize;
         debug_assert_eq!(self.meta[id].pfn, slot.table, "stale slot {slot:?}");
         assert!(
             self.meta[id].level == Level::Pte,
@@ -647,10 +691,11 @@ impl PageTables {
     #[inline]
     pub fn entries(&self, slot: Slot) -> &[u64; PTRS_PER_TABLE] {
         debug_assert_eq!(
-            self.meta[slot.id as usize].pfn, slot.table,
+            self.meta[slot.id() as usize].pfn,
+            slot.table,
             "stale slot {slot:?}"
         );
-        &self.slab[slot.id as usize].entries
+        &self.slab[slot.id() as usize].entries
     }
 
     /// The entries of table `table`, by its pfn (read-only; searches by pfn).
@@ -897,6 +942,63 @@ mod tests {
         pt.check_invariants();
         pt.free_pgd(&mut pa, &mut cx);
         assert_eq!(free(&pa), free0 + 1, "every table and the PGD freed");
+    }
+
+    /// `leaf()`'s straight-line path (the PMD hint covers the address)
+    /// answers as the level-by-level walk from the PGD does, for a PTE that
+    /// is set, one that is empty, a PMD leaf, an empty PMD entry and an
+    /// address in a 1 GiB with no PMD table:
+    ///
+    /// ```text
+    ///   GiB 2:  [PTE table: pte(0x10) at +0x1000, empty at +0x2000]
+    ///           [PMD leaf at +0x20_0000] [empty PMD entry at +0x40_0000]
+    ///   GiB 3:  no PMD table
+    /// ```
+    #[test]
+    fn check_leaf_paths() {
+        let (mut pa, mut cx, mut pt) = setup();
+        let base = 2 * GIB;
+        let s = pt
+            .walk_alloc(&mut pa, &mut cx, base + 0x1000, Level::Pte)
+            .unwrap();
+        pt.set(s, pte(0x10));
+        let pmd = pt
+            .walk_alloc(&mut pa, &mut cx, base + 0x20_0000, Level::Pmd)
+            .unwrap();
+        pt.set(pmd, mk_entry(Pfn(0x200), PAGE_PRESENT | PAGE_RW | PAGE_PSE));
+        pt.check_invariants();
+        let addrs = [
+            base + 0x1000,
+            base + 0x1fff,
+            base + 0x2000,
+            base + 0x20_0000,
+            base + 0x3f_ffff,
+            base + 0x40_0000,
+            3 * GIB + 0x1000,
+        ];
+        for a in addrs {
+            // Through the hint (walk once so that it covers `a`'s GiB)...
+            let _ = pt.lookup(base, Level::Pmd);
+            let hinted = pt.leaf(a);
+            // ...and with it forgotten, from the PGD.
+            pt.pmd_hint.set((NO_HINT, NO_TABLE));
+            let walked = pt.leaf_walk(a);
+            assert_eq!(hinted, walked, "leaf({a:#x})");
+        }
+        assert_eq!(
+            pt.leaf(base + 0x1000).map(|(_, l, e)| (l, e)),
+            Some((Level::Pte, pte(0x10)))
+        );
+        assert_eq!(
+            pt.leaf(base + 0x2000).map(|(_, l, e)| (l, e)),
+            Some((Level::Pte, 0))
+        );
+        assert_eq!(
+            pt.leaf(base + 0x20_1000).map(|(_, l, _)| l),
+            Some(Level::Pmd)
+        );
+        assert_eq!(pt.leaf(base + 0x40_0000), None);
+        assert_eq!(pt.leaf(3 * GIB), None);
     }
 
     #[test]

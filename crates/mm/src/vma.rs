@@ -352,6 +352,7 @@ impl MmStruct {
     }
 
     /// Depth of a maple tree of fan-out 16 over this many VMAs.
+    #[inline]
     pub fn maple_depth(&self) -> u64 {
         let mut depth = 1;
         let mut cap = 16u64;
@@ -363,6 +364,7 @@ impl MmStruct {
     }
 
     /// Models `find_vma()`: the first VMA ending above `addr`.
+    #[inline]
     pub fn find_vma(&self, cx: &mut Cx, addr: u64) -> Option<Vma> {
         cx.charge_n(Cost::VmaLookupLevel, self.maple_depth());
         self.find_vma_uncharged(addr)
@@ -370,6 +372,7 @@ impl MmStruct {
 
     /// [`MmStruct::find_vma`] without charging the walk, for a caller whose
     /// walk is charged elsewhere.
+    #[inline]
     pub fn find_vma_uncharged(&self, addr: u64) -> Option<Vma> {
         self.vmas
             .range(..=addr)
@@ -390,6 +393,7 @@ impl MmStruct {
     }
 
     /// The VMA containing `addr`, if any (`vma_lookup()`).
+    #[inline]
     pub fn vma_lookup(&self, cx: &mut Cx, addr: u64) -> Option<Vma> {
         self.find_vma(cx, addr).filter(|v| v.start <= addr)
     }

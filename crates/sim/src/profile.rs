@@ -112,6 +112,13 @@ pub struct NumaProfile {
     /// source-plus-destination latency (`dram_local_ns`/`dram_remote_ns`)
     /// instead of the single rate of `copy_page_ns` scaled by the SLIT.
     pub line_fill_buffers: Option<u32>,
+    /// Flits of one 64-byte line's data packet on the link, if given: the
+    /// copy model then counts the link's traffic per direction, snoops
+    /// included (`mm::copy_page`, "The link's traffic").
+    pub link_data_flits: Option<u32>,
+    /// Flits of the snoop response a local miss sends back over the link
+    /// (source snooping; 0 for a home-snooping directory), if given.
+    pub link_snoop_flits: Option<u32>,
     /// Where each value comes from, by key.
     pub sources: BTreeMap<String, String>,
     /// The plausible range of values that are estimates or bounds, by key.
@@ -310,6 +317,8 @@ impl Profile {
             hw.dma_channels = n.dma_channels;
             hw.dma_channel_mbps = n.dma_channel_mbps;
             hw.line_fill_buffers = n.line_fill_buffers.unwrap_or(0);
+            hw.link_data_flits = n.link_data_flits.unwrap_or(0);
+            hw.link_snoop_flits = n.link_snoop_flits.unwrap_or(0);
         }
         hw
     }

@@ -43,6 +43,8 @@ fn hw(costs: &CostTable) -> NumaHw {
         dma_channels: 8,
         dma_channel_mbps: 1000,
         line_fill_buffers: 0,
+        link_data_flits: 0,
+        link_snoop_flits: 0,
         ..NumaHw::from_costs(costs)
     }
 }

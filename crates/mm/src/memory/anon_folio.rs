@@ -186,6 +186,7 @@ pub type Orders = u32;
 /// `VM_HUGEPAGE` VMA: `always`, `madvise`, and `inherit` if the top-level
 /// knob is `always` or `madvise`; otherwise `always`, and `inherit` if the
 /// top-level knob is `always`. `VM_NOHUGEPAGE` allows none.
+#[inline]
 pub fn thp_vma_allowable_orders(
     top: ThpEnabled,
     per_size: &[MthpEnabled; MTHP_NR_ORDERS],
@@ -223,6 +224,7 @@ pub fn thp_vma_allowable_orders(
 
 /// Models `thp_vma_suitable_orders()`: the orders of `orders` whose naturally
 /// aligned block around `addr` lies inside the VMA.
+#[inline]
 pub fn thp_vma_suitable_orders(vma: &Vma, addr: u64, orders: Orders) -> Orders {
     let mut out = 0;
     let mut todo = orders;
@@ -240,6 +242,7 @@ pub fn thp_vma_suitable_orders(vma: &Vma, addr: u64, orders: Orders) -> Orders {
 
 /// Models `pte_range_none()`: the `1 << order` PTEs of the naturally aligned
 /// block around `addr` in the table of `pte` are all none.
+#[inline]
 fn pte_range_none(mm: &crate::vma::MmStruct, pte: Slot, addr: u64, order: u8) -> bool {
     let nr = 1usize << order;
     let first = crate::pgtable::Level::Pte.index(addr & !((PAGE_SIZE << order) - 1));
@@ -247,6 +250,7 @@ fn pte_range_none(mm: &crate::vma::MmStruct, pte: Slot, addr: u64, order: u8) ->
     t[first..first + nr].iter().all(|&e| e == 0)
 }
 
+#[inline]
 fn highest(orders: Orders) -> u8 {
     31 - orders.leading_zeros() as u8
 }
@@ -255,6 +259,7 @@ fn highest(orders: Orders) -> u8 {
 /// set of candidates from the highest that fits (naturally aligned, inside the
 /// VMA, all PTEs none) downwards, and whether a failed allocation may try the
 /// next lower candidate (else it goes straight to order 0).
+#[inline]
 fn candidate_orders(
     cfg: &super::MmConfig,
     mm: &crate::vma::MmStruct,
@@ -312,6 +317,7 @@ fn candidate_orders(
 /// fail to allocate count `anon_fault_fallback`; a large folio allocated
 /// counts `anon_fault_alloc` and `nr_anon`. The final fallback is order 0.
 /// `pte` is the empty entry for the faulting address.
+#[inline]
 pub fn alloc_anon_folio(vmf: &mut super::Vmf, pte: Slot) -> Result<(Pfn, u8), VmFault> {
     let super::Vmf {
         pa,
@@ -349,6 +355,7 @@ pub fn alloc_anon_folio(vmf: &mut super::Vmf, pte: Slot) -> Result<(Pfn, u8), Vm
 /// the faulting address (`pte` is its entry): zeroes it, gives it one
 /// reference per page and sets all its PTEs at once (`set_ptes()`),
 /// writable and dirty.
+#[inline]
 pub fn map_anon_folio(vmf: &mut super::Vmf, pte: Slot, pfn: Pfn, order: u8) {
     let super::Vmf {
         pa,

@@ -376,6 +376,7 @@ impl HugePageLog {
 /// [`crate::cost::Cost::ClearPage`].
 ///
 /// Deviation: `cond_resched()` between sub-pages is not modeled.
+#[inline]
 pub fn folio_zero_user(
     cx: &mut Cx,
     policy: HugeOrderPolicy,
