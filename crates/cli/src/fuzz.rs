@@ -115,6 +115,11 @@ pub struct Report {
     pub failures: Vec<(u64, String)>,
     /// Wall time.
     pub elapsed: Duration,
+    /// The process's CPU time (user + system, every thread) during the run.
+    pub cpu: Duration,
+    /// The signal that stopped the run before its last input (the run
+    /// covered `start..start + nr_inputs`).
+    pub stopped_by: Option<i32>,
 }
 
 /// What one input did.
@@ -169,6 +174,7 @@ struct Current {
 pub fn run(target: &dyn Target, opts: &Options) -> Report {
     crate::experiment::set_host_memory_override(opts.budget.host_memory_bytes);
     let t0 = Instant::now();
+    let cpu0 = native::sys::process_cpu_ns();
     let current = Arc::new(Current {
         done: std::sync::atomic::AtomicBool::new(false),
         index: AtomicU64::new(u64::MAX),
@@ -176,8 +182,14 @@ pub fn run(target: &dyn Target, opts: &Options) -> Report {
         input: Mutex::new((Vec::new(), "bin")),
     });
     start_watchdog(current.clone(), opts.clone());
+    // SIGINT/SIGTERM end the input running, then the run, with its report.
+    let _stop = host::signals::stop_on_signal();
     let mut report = Report::default();
     for i in opts.start..opts.start.saturating_add(opts.count) {
+        if let Some(sig) = host::signals::stop_requested() {
+            report.stopped_by = Some(sig);
+            break;
+        }
         let seed = opts.seed.wrapping_add(i);
         let (input, ext) = target.make(seed);
         *current.input.lock().unwrap_or_else(|p| p.into_inner()) = (input.clone(), ext);
@@ -209,8 +221,9 @@ pub fn run(target: &dyn Target, opts: &Options) -> Report {
         }
         if opts.progress_every > 0 && report.nr_inputs.is_multiple_of(opts.progress_every) {
             eprintln!(
-                "mmlab fuzz: {} inputs ({} ran, {} rejected, {} failed) in {:.0?}",
+                "mmlab fuzz: {} inputs, next {} ({} ran, {} rejected, {} failed) in {:.0?}",
                 report.nr_inputs,
+                i + 1,
                 report.nr_ran,
                 report.nr_rejected,
                 report.failures.len(),
@@ -220,6 +233,7 @@ pub fn run(target: &dyn Target, opts: &Options) -> Report {
     }
     current.done.store(true, Ordering::SeqCst);
     report.elapsed = t0.elapsed();
+    report.cpu = Duration::from_nanos(native::sys::process_cpu_ns().saturating_sub(cpu0));
     report
 }
 
@@ -426,25 +440,49 @@ pub fn cmd(a: &FuzzArgs) -> anyhow::Result<i32> {
         verbose: a.verbose,
     };
     let r = run(target, &opts);
-    println!(
-        "mmlab fuzz {}: {} inputs (seed {}, from {}): {} ran, {} rejected with an error naming the input, {} failed, in {:.1?} ({:.0} inputs/s)",
-        match a.what {
-            FuzzWhat::Experiments => "experiments",
-            FuzzWhat::Traces => "traces",
-        },
+    println!("{}", summary(a, &r));
+    for (i, what) in &r.failures {
+        println!("  input {i} (seed {}): {what}", a.seed.wrapping_add(*i));
+    }
+    if let Some(sig) = r.stopped_by {
+        let next = a.start + r.nr_inputs;
+        println!(
+            "  stopped by {}: continue with --seed {} --start {next} --count {}",
+            host::signals::signal_name(sig),
+            a.seed,
+            a.count - r.nr_inputs
+        );
+        if r.failures.is_empty() {
+            return Ok(128 + sig);
+        }
+    }
+    Ok(if r.failures.is_empty() { 0 } else { 1 })
+}
+
+/// The run's one-line summary: what, which inputs, how they went, how fast
+/// (per second of wall time and of the process's CPU time).
+fn summary(a: &FuzzArgs, r: &Report) -> String {
+    let what = match a.what {
+        FuzzWhat::Experiments => "experiments",
+        FuzzWhat::Traces => "traces",
+    };
+    let per = |d: f64| r.nr_inputs as f64 / d.max(1e-9);
+    format!(
+        "mmlab fuzz {what}: {} inputs (seed {}, inputs {}..{}): {} ran, {} rejected with an error \
+         naming the input, {} failed, in {:.1?} ({:.0} inputs/s; {:.1} s of CPU, {:.0} inputs per \
+         CPU-second)",
         r.nr_inputs,
         a.seed,
         a.start,
+        a.start + r.nr_inputs,
         r.nr_ran,
         r.nr_rejected,
         r.failures.len(),
         r.elapsed,
-        r.nr_inputs as f64 / r.elapsed.as_secs_f64().max(1e-9)
-    );
-    for (i, what) in &r.failures {
-        println!("  input {i} (seed {}): {what}", a.seed.wrapping_add(*i));
-    }
-    Ok(if r.failures.is_empty() { 0 } else { 1 })
+        per(r.elapsed.as_secs_f64()),
+        r.cpu.as_secs_f64(),
+        per(r.cpu.as_secs_f64()),
+    )
 }
 
 #[cfg(test)]

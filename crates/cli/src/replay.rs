@@ -218,6 +218,36 @@ pub fn cpu_fold_warning(h: &Header, min_cpus: u32, exp: &Experiment) -> Option<S
 
 /// One kernel's replay; `warm`: start with the recorded PCP list contents
 /// (`Prepared::warm_pcp`) instead of empty lists.
+/// Refuses `--warm-pcp` when the pages it would put on the per-CPU lists
+/// ([`Prepared::warm_pcp_pages_bound`], at most the machine's) need more
+/// host memory than half the host (with the machine's boot-time metadata):
+/// each warmed page's `struct page` is materialised and held once while
+/// the lists fill. A header's pageset counts are otherwise unchecked, and a
+/// damaged one could ask for terabytes of pages.
+pub fn check_warm_fits(trace: &Path, exp: &Experiment, prep: &Prepared) -> Result<()> {
+    let machine_pages = exp.machine.memory_bytes() / mm::types::PAGE_SIZE;
+    let pages = prep.warm_pcp_pages_bound().min(machine_pages);
+    // The page's struct page, and its (pfn, order) held until the frees.
+    let per_page = mm::page::MemMap::BYTES_PER_PAGE as u64 + 16;
+    let needed = exp
+        .machine
+        .metadata_bytes()
+        .saturating_add(pages.saturating_mul(per_page));
+    let allowed = experiment::host_memory_bytes() / 2;
+    if needed > allowed {
+        bail!(
+            "{}: --warm-pcp would put up to {pages} pages on the per-CPU lists (the recorded \
+             pagesets' counts), about {} MiB of model state with the machine's; at most {} MiB \
+             fit in half of this host's memory: replay without --warm-pcp, or on a smaller \
+             machine (--experiment)",
+            trace.display(),
+            needed >> 20,
+            allowed >> 20
+        );
+    }
+    Ok(())
+}
+
 pub fn replay_one(
     exp: &Experiment,
     k: &Kernel,
@@ -393,6 +423,9 @@ pub fn replay_on(
     });
     let mut per_kernel = serde_json::Map::new();
     if let Some(prep) = &prep {
+        if warm {
+            check_warm_fits(trace, &exp, prep)?;
+        }
         for k in &exp.kernels {
             let (r, st) = replay_one(&exp, k, prep, seed, warm, timeline);
             per_kernel.insert(k.name.clone(), stats_json(&st));
@@ -771,6 +804,9 @@ pub fn validate(
              nor page faults, address-space system calls or process events (replay mode b)",
             trace.display()
         );
+    }
+    if let (Some(p), true) = (&prep, warm) {
+        check_warm_fits(trace, &exp, p)?;
     }
     let warnings = crate::aspace::warnings(&header, &exp, aspace.as_ref());
     let alloc = prep.map(|p| {

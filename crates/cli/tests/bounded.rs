@@ -3,7 +3,6 @@
 //! the limit the machine allows, or run in time and memory that grow with
 //! what happens.
 
-use std::path::PathBuf;
 use std::process::{Command, Output};
 use std::time::{Duration, Instant};
 
@@ -22,32 +21,19 @@ fn text(b: &[u8]) -> String {
 }
 
 /// A directory of its own for one test, removed at the end.
-struct Scratch(PathBuf);
+struct Scratch(host::scratch::ScratchDir);
 
 impl Scratch {
+    /// A private directory (0700, an unpredictable name), removed with its
+    /// contents when dropped, also when the test fails.
     fn new(tag: &str) -> Scratch {
-        let nanos = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .unwrap()
-            .as_nanos();
-        let p = std::env::temp_dir().join(format!(
-            "mmlab-bounded-{tag}-{}-{nanos}",
-            std::process::id()
-        ));
-        std::fs::create_dir(&p).expect("scratch dir");
-        Scratch(p)
+        Scratch(host::scratch::ScratchDir::new(&format!("bounded-{tag}")).expect("scratch dir"))
     }
 
     fn write(&self, name: &str, body: &str) -> String {
         let p = self.0.join(name);
         std::fs::write(&p, body).unwrap();
         p.to_str().unwrap().to_string()
-    }
-}
-
-impl Drop for Scratch {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
     }
 }
 

@@ -4,6 +4,9 @@
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
+mod scratch;
+use scratch::Scratch;
+
 fn mmlab(args: &[&str]) -> Output {
     Command::new(env!("CARGO_BIN_EXE_mmlab"))
         .args(args)
@@ -50,15 +53,10 @@ fn snapshot(name: &str, actual: &str) {
 
 /// Writes an experiment variant to a temporary file and runs it.
 fn run_text(name: &str, text: &str) -> Output {
-    static NR: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
-    let nr = NR.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-    let dir = std::env::temp_dir().join(format!("mmlab-cli-test-{}-{nr}", std::process::id()));
-    std::fs::create_dir_all(&dir).expect("temp dir");
+    let dir = Scratch::new("cli-test");
     let path = dir.join(name);
     std::fs::write(&path, text).expect("write experiment");
-    let o = mmlab(&["run", path.to_str().expect("utf-8 path"), "--quiet"]);
-    let _ = std::fs::remove_dir_all(&dir);
-    o
+    mmlab(&["run", path.to_str().expect("utf-8 path"), "--quiet"])
 }
 
 fn small() -> String {
@@ -82,8 +80,7 @@ fn table_snapshot_text_markdown_csv() {
 #[test]
 fn json_is_byte_identical_across_runs_and_has_the_documented_shape() {
     let f = fixture("small.toml");
-    let dir = std::env::temp_dir().join(format!("mmlab-json-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
+    let dir = Scratch::new("json");
     let out = dir.join("r.json");
     let a = mmlab(&[
         "run",
@@ -114,7 +111,6 @@ fn json_is_byte_identical_across_runs_and_has_the_documented_shape() {
         "same experiment and seed must give byte-identical JSON"
     );
     let file = std::fs::read_to_string(&out).unwrap();
-    let _ = std::fs::remove_dir_all(&dir);
     assert_eq!(file, stdout(&a), "--out writes the same document");
     let v: serde_json::Value = serde_json::from_str(&file).unwrap();
     for key in [

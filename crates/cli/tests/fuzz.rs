@@ -94,3 +94,48 @@ fn corpus_inputs_no_longer_fail() {
     }
     assert!(n >= 1, "no corpus inputs found under {}", dir.display());
 }
+
+/// SIGTERM (or Ctrl-C) ends a long run after the input running, with its
+/// summary and the `--start` to continue from; the exit status is 128 + 15
+/// as for a process the signal ended.
+#[test]
+fn a_signal_stops_a_run_with_where_to_continue() {
+    use std::io::{BufRead, BufReader};
+    use std::process::{Command, Stdio};
+    let mut child = Command::new(env!("CARGO_BIN_EXE_mmlab"))
+        .args(["fuzz", "experiments", "--front-only", "--seed", "7"])
+        .args(["--count", "100000000", "--progress", "50"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    // The run is under way once it reports progress.
+    let mut stderr = BufReader::new(child.stderr.take().unwrap());
+    let mut line = String::new();
+    while !line.contains("inputs, next") {
+        line.clear();
+        if stderr.read_line(&mut line).unwrap() == 0 {
+            let _ = child.kill();
+            panic!("no progress line before the end of stderr");
+        }
+    }
+    host::signals::send(child.id() as i32, libc::SIGTERM).unwrap();
+    let out = child.wait_with_output().unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(128 + libc::SIGTERM), "{text}");
+    // "... (seed 7, inputs 0..N): ..." and "continue with --seed 7 --start N".
+    let n = text
+        .split("inputs 0..")
+        .nth(1)
+        .and_then(|t| t.split(')').next())
+        .and_then(|n| n.parse::<u64>().ok())
+        .unwrap_or_else(|| panic!("no input range in {text}"));
+    assert!(n >= 50, "{text}");
+    let rest = 100_000_000 - n;
+    assert!(
+        text.contains(&format!(
+            "stopped by SIGTERM: continue with --seed 7 --start {n} --count {rest}"
+        )),
+        "{text}"
+    );
+}

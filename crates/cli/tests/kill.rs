@@ -41,33 +41,22 @@ fn is_root() -> bool {
 }
 
 /// A directory of its own for one test, removed at the end.
-struct Scratch(PathBuf);
+struct Scratch(host::scratch::ScratchDir);
 
 impl Scratch {
+    /// A private directory (0700, an unpredictable name), removed with its
+    /// contents when dropped, also when the test fails.
     fn new(tag: &str) -> Scratch {
-        let nanos = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .unwrap()
-            .as_nanos();
-        let p =
-            std::env::temp_dir().join(format!("mmlab-kill-{tag}-{}-{nanos}", std::process::id()));
-        std::fs::create_dir(&p).expect("scratch dir");
-        Scratch(p)
+        Scratch(host::scratch::ScratchDir::new(&format!("kill-{tag}")).expect("scratch dir"))
     }
 
     fn names(&self) -> Vec<String> {
-        let mut v: Vec<String> = std::fs::read_dir(&self.0)
+        let mut v: Vec<String> = std::fs::read_dir(self.0.path())
             .unwrap()
             .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
             .collect();
         v.sort();
         v
-    }
-}
-
-impl Drop for Scratch {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
     }
 }
 
@@ -615,7 +604,7 @@ fn reproduce_and_import_killed_anywhere_never_leave_half_an_output() {
     // No root needed: only files are at stake. The journal goes to the
     // test's own directory.
     let run = Scratch::new("run");
-    let run_dir = run.0.clone();
+    let run_dir = run.0.path().to_path_buf();
     run_all(
         "reproduce",
         |d, _| {

@@ -25,20 +25,13 @@ fn trace_fixture(name: &str) -> PathBuf {
 }
 
 /// A directory of its own for one test, removed at the end.
-struct Scratch(PathBuf);
+struct Scratch(host::scratch::ScratchDir);
 
 impl Scratch {
+    /// A private directory (0700, an unpredictable name), removed with its
+    /// contents when dropped, also when the test fails.
     fn new(tag: &str) -> Scratch {
-        let nanos = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .unwrap()
-            .as_nanos();
-        let p = std::env::temp_dir().join(format!(
-            "mmlab-outputs-{tag}-{}-{nanos}",
-            std::process::id()
-        ));
-        std::fs::create_dir(&p).expect("scratch dir");
-        Scratch(p)
+        Scratch(host::scratch::ScratchDir::new(&format!("outputs-{tag}")).expect("scratch dir"))
     }
 
     fn path(&self, name: &str) -> String {
@@ -46,18 +39,12 @@ impl Scratch {
     }
 
     fn names(&self) -> Vec<String> {
-        let mut v: Vec<String> = std::fs::read_dir(&self.0)
+        let mut v: Vec<String> = std::fs::read_dir(self.0.path())
             .unwrap()
             .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
             .collect();
         v.sort();
         v
-    }
-}
-
-impl Drop for Scratch {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
     }
 }
 

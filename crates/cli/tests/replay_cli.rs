@@ -1,8 +1,9 @@
 //! `mmlab replay` and `mmlab validate` as a user runs them.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Command, Output};
 
+use host::scratch::ScratchFile;
 use trace::event::{Machine, Zone};
 use trace::{Event, EventKind, Header, TraceWriter, Trailer};
 
@@ -13,8 +14,10 @@ fn mmlab(args: &[&str]) -> Output {
         .expect("mmlab runs")
 }
 
-fn tmp(name: &str) -> PathBuf {
-    std::env::temp_dir().join(format!("mmlab-replay-cli-{}-{name}", std::process::id()))
+/// `name` in a private scratch directory, removed when dropped (also when
+/// the test fails).
+fn tmp(name: &str) -> ScratchFile {
+    ScratchFile::new("replay-cli", name).expect("scratch dir")
 }
 
 fn header() -> Header {
@@ -129,7 +132,6 @@ fn replay_json_is_byte_identical_across_runs() {
         2000
     );
     let text = mmlab(&["replay", ts]);
-    let _ = std::fs::remove_file(&t);
     let out = String::from_utf8_lossy(&text.stdout);
     assert!(
         out.contains("alloc_zone") && out.contains("recorded"),
@@ -146,7 +148,6 @@ fn validate_prints_recorded_model_and_error() {
     let t = tmp("validate.mmtrace");
     synthetic(&t, true);
     let o = mmlab(&["validate", t.to_str().expect("utf-8")]);
-    let _ = std::fs::remove_file(&t);
     let out = String::from_utf8_lossy(&o.stdout);
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
     for want in [
@@ -168,7 +169,6 @@ fn replay_errors_name_the_file_and_what_is_missing() {
     let t = tmp("noalloc.mmtrace");
     synthetic(&t, false);
     let o = mmlab(&["validate", t.to_str().expect("utf-8"), "--mode", "alloc"]);
-    let _ = std::fs::remove_file(&t);
     assert!(!o.status.success());
     let err = String::from_utf8_lossy(&o.stderr);
     assert!(
@@ -194,7 +194,6 @@ fn replay_with_an_experiment_runs_its_kernels() {
         "--format",
         "json",
     ]);
-    let _ = std::fs::remove_file(&t);
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
     let doc: serde_json::Value = serde_json::from_slice(&o.stdout).expect("json");
     let model = doc["experiments"][0]["replay"]["model"]
@@ -218,10 +217,8 @@ fn replay_out_writes_the_results_document() {
         "--out",
         out.to_str().expect("utf-8"),
     ]);
-    let _ = std::fs::remove_file(&t);
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
     let text = std::fs::read_to_string(&out).expect("the document");
-    let _ = std::fs::remove_file(&out);
     let doc: serde_json::Value = serde_json::from_str(&text).expect("json");
     assert_eq!(
         doc["experiments"][0]["replay"]["recorded"]["mm_page_free"],
@@ -237,7 +234,6 @@ fn validate_of_a_fault_trace_runs_mode_b() {
     let ts = t.to_str().expect("utf-8");
     let o = mmlab(&["validate", ts]);
     let j = mmlab(&["replay", ts, "--format", "json", "--quiet"]);
-    let _ = std::fs::remove_file(&t);
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
     let out = String::from_utf8_lossy(&o.stdout);
     for want in [
@@ -289,7 +285,6 @@ fn a_trace_with_neither_stream_is_a_clear_error() {
     .expect("write");
     w.finish(&Trailer::default()).expect("finish");
     let o = mmlab(&["replay", t.to_str().expect("utf-8")]);
-    let _ = std::fs::remove_file(&t);
     assert!(!o.status.success());
     let err = String::from_utf8_lossy(&o.stderr);
     assert!(err.contains("mode a") && err.contains("mode b"), "{err}");
@@ -409,7 +404,6 @@ fn one_trace_replays_under_each_vmacache_policy() {
     })
     .expect("finish");
     let r = replay_vmacache(&t);
-    let _ = std::fs::remove_file(&t);
     for (name, k) in &r {
         assert_eq!(
             k["pgfault"], 320,
@@ -486,7 +480,6 @@ fn validate_shows_khugepaged_collapses_as_not_modelled() {
     })
     .expect("finish");
     let o = mmlab(&["validate", t.to_str().expect("utf-8")]);
-    let _ = std::fs::remove_file(&t);
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
     let out = String::from_utf8_lossy(&o.stdout);
     let line = out
@@ -499,4 +492,40 @@ fn validate_shows_khugepaged_collapses_as_not_modelled() {
         Some("3"),
         "3 collapses recorded: {line}"
     );
+}
+
+/// A 2 KiB damaged trace (fuzz input 110216 of `mmlab fuzz traces --seed
+/// 6000000`) whose header says CPU 0's list holds 2^47 pages of a 16 TiB
+/// zone: `--warm-pcp` would put about 77 M pages on it (the model's
+/// `high_max`), materialising their `struct page`s. Under a user's 1 GiB
+/// address-space limit the replay aborted on memory; now it is refused
+/// before any work, naming the file and the way out.
+#[test]
+fn warm_pcp_refuses_lists_that_do_not_fit_the_host() {
+    let t = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/fuzz-corpus/traces/crash-6110216-warm-pcp-terabytes.mmtrace");
+    let o = Command::new("sh")
+        .args([
+            "-c",
+            "ulimit -v 1048576; exec \"$0\" replay --warm-pcp \"$1\"",
+        ])
+        .arg(env!("CARGO_BIN_EXE_mmlab"))
+        .arg(&t)
+        .output()
+        .expect("sh runs");
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        o.status.code().is_some_and(|c| c != 0),
+        "{:?}: {err}",
+        o.status
+    );
+    assert!(
+        err.contains("crash-6110216-warm-pcp-terabytes.mmtrace")
+            && err.contains("--warm-pcp would put up to")
+            && err.contains("replay without --warm-pcp"),
+        "{err}"
+    );
+    // Without --warm-pcp the same trace replays.
+    let o = mmlab(&["replay", t.to_str().expect("utf-8"), "--quiet"]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
 }

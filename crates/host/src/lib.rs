@@ -12,6 +12,7 @@
 //! | [`signals`] | SIGINT, SIGTERM, SIGHUP, SIGQUIT undo the journal and end the process by the same signal; a recorded workload's group gets them first |
 //! | [`lock`] | [`lock::LiveLock`]: one user of system-wide state at a time, across threads and processes; taking it restores what a dead holder left |
 //! | [`limits`] | a cap on this process's address space (the fuzzers) |
+//! | [`scratch`] | scratch directories with unpredictable names, owner-only, removed when dropped (also when a test panics) |
 //! | [`live`] | where the kernel keeps its knobs and counters, and how their text reads (`[choice]` lists, `/proc/vmstat`) |
 //!
 //! The crate sits beside the model: it depends on no other mmlab crate, and
@@ -23,6 +24,7 @@ pub mod live;
 pub mod lock;
 pub mod output;
 mod rand;
+pub mod scratch;
 pub mod signals;
 
 pub use output::{AtomicFile, Mode, OutputError};

@@ -16,6 +16,9 @@
 //!   workload ends as it would have without mmlab, and the recording is
 //!   completed), the second kills the group with SIGKILL (a workload that
 //!   ignores SIGINT), the third ends mmlab;
+//! - while a [`StopGuard`] lives (`mmlab fuzz`): the first signal only
+//!   asks for a stop ([`stop_requested`]): the loop ends its current step
+//!   and reports where it stopped; the next signal is handled as below;
 //! - otherwise: undoes every change in the journal ([`crate::journal`],
 //!   newest first, holding the journal's lock so that no change is made
 //!   after the undo), restores the signal's default action and sends it to
@@ -118,7 +121,7 @@ fn watch(rd: libc::c_int) {
             return;
         }
         let sig = libc::c_int::from(b);
-        if forwarded(sig) {
+        if forwarded(sig) || deferred(sig) {
             continue;
         }
         terminate(sig);
@@ -235,6 +238,54 @@ impl ForwardGuard {
 impl Drop for ForwardGuard {
     fn drop(&mut self) {
         *FORWARD.lock().unwrap_or_else(|p| p.into_inner()) = None;
+    }
+}
+
+/// [`STOP`] while no [`StopGuard`] lives.
+const STOP_OFF: i32 = 0;
+/// [`STOP`] while a [`StopGuard`] lives and no signal came.
+const STOP_ARMED: i32 = -1;
+/// [`STOP_OFF`], [`STOP_ARMED`], or the signal that asked for a stop.
+static STOP: AtomicI32 = AtomicI32::new(STOP_OFF);
+
+/// Takes `sig` as a request to stop when a [`StopGuard`] lives and no
+/// signal came before; `false` when mmlab must end now.
+fn deferred(sig: libc::c_int) -> bool {
+    let asked = STOP
+        .compare_exchange(STOP_ARMED, sig, Ordering::SeqCst, Ordering::SeqCst)
+        .is_ok();
+    if asked {
+        eprintln!(
+            "mmlab: {}: stopping after the current step (send it again to stop at once)",
+            signal_name(sig)
+        );
+    }
+    asked
+}
+
+/// While the returned guard lives, the first termination signal only asks
+/// the process to stop ([`stop_requested`]), so that a long loop (`mmlab
+/// fuzz`) ends its current step and says where it stopped; a second one
+/// ends the process as usual (the journal undone). Without [`install`], no
+/// signal is seen here.
+#[must_use = "signals end the process again when the guard is dropped"]
+pub struct StopGuard(());
+
+/// Arms the stop request (see [`StopGuard`]).
+pub fn stop_on_signal() -> StopGuard {
+    STOP.store(STOP_ARMED, Ordering::SeqCst);
+    StopGuard(())
+}
+
+/// The signal that asked for a stop while a [`StopGuard`] lives, if any.
+pub fn stop_requested() -> Option<libc::c_int> {
+    let s = STOP.load(Ordering::SeqCst);
+    (s > 0).then_some(s)
+}
+
+impl Drop for StopGuard {
+    fn drop(&mut self) {
+        STOP.store(STOP_OFF, Ordering::SeqCst);
     }
 }
 

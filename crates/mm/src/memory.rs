@@ -830,6 +830,11 @@ fn mmu_notifier_invalidate_range_end(mm: &MmStruct) {
 pub fn zap_page_range(pa: &mut PageAlloc, cx: &mut Cx, mm: &mut MmStruct, start: u64, end: u64) {
     let mut addr = start;
     while addr < end {
+        // No PMD table here: nothing is mapped up to `skip`.
+        if let Err(skip) = mm.pgt.lookup_or_skip(addr, Level::Pmd) {
+            addr = skip.min(end);
+            continue;
+        }
         let next = ((addr | (PMD_SIZE - 1)) + 1).min(end);
         if let Some(pmd) = mm.pgt.lookup(addr, Level::Pmd) {
             let e = mm.pgt.get(pmd);
@@ -914,6 +919,12 @@ pub fn fork(pa: &mut PageAlloc, cx: &mut Cx, parent: &mut MmStruct) -> Result<Mm
             }
             let mut addr = v.start;
             while addr < v.end {
+                // copy_p4d_range()/copy_pud_range(): an empty upper entry
+                // is skipped whole.
+                if let Err(skip) = parent.pgt.lookup_or_skip(addr, Level::Pmd) {
+                    addr = skip.min(v.end);
+                    continue;
+                }
                 let next = ((addr | (PMD_SIZE - 1)) + 1).min(v.end);
                 copy_pmd_range(pa, cx, parent, &mut child, addr, next)?;
                 addr = next;

@@ -228,9 +228,13 @@ pub fn change_protection(
     let mut addr = start;
     while addr < end {
         let next = ((addr | (PMD_SIZE - 1)) + 1).min(end);
-        let Some(pmd) = mm.pgt.lookup(addr, Level::Pmd) else {
-            addr = next;
-            continue;
+        let pmd = match mm.pgt.lookup_or_skip(addr, Level::Pmd) {
+            Ok(pmd) => pmd,
+            // change_pud_range(): no PMD table up to `skip`.
+            Err(skip) => {
+                addr = skip.min(end);
+                continue;
+            }
         };
         let e = mm.pgt.get(pmd);
         if present(e) && e & PAGE_PSE != 0 {

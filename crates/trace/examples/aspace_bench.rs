@@ -17,8 +17,9 @@ fn main() {
         .nth(1)
         .and_then(|s| s.parse().ok())
         .unwrap_or(1_000_000);
+    // A private directory, gone when `path` drops (also on a panic).
     let path =
-        std::env::temp_dir().join(format!("mmlab-aspace-bench-{}.mmtrace", std::process::id()));
+        host::scratch::ScratchFile::new("aspace-bench", "bench.mmtrace").expect("scratch dir");
     let mut w = TraceWriter::create(&path, &Header::synthetic("aspace bench")).expect("create");
     let mut ts = 0u64;
     let mut put = |w: &mut TraceWriter<_>, pid: i32, kind: EventKind| {
@@ -126,5 +127,4 @@ fn main() {
             r.models.iter().map(|m| m.faults_taken).collect::<Vec<_>>()
         );
     }
-    let _ = std::fs::remove_file(&path);
 }

@@ -17,8 +17,9 @@ fn main() {
         .and_then(|s| s.parse().ok())
         .unwrap_or(1_000_000);
     let nr_cpus = 4u32;
+    // A private directory, gone when `path` drops (also on a panic).
     let path =
-        std::env::temp_dir().join(format!("mmlab-replay-bench-{}.mmtrace", std::process::id()));
+        host::scratch::ScratchFile::new("replay-bench", "bench.mmtrace").expect("scratch dir");
     let t0 = Instant::now();
     let mut w = TraceWriter::create(&path, &Header::synthetic("replay bench")).expect("create");
     // Each CPU keeps up to 64 blocks live, FIFO.
@@ -71,7 +72,6 @@ fn main() {
     .expect("finish");
     let t1 = Instant::now();
     let prep = trace::replay::Prepared::open(&path).expect("prepare");
-    let _ = std::fs::remove_file(&path);
     let t2 = Instant::now();
     let layout = MemoryLayout {
         nodes: vec![NodeLayout {

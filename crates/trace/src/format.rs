@@ -1580,8 +1580,7 @@ mod tests {
     #[test]
     fn written_file_is_private_to_its_owner() {
         use std::os::unix::fs::PermissionsExt;
-        let dir = std::env::temp_dir().join(format!("mmlab-trace-mode-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).expect("temp dir");
+        let dir = host::scratch::ScratchDir::new("trace-mode").expect("scratch dir");
         let path = dir.join("t.mmtrace");
         std::fs::write(&path, b"old").expect("temp file");
         std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o644)).expect("chmod");
@@ -1591,6 +1590,5 @@ mod tests {
         assert_eq!(mode, 0o600);
         let n = TraceReader::open(&path).expect("open").count();
         assert_eq!(n, 0);
-        std::fs::remove_dir_all(&dir).expect("cleanup");
     }
 }

@@ -2,8 +2,7 @@
 //! events a kernel would record and checks what the model predicts under
 //! the recorded configuration and under others.
 
-use std::path::PathBuf;
-
+use host::scratch::ScratchFile;
 use mm::cost::CostTable;
 use mm::knobs::{KernelConfig, KnobValue, Preset};
 use mm::page_alloc::{MemoryLayout, NodeLayout};
@@ -20,8 +19,10 @@ const FILE_PRIVATE: u64 = 0x02;
 const WRITE: u64 = 0x6;
 const READ: u64 = 0x4;
 
-fn tmp(name: &str) -> PathBuf {
-    std::env::temp_dir().join(format!("mmlab-aspace-{}-{name}", std::process::id()))
+/// `name` in a private scratch directory, removed when dropped (also when
+/// the test fails).
+fn tmp(name: &str) -> ScratchFile {
+    ScratchFile::new("aspace", name).expect("scratch dir")
 }
 
 struct Trace {
@@ -129,7 +130,7 @@ impl Trace {
         );
     }
 
-    fn write(&self, name: &str) -> PathBuf {
+    fn write(&self, name: &str) -> ScratchFile {
         let path = tmp(name);
         let mut w = TraceWriter::create(&path, &Header::synthetic("aspace test")).expect("create");
         for e in &self.ev {
@@ -161,9 +162,7 @@ fn replay(t: &Trace, name: &str, kernels: &[KernelConfig]) -> AspaceReplay {
         }],
         dma32_pages: 0,
     };
-    let r = replay_aspace(&path, &layout, &CostTable::uniform(1), kernels).expect("replay");
-    let _ = std::fs::remove_file(&path);
-    r
+    replay_aspace(&path, &layout, &CostTable::uniform(1), kernels).expect("replay")
 }
 
 const BASE: u64 = 0x7f00_0000_0000;
@@ -689,7 +688,6 @@ fn a_trace_without_address_space_events_is_a_clear_error() {
     let e = replay_aspace(&path, &layout, &CostTable::uniform(1), &[kernel(&[])])
         .err()
         .expect("an error");
-    let _ = std::fs::remove_file(&path);
     let msg = e.to_string();
     assert!(
         msg.contains("page_fault_user") && msg.contains("mode (b)"),

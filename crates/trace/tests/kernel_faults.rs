@@ -7,8 +7,9 @@
 //! size `never`), imported with its `page_fault_kernel` events and as if
 //! they had not been recorded.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
+use host::scratch::ScratchFile;
 use mm::cost::CostTable;
 use mm::knobs::Preset;
 use mm::page_alloc::{MemoryLayout, NodeLayout};
@@ -16,27 +17,16 @@ use trace::aspace::{replay_aspace, AspaceReplay};
 use trace::kfault::ERROR_PCT;
 use trace::perf::{import_with, ImportOptions};
 
-/// A temporary file removed when the test ends, passed or failed.
-struct Tmp(PathBuf);
-
-impl Drop for Tmp {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_file(&self.0);
-    }
-}
-
-fn import(ignore: &[&str]) -> (trace::perf::ImportSummary, Tmp) {
-    let out = Tmp(std::env::temp_dir().join(format!(
-        "mmlab-kfault-{}-{}.mmtrace",
-        std::process::id(),
-        ignore.len()
-    )));
+fn import(ignore: &[&str]) -> (trace::perf::ImportSummary, ScratchFile) {
+    // A private directory of its own, removed when the test ends, passed or
+    // failed.
+    let out = ScratchFile::new("kfault", "out.mmtrace").expect("scratch dir");
     let opts = ImportOptions {
         ignore_events: ignore.iter().map(|s| s.to_string()).collect(),
         ..ImportOptions::default()
     };
     let input = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/readbuf.perf.data");
-    let s = import_with(&input, &out.0, &opts).expect("imports");
+    let s = import_with(&input, &out, &opts).expect("imports");
     (s, out)
 }
 
@@ -61,8 +51,8 @@ fn replay(path: &Path) -> AspaceReplay {
 fn the_estimate_finds_the_kernel_faults_the_recording_lacks() {
     let (_, full) = import(&[]);
     let (sum, plain) = import(&["exceptions:page_fault_kernel"]);
-    let whole = replay(&full.0);
-    let lacking = replay(&plain.0);
+    let whole = replay(&full);
+    let lacking = replay(&plain);
     // The recording has them: the 256 pages of the buffer, and a few of
     // the exec (the new stack, the loader's .bss).
     let recorded = whole.recorded.kernel_faults;
@@ -93,7 +83,7 @@ fn the_estimate_finds_the_kernel_faults_the_recording_lacks() {
 #[test]
 fn without_the_allocator_events_nothing_is_estimated() {
     let (sum, plain) = import(&["exceptions:page_fault_kernel", "kmem:mm_page_alloc"]);
-    let r = replay(&plain.0);
+    let r = replay(&plain);
     assert_eq!(r.recorded.kernel_fault_estimate.kernel_faults, 0);
     let line = sum
         .reduced_capability

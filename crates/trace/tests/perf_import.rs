@@ -127,8 +127,7 @@ fn mixed_fixture_pairs_syscalls_and_counts_ignored_kinds() {
 
 #[test]
 fn import_writes_a_private_file_and_is_deterministic() {
-    let dir = std::env::temp_dir().join(format!("mmlab-perf-import-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).expect("temp dir");
+    let dir = host::scratch::ScratchDir::new("perf-import").expect("scratch dir");
     let (a, b) = (dir.join("a.mmtrace"), dir.join("b.mmtrace"));
     import(&fixture("mixed.perf.data"), &a).expect("imports");
     import(&fixture("mixed.perf.data"), &b).expect("imports");
@@ -139,7 +138,6 @@ fn import_writes_a_private_file_and_is_deterministic() {
         std::fs::metadata(&a).expect("a").permissions().mode() & 0o777,
         0o600
     );
-    std::fs::remove_dir_all(&dir).expect("cleanup");
 }
 
 #[test]
@@ -157,10 +155,9 @@ fn foreign_and_truncated_files_are_clear_errors() {
     let msg = err.map(|e| e.to_string()).unwrap_or_default();
     assert!(msg.contains("mem.perf.data"), "{msg}");
 
-    let missing = import(
-        Path::new("/nonexistent/x.perf.data"),
-        Path::new("/tmp/mmlab-never-written.mmtrace"),
-    );
+    let never = host::scratch::ScratchFile::new("perf-import", "never-written.mmtrace")
+        .expect("scratch dir");
+    let missing = import(Path::new("/nonexistent/x.perf.data"), &never);
     assert!(matches!(missing, Err(PerfImportError::Open { .. })));
 }
 

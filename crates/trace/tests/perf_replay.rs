@@ -11,6 +11,7 @@
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 
+use host::scratch::ScratchFile;
 use mm::cost::CostTable;
 use mm::knobs::Preset;
 use mm::page_alloc::{MemoryLayout, NodeLayout};
@@ -24,8 +25,10 @@ fn fixture(name: &str) -> PathBuf {
         .join(name)
 }
 
-fn tmp(name: &str) -> PathBuf {
-    std::env::temp_dir().join(format!("mmlab-perf-replay-{}-{name}", std::process::id()))
+/// `name` in a private scratch directory, removed when dropped (also when
+/// the test fails).
+fn tmp(name: &str) -> ScratchFile {
+    ScratchFile::new("perf-replay", name).expect("scratch dir")
 }
 
 const SYSCALLS: [&str; 6] = ["mmap", "munmap", "brk", "mremap", "mprotect", "madvise"];
@@ -37,7 +40,7 @@ fn opts(ignore: &[&str]) -> ImportOptions {
     }
 }
 
-fn import(name: &str, o: &ImportOptions) -> (ImportSummary, PathBuf) {
+fn import(name: &str, o: &ImportOptions) -> (ImportSummary, ScratchFile) {
     let out = tmp(name);
     let s = import_with(&fixture("mini-aspace.perf.data"), &out, o).expect("imports");
     (s, out)
@@ -120,8 +123,6 @@ fn entries_without_exits_replay_like_the_whole_recording() {
     assert!(note(&b, "munmap without its exit") >= 1);
     assert!(note(&b, "mprotect without its exit") >= 1);
     assert_eq!(note(&b, "heap start taken from the PERF_RECORD_MMAP2"), 1);
-    let _ = std::fs::remove_file(full);
-    let _ = std::fs::remove_file(entries);
 }
 
 #[test]
@@ -151,7 +152,6 @@ fn without_mmap_records_the_model_places_entry_only_mmaps_and_says_so() {
         .count() as u64;
     assert_eq!(m.predicted_pgfault(), faults);
     assert_eq!(m.faults_sigsegv, 0);
-    let _ = std::fs::remove_file(out);
 }
 
 #[test]
@@ -180,8 +180,6 @@ fn perf_task_records_stand_in_for_the_sched_tracepoints() {
         (a.faults_taken, a.faults_passthrough, a.faults_sigsegv),
         (b.faults_taken, b.faults_passthrough, b.faults_sigsegv)
     );
-    let _ = std::fs::remove_file(full);
-    let _ = std::fs::remove_file(recs);
 }
 
 /// Every subset of the events (a seeded sample of them: xorshift64*)
@@ -236,7 +234,6 @@ fn any_subset_of_the_events_imports_and_replays() {
             Err(PerfImportError::NoUsableEvents { .. }) => {}
             Err(e) => panic!("{ignore:?}: {e}"),
         }
-        let _ = std::fs::remove_file(out);
     }
 }
 
@@ -257,8 +254,6 @@ fn a_failed_import_leaves_an_existing_output_alone() {
     std::fs::write(&bad, b"PERFILE2 but nothing else").expect("write");
     assert!(import_with(&bad, &out, &ImportOptions::default()).is_err());
     assert_eq!(std::fs::read(&out).expect("still there"), b"an older trace");
-    let _ = std::fs::remove_file(out);
-    let _ = std::fs::remove_file(bad);
 }
 
 fn with_zoneinfo(text: &str) -> Result<ImportSummary, PerfImportError> {
@@ -278,7 +273,6 @@ fn with_zoneinfo(text: &str) -> Result<ImportSummary, PerfImportError> {
             .iter()
             .any(|z| z.name == "Normal" && !z.pagesets.is_empty()));
     }
-    let _ = std::fs::remove_file(out);
     r
 }
 
@@ -382,7 +376,6 @@ fn an_exec_s_mappings_become_its_exec_layout() {
             .any(|v| v.iter().any(|m| m.name == "[stack]")),
         "{layouts:?}"
     );
-    let _ = std::fs::remove_file(nosched);
     // Without -d the exec's data and stack are not reported: no layout
     // unless the ELF files on this host complete it.
     let (s, nod) = import(
@@ -406,7 +399,4 @@ fn an_exec_s_mappings_become_its_exec_layout() {
             assert!(vmas.iter().all(|v| v.name != "[stack]"), "{vmas:?}");
         }
     }
-    let _ = std::fs::remove_file(out);
-    let _ = std::fs::remove_file(nod);
-    let _ = std::fs::remove_file(elf);
 }

@@ -7,10 +7,11 @@
 
 use std::fs;
 use std::os::unix::fs::PermissionsExt;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
+use host::scratch::ScratchFile;
 use trace::record::{record, RecordError, RecordOptions};
 use trace::{EventKind, TraceReader};
 
@@ -74,10 +75,10 @@ fn opts() -> RecordOptions {
     }
 }
 
-fn out_path(name: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("mmlab-trace-live-{}", std::process::id()));
-    fs::create_dir_all(&dir).expect("temp dir");
-    dir.join(name)
+/// `name` in a private scratch directory of its own, removed when dropped
+/// (also when the test fails): spools left beside the output would show.
+fn out_path(name: &str) -> ScratchFile {
+    ScratchFile::new("trace-live", name).expect("scratch dir")
 }
 
 /// What tracefs looks like from outside: our instance must be gone and the
@@ -374,8 +375,6 @@ fn mode_b_predicts_the_recorded_workloads_faults() {
     );
     assert_eq!(st.alloc_failed, 0);
     assert_eq!(st.frees + st.frees_of_failed, rec.frees);
-    let _ = fs::remove_file(&out);
-    let _ = fs::remove_file(&input);
     let live = t.workload_minflt.expect("ru_minflt recorded") + t.workload_majflt.unwrap_or(0);
     let m = &r.models[0];
     let pred = m.predicted_pgfault();
@@ -433,7 +432,6 @@ fn every_exec_has_its_layout_and_no_fault_is_outside_a_mapping() {
     };
     let r = trace::aspace::replay_aspace(&out, &layout, &mm::cost::CostTable::uniform(1), &[cfg])
         .expect("replay");
-    let _ = fs::remove_file(&out);
     let m = &r.models[0];
     let recorded = r.recorded.faults + r.recorded.kernel_faults;
     println!(

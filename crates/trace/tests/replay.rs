@@ -1,8 +1,9 @@
 //! Replay mode (a): synthetic traces written with `TraceWriter`, the tiny
 //! recorded fixture, and (as root with tracefs) a fresh live recording.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
+use host::scratch::ScratchFile;
 use mm::cost::CostTable;
 use mm::page_alloc::{MemoryLayout, NodeLayout, PageAlloc, VmSysctl};
 use sim::Engine;
@@ -10,8 +11,10 @@ use trace::event::{Machine, Pageset, Zone};
 use trace::replay::{Prepared, ReplayError, ReplayStats};
 use trace::{Event, EventKind, Header, TraceWriter, Trailer};
 
-fn tmp(name: &str) -> PathBuf {
-    std::env::temp_dir().join(format!("mmlab-replay-test-{}-{name}", std::process::id()))
+/// `name` in a private scratch directory, removed when dropped (also when
+/// the test fails).
+fn tmp(name: &str) -> ScratchFile {
+    ScratchFile::new("replay-test", name).expect("scratch dir")
 }
 
 fn header(nr_cpus: u32) -> Header {
@@ -127,7 +130,6 @@ fn every_recorded_pair_becomes_a_model_pair() {
     let p = tmp("pairs.mmtrace");
     write(&p, &header(3), &synthetic(3, 200));
     let prep = Prepared::open(&p).expect("prepare");
-    let _ = std::fs::remove_file(&p);
     let r = &prep.recorded;
     assert_eq!(r.allocs, 200 + 40);
     assert_eq!(r.frees, 201);
@@ -162,7 +164,6 @@ fn a_free_waits_for_its_allocation_on_another_cpu() {
     let p = tmp("wait.mmtrace");
     write(&p, &header(2), &evs);
     let prep = Prepared::open(&p).expect("prepare");
-    let _ = std::fs::remove_file(&p);
     let (_, st) = run(&prep, 2);
     assert_eq!(st.cross_cpu_waits, 1);
     assert_eq!(st.frees, 1);
@@ -174,7 +175,6 @@ fn replay_is_deterministic_and_repeatable() {
     let p = tmp("det.mmtrace");
     write(&p, &header(4), &synthetic(4, 500));
     let prep = Prepared::open(&p).expect("prepare");
-    let _ = std::fs::remove_file(&p);
     let (a, sa) = run(&prep, 4);
     let (b, sb) = run(&prep, 4);
     assert_eq!(sa, sb);
@@ -201,7 +201,6 @@ fn a_trace_without_allocator_events_says_what_is_needed() {
         )],
     );
     let e = Prepared::open(&p).err().expect("an error");
-    let _ = std::fs::remove_file(&p);
     assert!(matches!(e, ReplayError::NoAllocatorEvents { .. }));
     let msg = e.to_string();
     assert!(
@@ -219,7 +218,6 @@ fn a_damaged_trace_names_the_file_and_the_record() {
     bytes.truncate(n * 2 / 3);
     std::fs::write(&p, &bytes).expect("write");
     let e = Prepared::open(&p).err().expect("an error");
-    let _ = std::fs::remove_file(&p);
     let msg = e.to_string();
     assert!(
         msg.contains("damaged.mmtrace") && msg.contains("events"),
@@ -289,13 +287,11 @@ fn a_live_recording_replays_with_the_recorded_allocation_count() {
     match trace::record::record(&p, "sh", &args, &opts) {
         Ok(_) => {}
         Err(e) => {
-            let _ = std::fs::remove_file(&p);
             println!("SKIPPED (cannot run here): recording failed: {e}");
             return;
         }
     }
     let prep = Prepared::open(&p).expect("replay the live recording");
-    let _ = std::fs::remove_file(&p);
     assert!(prep.recorded.allocs > 1000, "{:?}", prep.recorded);
     let cpus = prep
         .header
@@ -325,7 +321,6 @@ fn warm_pcp_puts_the_recorded_pages_on_the_lists_and_resets_the_counters() {
     let p = tmp("warm.mmtrace");
     write(&p, &h, &synthetic(2, 10));
     let prep = Prepared::open(&p).expect("prepare");
-    let _ = std::fs::remove_file(&p);
     let layout = MemoryLayout {
         nodes: vec![NodeLayout {
             nr_cpus: 2,
@@ -347,7 +342,6 @@ fn frees_of_pages_from_before_the_recording_are_replayed() {
     let p = tmp("pre.mmtrace");
     write(&p, &header(3), &synthetic(3, 200));
     let prep = Prepared::open(&p).expect("prepare");
-    let _ = std::fs::remove_file(&p);
     let r = &prep.recorded;
     assert_eq!(r.unmatched_frees, 1);
     let layout = MemoryLayout {

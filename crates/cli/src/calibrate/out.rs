@@ -210,8 +210,7 @@ mod tests {
 
     #[test]
     fn atomic_write_replaces_whole() {
-        let dir = std::env::temp_dir().join(format!("mmlab-cal-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
+        let dir = host::scratch::ScratchDir::new("cal").unwrap();
         let p = dir.join("p.toml");
         write_atomically(&p, "one").unwrap();
         write_atomically(&p, "two").unwrap();
@@ -221,6 +220,5 @@ mod tests {
             1,
             "no temporary left"
         );
-        std::fs::remove_dir_all(&dir).unwrap();
     }
 }

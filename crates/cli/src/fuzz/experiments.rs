@@ -149,8 +149,10 @@ pub fn generate(rng: &mut Rng) -> Value {
         t.insert("seed".into(), Value::Integer(rng.below(1 << 20) as i64));
     }
     let (profile, shape) = if rng.pct(98) {
-        let (name, text) = rng.pick(BUILTIN_PROFILES);
-        (name.to_string(), profile_shape(name, text))
+        // As `rng.pick(BUILTIN_PROFILES)` (the same draw), the shape parsed
+        // once per process.
+        let i = rng.below(BUILTIN_PROFILES.len() as u64) as usize;
+        (BUILTIN_PROFILES[i].0.to_string(), builtin_shapes()[i])
     } else {
         ("no-such-profile".to_string(), Shape::default())
     };
@@ -169,7 +171,58 @@ pub fn generate(rng: &mut Rng) -> Value {
     if rng.pct(60) {
         t.insert("report".into(), Value::Table(report(rng, nk)));
     }
+    bound_big_machine_work(&mut t);
     Value::Table(t)
+}
+
+/// CPUs beyond which per-CPU defaults are bounded (the generator's usual
+/// machines have at most 32).
+const BIG_MACHINE_CPUS: i64 = 64;
+/// What a per-CPU count is set to on such a machine.
+const BIG_MACHINE_TASKS: i64 = 16;
+
+/// On the rare machine of hundreds of CPUs (`cpus_per_node = 300`, which
+/// `machine()` draws to exercise large machines), sets every workload
+/// parameter left at a per-CPU default ("the number of CPUs" and its
+/// kin) to [`BIG_MACHINE_TASKS`]: 3 nodes of 300 CPUs make malloc-dontneed
+/// 900 processes, about 30 M engine events and 20 s of CPU (input 81531
+/// of `--seed 5000000`), a long run that the event budget calls endless.
+/// The machine itself, and parameters the generator drew, stay.
+fn bound_big_machine_work(t: &mut Table) {
+    let int = |v: Option<&Value>| v.and_then(Value::as_integer).unwrap_or(0);
+    let m = t.get("machine");
+    let cpus = int(m.and_then(|m| m.get("nodes")))
+        .saturating_mul(int(m.and_then(|m| m.get("cpus_per_node"))));
+    if cpus <= BIG_MACHINE_CPUS {
+        return;
+    }
+    let Some(ws) = t.get_mut("workload").and_then(Value::as_array_mut) else {
+        return;
+    };
+    for w in ws {
+        let kind = w.get("type").and_then(Value::as_str).unwrap_or("");
+        let Some(def) = workloads::WORKLOADS.iter().find(|d| d.name == kind) else {
+            continue;
+        };
+        let Some(p) = w.get_mut("params").and_then(Value::as_table_mut) else {
+            continue;
+        };
+        for spec in def.params {
+            if let ParamKind::Int {
+                default: Count::Of(_, what),
+                min,
+                ..
+            } = spec.kind
+            {
+                if what.contains("number of CPUs") && !p.contains_key(spec.name) {
+                    p.insert(
+                        spec.name.to_string(),
+                        Value::Integer(BIG_MACHINE_TASKS.max(min)),
+                    );
+                }
+            }
+        }
+    }
 }
 
 /// What a profile asks of the machine: its NUMA node count and SMT width,
@@ -179,6 +232,17 @@ struct Shape {
     numa_nodes: Option<u64>,
     threads_per_core: u64,
     cache: bool,
+}
+
+/// [`profile_shape`] of every built-in profile, in their order.
+fn builtin_shapes() -> &'static [Shape] {
+    static SHAPES: std::sync::OnceLock<Vec<Shape>> = std::sync::OnceLock::new();
+    SHAPES.get_or_init(|| {
+        BUILTIN_PROFILES
+            .iter()
+            .map(|(name, text)| profile_shape(name, text))
+            .collect()
+    })
 }
 
 fn profile_shape(name: &str, text: &str) -> Shape {
@@ -605,6 +669,68 @@ mod tests {
             .find(|(kind, k, _)| kind == "page-fault1" && k == "iterations")
             .expect("the input is still a page-fault1 mutation");
         assert_eq!(it.2, 4, "page-fault1's default iterations: {params:?}");
+    }
+
+    #[test]
+    fn input_5081531_no_longer_runs_900_processes() {
+        // The machine and workload of input 81531 of `--seed 5000000` (at
+        // 15b4a44; a workload added to the registry since changes what a
+        // seed draws): malloc-dontneed's `tasks` left at the number of CPUs.
+        let mut t: Table = "[machine]\nname = \"m\"\nnodes = 3\ncpus_per_node = 300\n\
+             memory_per_node = \"256MiB\"\n[[workload]]\nname = \"w0\"\n\
+             type = \"malloc-dontneed\"\nparams = { large = \"4KiB\" }\n"
+            .parse()
+            .unwrap();
+        bound_big_machine_work(&mut t);
+        let text = toml::to_string(&t).unwrap();
+        let params = int_params(text.as_bytes());
+        assert_eq!(
+            params,
+            vec![("malloc-dontneed".into(), "tasks".into(), BIG_MACHINE_TASKS)]
+        );
+    }
+
+    #[test]
+    fn big_machines_get_bounded_per_cpu_defaults() {
+        let mut big = 0;
+        for seed in 0..1500 {
+            let v = generate(&mut Rng::new(seed));
+            let text = toml::to_string(&v).unwrap();
+            let m = &v["machine"];
+            let cpus = m.get("nodes").and_then(Value::as_integer).unwrap_or(0)
+                * m.get("cpus_per_node")
+                    .and_then(Value::as_integer)
+                    .unwrap_or(0);
+            if cpus <= BIG_MACHINE_CPUS {
+                continue;
+            }
+            for w in v["workload"].as_array().unwrap() {
+                let def = workloads::WORKLOADS
+                    .iter()
+                    .find(|d| Some(d.name) == w["type"].as_str());
+                for spec in def.map_or(&[][..], |d| d.params) {
+                    if let ParamKind::Int {
+                        default: Count::Of(_, what),
+                        ..
+                    } = spec.kind
+                    {
+                        if what.contains("number of CPUs") {
+                            let n = int_params(text.as_bytes())
+                                .into_iter()
+                                .find(|(_, k, _)| k == spec.name)
+                                .map(|x| x.2);
+                            assert!(
+                                n.is_some(),
+                                "seed {seed}: {} unset on {cpus} CPUs",
+                                spec.name
+                            );
+                            big += 1;
+                        }
+                    }
+                }
+            }
+        }
+        assert!(big > 5, "only {big} per-CPU parameters on big machines");
     }
 
     #[test]

@@ -99,29 +99,51 @@ fn read_all(bytes: &[u8]) {
 /// Both replays (cold and warm lists) and `validate`'s comparison, on the
 /// trace in a file that has no name (`/proc/self/fd/N` names it).
 fn replay_all(bytes: &[u8]) -> Outcome {
-    let Ok(mut f) = host::output::unnamed_file_in(&std::env::temp_dir()) else {
-        return Outcome::Failed("no scratch file".into());
-    };
-    if f.write_all(bytes)
-        .and_then(|()| f.seek(SeekFrom::Start(0)))
-        .is_err()
-    {
-        return Outcome::Failed("cannot write the scratch file".into());
+    let mut guard = SCRATCH.lock().unwrap_or_else(|p| p.into_inner());
+    if guard.is_none() {
+        match Scratch::new() {
+            Ok(s) => *guard = Some(s),
+            Err(e) => return Outcome::Failed(format!("no scratch file: {e}")),
+        }
     }
-    let path = fd_path(&f);
+    let scratch = guard.as_mut().expect("made above");
+    if let Err(e) = scratch.put_trace(bytes) {
+        return Outcome::Failed(format!("cannot write the scratch file: {e}"));
+    }
+    let path = fd_path(&scratch.trace);
     let name = path.display().to_string();
-    // A trace without zones (every perf.data import) replays only on a
-    // given machine, as `mmlab replay --experiment` does.
-    let Ok(mut e) = host::output::unnamed_file_in(&std::env::temp_dir()) else {
-        return Outcome::Failed("no scratch file".into());
-    };
-    if e.write_all(REPLAY_EXPERIMENT.as_bytes()).is_err() {
-        return Outcome::Failed("cannot write the scratch file".into());
-    }
-    let exp_path = fd_path(&e);
-    match replay_path(&path, &exp_path) {
+    match replay_path(&path, &fd_path(&scratch.experiment)) {
         Ok(()) => Outcome::Ran,
         Err(e) => check_error(&e, &name),
+    }
+}
+
+/// The two unnamed scratch files of the replays, made once per process:
+/// making two files per input cost more kernel time (ext4 inode
+/// allocation) than many inputs' replays.
+static SCRATCH: std::sync::Mutex<Option<Scratch>> = std::sync::Mutex::new(None);
+
+struct Scratch {
+    /// The input trace, rewritten for each input.
+    trace: std::fs::File,
+    /// [`REPLAY_EXPERIMENT`], written once.
+    experiment: std::fs::File,
+}
+
+impl Scratch {
+    fn new() -> std::io::Result<Scratch> {
+        let trace = host::output::unnamed_file_in(&std::env::temp_dir())?;
+        let mut experiment = host::output::unnamed_file_in(&std::env::temp_dir())?;
+        experiment.write_all(REPLAY_EXPERIMENT.as_bytes())?;
+        Ok(Scratch { trace, experiment })
+    }
+
+    /// Makes the trace file hold `bytes` and nothing else. (Readers open
+    /// `/proc/self/fd/N` afresh, so this descriptor's offset is not theirs.)
+    fn put_trace(&mut self, bytes: &[u8]) -> std::io::Result<()> {
+        self.trace.set_len(0)?;
+        self.trace.seek(SeekFrom::Start(0))?;
+        self.trace.write_all(bytes)
     }
 }
 
@@ -150,16 +172,23 @@ fn replay_path(path: &Path, exp_path: &Path) -> anyhow::Result<()> {
     let given = header.machine.zones.is_empty().then_some(exp_path);
     let exp = replay::replay_experiment(path, &header, min_cpus, given)?;
     let _ = replay::cpu_fold_warning(&header, min_cpus, &exp);
+    // A warm-up refused for its size (`mmlab replay --warm-pcp` says so)
+    // still leaves the cold replays and mode (b) to run.
+    let mut warm_refused = Ok(());
     if let Some(prep) = &prep {
+        warm_refused = replay::check_warm_fits(path, &exp, prep);
         for k in &exp.kernels {
             for warm in [false, true] {
+                if warm && warm_refused.is_err() {
+                    continue;
+                }
                 let _ = replay::replay_one(&exp, k, prep, exp.seed, warm, None);
             }
         }
     }
     let aspace = crate::aspace::run(path, &exp, false)?;
     let _ = crate::aspace::warnings(&header, &exp, aspace.as_ref());
-    Ok(())
+    warm_refused
 }
 
 /// Damage: bit flips, overwritten words, truncation, insertion, a span

@@ -2,17 +2,13 @@ use super::*;
 use std::os::unix::process::{CommandExt, ExitStatusExt};
 use std::process::Command;
 
-/// A fresh directory of its own for one test, removed at the end.
-struct Scratch(PathBuf);
+/// A fresh private directory of its own for one test, removed when dropped
+/// (also when the test fails).
+struct Scratch(crate::scratch::ScratchDir);
 
 impl Scratch {
     fn new() -> Scratch {
-        let p = std::env::temp_dir().join(format!(
-            "mmlab-journal-test-{:016x}",
-            crate::rand::random_u64()
-        ));
-        std::fs::create_dir(&p).expect("scratch dir");
-        Scratch(p)
+        Scratch(crate::scratch::ScratchDir::new("host-test").expect("scratch dir"))
     }
 }
 
@@ -22,12 +18,6 @@ fn journals_in(dir: &Path) -> Vec<PathBuf> {
         .map(|e| e.unwrap().path())
         .filter(|p| p.extension() == Some(OsStr::new("journal")))
         .collect()
-}
-
-impl Drop for Scratch {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
 }
 
 /// The identity of a process that has ended.

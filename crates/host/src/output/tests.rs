@@ -1,29 +1,22 @@
 use super::*;
 use std::io::{Read, Seek, SeekFrom};
 
-/// A fresh directory of its own for one test, removed at the end.
-struct Scratch(PathBuf);
+/// A fresh private directory of its own for one test, removed when dropped
+/// (also when the test fails).
+struct Scratch(crate::scratch::ScratchDir);
 
 impl Scratch {
     fn new() -> Scratch {
-        let p = std::env::temp_dir().join(format!("mmlab-host-test-{:016x}", random_u64()));
-        std::fs::create_dir(&p).expect("scratch dir");
-        Scratch(p)
+        Scratch(crate::scratch::ScratchDir::new("host-test").expect("scratch dir"))
     }
 
     fn names(&self) -> Vec<String> {
-        let mut v: Vec<String> = std::fs::read_dir(&self.0)
+        let mut v: Vec<String> = std::fs::read_dir(self.0.path())
             .unwrap()
             .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
             .collect();
         v.sort();
         v
-    }
-}
-
-impl Drop for Scratch {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
     }
 }
 
