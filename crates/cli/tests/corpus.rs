@@ -48,6 +48,7 @@ const KNOWN_MISSES: &[(&str, &str, &str, &str)] = &[
     ("", "sort", "all", SMALL),
     ("", "gzip", "64k", SMALL),
     ("", "gzip", "all", SMALL),
+    ("", "node", "64k", JIT),
     ("", "node", "2m", JIT),
     ("", "node", "all", JIT),
     ("", "node", "hf8", JIT),

@@ -125,9 +125,14 @@
 //! child is forked in the model at once (so that the parent's copy-on-write
 //! faults right after the fork are modelled) and the child's first event
 //! decides: if it belongs to the parent's thread group, it is a thread, and
-//! the copy is torn down again (the parent's pages stay write-protected in
-//! the model, which changes no count: a write-protected page the kernel had
-//! writable is only ever looked at where the kernel faulted). A `vfork` or
+//! the copy is torn down again and the parent's entries that the fork
+//! write-protected are made writable again where nothing touched them
+//! since ([`memory::restore_fork_wrprotect`]): a thread's `clone()`
+//! write-protects nothing, and under large folios a page the replayed
+//! kernel mapped writable, left write-protected by the tentative fork,
+//! would take a fault where the recording (4 KiB) had the page's first
+//! touch (node under all sizes: +340 faults, 57-63 in each of V8's first
+//! 256 KiB pages, before this). A `vfork` or
 //! `posix_spawn` child (`CLONE_VM` without `CLONE_THREAD`) is a process of
 //! its own that shares the parent's memory until it execs: the model gives
 //! it a copy instead. This needs the thread group of each event (the
@@ -412,6 +417,10 @@ struct World {
     /// Forked children whose first event has not come yet: child tid →
     /// parent's thread group.
     pending: BTreeMap<i32, i32>,
+    /// Per pending child: the parent's leaf entries its tentative fork
+    /// write-protected ([`memory::fork_wrprotect_list`]), put back if the
+    /// child is a thread.
+    fork_saved: BTreeMap<i32, Vec<(u64, mm::pgtable::Level, u64)>>,
     /// Anonymous mappings larger than this are not modelled: the machine's
     /// memory, at least 64 GiB.
     max_anon_bytes: u64,
@@ -477,6 +486,7 @@ impl World {
             procs: BTreeMap::new(),
             tasks: BTreeMap::new(),
             pending: BTreeMap::new(),
+            fork_saved: BTreeMap::new(),
             last_bound: None,
             hot: None,
             hot_task: None,
@@ -542,13 +552,18 @@ impl World {
 
     fn bind_slow(&mut self, pid: i32, tid: i32, rec: &mut AspaceRecorded, first: bool) {
         if let Some(parent) = self.pending.remove(&tid) {
+            let saved = self.fork_saved.remove(&tid);
             if pid == parent && tid != pid {
-                // A thread: the tentative copy goes.
+                // A thread: the tentative copy goes, and with it the
+                // write protection its fork gave the parent's entries.
                 if first {
                     rec.threads += 1;
                 }
                 if let Some(copy) = self.procs.remove(&tid) {
                     self.drop_proc(copy);
+                }
+                if let (Some(p), Some(saved)) = (self.procs.get_mut(&pid), saved) {
+                    memory::restore_fork_wrprotect(&mut p.mm, &saved);
                 }
                 self.tasks.remove(&tid);
             } else if pid != tid && !self.procs.contains_key(&pid) {
@@ -850,6 +865,7 @@ impl World {
     fn exit(&mut self, pid: i32, task: i32) {
         self.flush_deferred(pid, false);
         self.pending.remove(&task);
+        self.fork_saved.remove(&task);
         self.tasks.remove(&task);
         let Some(p) = self.procs.get_mut(&pid) else {
             return;
@@ -1562,6 +1578,7 @@ impl World {
             return;
         };
         let (other, brk_known, brk_asked) = (p.other.clone(), p.brk_known, p.brk_asked);
+        let saved = memory::fork_wrprotect_list(&p.mm);
         let copy = match memory::fork(&mut self.pa, &mut self.cx, &mut p.mm) {
             Ok(mm) => mm,
             Err(_) => {
@@ -1581,6 +1598,7 @@ impl World {
         };
         self.procs.insert(child, c);
         self.pending.insert(child, parent);
+        self.fork_saved.insert(child, saved);
         self.out.peak_procs = self.out.peak_procs.max(self.procs.len() as u64);
     }
 
