@@ -378,8 +378,13 @@ mmlab record --kmem-system-wide -o all.mmtrace -- ./bench"
     /// not measure and why.
     #[command(after_help = "Examples:\n  mmlab calibrate -o my-host.toml\n  \
 mmlab calibrate --name host-epyc-zen3 -o profiles/host-epyc-zen3.toml\n  \
-mmlab calibrate --quick                 a smoke run (well under a minute), no file")]
+mmlab calibrate --quick                 a smoke run (well under a minute), no file\n  \
+mmlab calibrate --compare run1.toml run2.toml   do two calibrations agree?")]
     Calibrate {
+        /// Compare two calibrated profiles cost by cost (figures, recorded spreads, whether
+        /// they agree) instead of calibrating.
+        #[arg(long, num_args = 2, value_names = ["A", "B"])]
+        compare: Option<Vec<PathBuf>>,
         /// Write the calibrated profile to FILE (atomically).
         #[arg(
             short = 'o',

@@ -234,6 +234,14 @@ fn bench_cmd(cmd: Cmd) -> Result<()> {
 fn calibrate_cmd(cmd: Cmd) -> Result<()> {
     match cmd {
         Cmd::Calibrate {
+            compare: Some(files),
+            ..
+        } => {
+            print!("{}", mmlab::calibrate::compare(&files[0], &files[1])?);
+            Ok(())
+        }
+        Cmd::Calibrate {
+            compare: None,
             out,
             name,
             base,

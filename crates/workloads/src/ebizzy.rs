@@ -25,6 +25,14 @@
 //! per CPU (deviation: tasks never preempt each other here, so a second
 //! thread on a CPU would only start when the first ended) for `records`
 //! searches each. The search itself (~16 compares) costs nothing here.
+//!
+//! `runs` (default 1) runs ebizzy that many times one after another, as a
+//! benchmark script repeats it: each run is a new process, with its own
+//! `mmap_base` drawn by ASLR, and starts when every thread of the run
+//! before has ended. Counters add up over the runs. Where a figure depends
+//! on the ASLR draw (under the 4.18 pfn hash, which slot a buffer's VMA is
+//! cached in follows its page number mod 4, fixed by the draw for a whole
+//! process), several runs give its mean over draws rather than one draw.
 
 use crate::params::{Args, Count, Count::N, ParamError, ParamSpec as P};
 use crate::WorkloadDef;
@@ -62,6 +70,13 @@ pub(crate) const DEF: WorkloadDef = WorkloadDef {
             "bytes per chunk and per copy (-s)",
         ),
         P::int("records", N(32), 1, N(1_000_000), "searches per thread"),
+        P::int(
+            "runs",
+            N(1),
+            1,
+            N(4096),
+            "times ebizzy is run, one after another, each a new process with its own ASLR draw",
+        ),
     ],
     build,
     nr_runs: None,
@@ -74,33 +89,60 @@ fn build(a: &Args) -> Result<Vec<TaskSpec>, ParamError> {
     let chunks = a.int("chunks")? as u64;
     let chunk_size = a.size("chunk_size")?;
     let records = a.int("records")? as u32;
-    // The chunks' addresses, written by the main thread before it lets the
-    // others go. Shared only among the tasks of this one run.
-    let mem = Rc::new(RefCell::new(Vec::new()));
-    Ok((0..threads)
-        .map(|i| TaskSpec {
-            program: Box::new(Ebizzy {
-                main: i == 0,
-                threads,
-                chunks,
-                chunk_size,
-                records,
-                done: 0,
-                mem: Rc::clone(&mem),
-                phase: if i == 0 { Phase::Allocate } else { Phase::Wait },
-                queue: VecDeque::new(),
-            }),
-            cpu: mm::VcpuId(i % nr_cpus),
-            process: Some(0),
-        })
-        .collect())
+    let runs = a.int("runs")? as u32;
+    let mut tasks = Vec::new();
+    for run in 0..runs {
+        // The chunks' addresses, written by the main thread before it lets
+        // the others go. Shared only among the tasks of this one run.
+        let mem = Rc::new(RefCell::new(Vec::new()));
+        for i in 0..threads {
+            let phase = match (i, run) {
+                (0, 0) => Phase::Allocate,
+                (0, _) => Phase::AwaitPrev,
+                _ => Phase::Wait,
+            };
+            tasks.push(TaskSpec {
+                program: Box::new(Ebizzy {
+                    main: i == 0,
+                    threads,
+                    chunks,
+                    chunk_size,
+                    records,
+                    done: 0,
+                    mem: Rc::clone(&mem),
+                    phase,
+                    queue: VecDeque::new(),
+                    go: go_chan(run),
+                    prev_done: run.checked_sub(1).map(done_chan),
+                    done_chan: (run + 1 < runs).then(|| done_chan(run)),
+                    prev_ended: 0,
+                }),
+                cpu: mm::VcpuId(i % nr_cpus),
+                process: Some(run),
+            });
+        }
+    }
+    Ok(tasks)
 }
 
-/// The channel on which the main thread starts the others (`threads_go`).
-const GO: sim::ChanId = 0;
+/// The channel on which run `run`'s main thread starts the others
+/// (`threads_go`).
+fn go_chan(run: u32) -> sim::ChanId {
+    2 * run
+}
+
+/// The channel on which run `run`'s threads say they have ended, for the
+/// main thread of the next run (which starts only then, as a shell running
+/// ebizzy again would).
+fn done_chan(run: u32) -> sim::ChanId {
+    2 * run + 1
+}
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Phase {
+    /// Main thread of a run after the first: wait until every thread of
+    /// the run before has ended.
+    AwaitPrev,
     /// Main thread: map the chunks one by one (answers: their addresses).
     Allocate,
     /// Other threads: wait for the main thread's start signal.
@@ -122,6 +164,14 @@ pub struct Ebizzy {
     mem: Rc<RefCell<Vec<u64>>>,
     phase: Phase,
     queue: VecDeque<Op>,
+    /// This run's start channel.
+    go: sim::ChanId,
+    /// The previous run's end channel (main thread of a later run).
+    prev_done: Option<sim::ChanId>,
+    /// This run's end channel, if another run follows.
+    done_chan: Option<sim::ChanId>,
+    /// Threads of the previous run seen ending.
+    prev_ended: u32,
 }
 
 impl Ebizzy {
@@ -137,7 +187,11 @@ impl Ebizzy {
     /// The next search (`search_mem()`'s loop body) starts with its buffer.
     fn next_search(&mut self) -> Option<Op> {
         if self.done == self.records {
-            return None;
+            // Tell the next run's main thread that this thread has ended.
+            return self.done_chan.take().map(|chan| Op::Send {
+                chan,
+                blocks: Vec::new(),
+            });
         }
         self.done += 1;
         self.phase = Phase::Copy;
@@ -148,6 +202,17 @@ impl Ebizzy {
 impl Program for Ebizzy {
     fn next(&mut self, last: OpResult, rng: &mut Rng) -> Option<Op> {
         match self.phase {
+            Phase::AwaitPrev => {
+                let prev = self.prev_done.expect("a later run has a previous one");
+                if matches!(last, OpResult::Received(_)) {
+                    self.prev_ended += 1;
+                }
+                if self.prev_ended < self.threads {
+                    return Some(Op::Recv { chan: prev });
+                }
+                self.phase = Phase::Allocate;
+                Some(self.map())
+            }
             Phase::Allocate => {
                 // `allocate()`, then `write_pattern()`: one write per page
                 // is what faults.
@@ -156,6 +221,18 @@ impl Program for Ebizzy {
                     // process, threads waiting to start included (ending
                     // only this thread left them waiting forever).
                     let Ok(addr) = r else {
+                        // The next run waits for every thread of this one.
+                        if let Some(chan) = self.done_chan.take() {
+                            for _ in 0..self.threads {
+                                self.queue.push_back(Op::Send {
+                                    chan,
+                                    blocks: Vec::new(),
+                                });
+                            }
+                            self.queue.push_back(Op::Exit);
+                            self.phase = Phase::Queue;
+                            return self.queue.pop_front();
+                        }
                         return Some(Op::Exit);
                     };
                     self.mem.borrow_mut().push(addr);
@@ -174,7 +251,7 @@ impl Program for Ebizzy {
                 }
                 for _ in 1..self.threads {
                     self.queue.push_back(Op::Send {
-                        chan: GO,
+                        chan: self.go,
                         blocks: Vec::new(),
                     });
                 }
@@ -183,7 +260,7 @@ impl Program for Ebizzy {
             }
             Phase::Wait => {
                 if matches!(last, OpResult::Start) {
-                    return Some(Op::Recv { chan: GO });
+                    return Some(Op::Recv { chan: self.go });
                 }
                 debug_assert!(!self.main);
                 self.next_search()

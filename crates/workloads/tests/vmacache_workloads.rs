@@ -149,6 +149,33 @@ fn ebizzy_counts_and_threads_share_the_mm() {
     }
 }
 
+/// ebizzy run several times: one process after another, each with every
+/// thread's searches, so the counts add up run by run; and under the pfn
+/// hash the first-slot share over many runs (each its own ASLR draw) sits
+/// near one in four, where one run is all or nothing in its draw.
+#[test]
+fn ebizzy_runs_one_process_after_another_and_average_the_aslr_draw() {
+    let (threads, chunks, records, chunk_pages) = (4, 3, 5, 32);
+    let mut p = params(&[
+        ("threads", threads),
+        ("chunks", chunks),
+        ("records", records),
+        ("runs", 3),
+    ]);
+    p.0.insert(
+        "chunk_size".into(),
+        ParamValue::Int(chunk_pages * mm::types::PAGE_SIZE as i64),
+    );
+    let faults = 3 * (chunks * chunk_pages + threads * records * chunk_pages) as u64;
+    let v = run("ebizzy", &p, VmacachePolicy::Pfn);
+    assert_eq!(v.get(VmEvent::PGFAULT), faults);
+    let munmaps = 3 * (threads * records) as u64;
+    assert_eq!(v.get(VmEvent::VMACACHE_FIND_CALLS), faults + munmaps);
+    let many = run("ebizzy", &params(&[("runs", 32)]), VmacachePolicy::Pfn);
+    let first = rates(&many).1;
+    assert!((15.0..40.0).contains(&first), "{first}");
+}
+
 /// The seed's example: with the pmd hash, the lookups in the hot arena
 /// after each invalidation find the heap in the first slot they examine,
 /// far more often than the pfn hash's one in four.

@@ -1,6 +1,6 @@
 //! Printing a calibration and writing its profile.
 
-use super::{Calibration, Kind};
+use super::{Calibration, Derived, Kind};
 use anyhow::{Context, Result};
 use native::calibrate::Outcome;
 use std::path::Path;
@@ -85,18 +85,12 @@ pub fn report(c: &Calibration) -> String {
         ]);
     }
     s += &native::table::format(&rows);
-    let est = c
-        .derived
-        .iter()
-        .filter(|d| d.kind == Kind::Estimate)
-        .count();
-    s += &format!(
-        "{} of {} costs measured or fitted, {est} estimates ({:.0} %)\n",
-        c.derived.len() - est,
-        c.derived.len(),
-        100.0 * est as f64 / c.derived.len().max(1) as f64
-    );
-    s += "\nclosing check: the calibrated model's CPU time against the live kernel's (medians)\n";
+    s += &estimates_line(&c.derived);
+    s += "\n";
+    s += "\nclosing check: the calibrated model's CPU time against the live kernel's. Each repetition\n\
+          warms the memory, then runs the pattern twice back to back; \"live\" is the median over the\n\
+          repetitions of the faster of the two (a run on memory the host's free page reporting took\n\
+          back faults in the host too, which only slows it). First runs and re-runs: median (min-max).\n";
     s += &native::table::format(&c.check_rows);
     s += &format!(
         "calibration took {:.0} s, of which {:.0} s waiting for the live-kernel lock\n",
@@ -104,10 +98,32 @@ pub fn report(c: &Calibration) -> String {
         super::live::LOCK_WAIT_NS.load(std::sync::atomic::Ordering::Relaxed) as f64 / 1e9
     );
     s += &format!(
+        "judged on the first runs' medians: {}/{} within 10 %; on the re-runs' medians: {}/{}\n",
+        c.check_pass_first.0, c.check_pass_first.1, c.check_pass_rerun.0, c.check_pass_rerun.1
+    );
+    s += &format!(
         "calibration check: {}/{} within 10 %\n",
         c.check_pass.0, c.check_pass.1
     );
     s
+}
+
+/// `text` broken into comment lines of at most ~76 characters (the first
+/// without its `# `).
+fn wrap_comment(text: &str) -> String {
+    let mut lines = vec![String::new()];
+    for w in text.split(' ') {
+        let last = lines.last_mut().expect("one line");
+        if !last.is_empty() && last.len() + w.len() > 75 {
+            lines.push(w.to_string());
+        } else {
+            if !last.is_empty() {
+                last.push(' ');
+            }
+            last.push_str(w);
+        }
+    }
+    lines.join("\n# ")
 }
 
 fn toml_str(s: &str) -> String {
@@ -126,13 +142,39 @@ fn toml_str(s: &str) -> String {
     o
 }
 
+/// `N of M costs measured or fitted, E estimates (P %): H cannot be
+/// measured here (costs), Y not yet measured (costs)`.
+pub fn estimates_line(derived: &[Derived]) -> String {
+    let of = |k: Kind| -> Vec<&str> {
+        derived
+            .iter()
+            .filter(|d| d.kind == k)
+            .map(|d| d.cost.key())
+            .collect()
+    };
+    let (here, yet) = (of(Kind::NotHere), of(Kind::Estimate));
+    let est = here.len() + yet.len();
+    let list = |v: &[&str]| {
+        if v.is_empty() {
+            String::new()
+        } else {
+            format!(" ({})", v.join(", "))
+        }
+    };
+    format!(
+        "{} of {} costs measured or fitted, {est} estimates ({:.0} %): {} cannot be measured here{}, {} not yet measured{}",
+        derived.len() - est,
+        derived.len(),
+        100.0 * est as f64 / derived.len().max(1) as f64,
+        here.len(),
+        list(&here),
+        yet.len(),
+        list(&yet)
+    )
+}
+
 /// The profile file: a header saying how it was made, then every cost.
 pub fn profile_toml(c: &Calibration, name: &str, check_mib: usize) -> String {
-    let est = c
-        .derived
-        .iter()
-        .filter(|d| d.kind == Kind::Estimate)
-        .count();
     let mut s = format!(
         "# Cost profile made by `mmlab calibrate --name {name} -o <this file>` on {}\n\
          # (Linux {}, {}, {} CPUs, {} GiB; load average {} at the start; {:.0} s).\n\
@@ -141,13 +183,18 @@ pub fn profile_toml(c: &Calibration, name: &str, check_mib: usize) -> String {
          # operation the model charges as this cost. \"fitted\": the weighted\n\
          # least-squares solution of the model's own charges against live\n\
          # measurements (fault patterns per folio size, zero-page reads, a PCP\n\
-         # fault storm with small lists, munmap/mprotect/fork per page).\n\
-         # \"estimate\": not measurable on this host, kept from the base profile\n\
-         # with the reason. Each source gives the median and spread of its\n\
-         # measurement; a re-run should agree within them.\n\
-         # {} of {} costs are measured or fitted, {est} remain estimates.\n\
+         # fault storm with small lists, munmap/mprotect/fork per page; the\n\
+         # buddy steps from the storm with small lists less with large ones).\n\
+         # \"estimate\": kept from the base profile with the reason, either\n\
+         # \"cannot measure it here\" or \"not yet measured\". Each source gives\n\
+         # the median and spread of its measurement and ends with the figure's\n\
+         # spread; `mmlab calibrate --compare` tells whether a re-run agrees.\n\
+         # {}.\n\
          # Closing check ({check_mib} MiB patterns the fit did not use):\n\
-         # calibration check: {}/{} within 10 %.\n",
+         # calibration check: {}/{} within 10 % (median of each repetition's faster\n\
+         # of two back-to-back runs; on the first runs' medians {}/{}, the re-runs' {}/{}).\n\
+         # Columns: pattern | live ms | p10-p90 | first runs ms | re-runs ms |\n\
+         # model ms | error | vs first | vs re-run | faults live/model.\n",
         today(),
         c.host.kernel,
         c.host.cpu,
@@ -155,10 +202,13 @@ pub fn profile_toml(c: &Calibration, name: &str, check_mib: usize) -> String {
         c.host.mem_bytes >> 30,
         c.host.loadavg,
         c.secs,
-        c.derived.len() - est,
-        c.derived.len(),
+        wrap_comment(&estimates_line(&c.derived)),
         c.check_pass.0,
         c.check_pass.1,
+        c.check_pass_first.0,
+        c.check_pass_first.1,
+        c.check_pass_rerun.0,
+        c.check_pass_rerun.1,
     );
     for row in c.check_rows.iter().skip(1) {
         s += &format!("#   {}\n", row.join(" | "));
@@ -175,11 +225,22 @@ pub fn profile_toml(c: &Calibration, name: &str, check_mib: usize) -> String {
         ))
     );
     for d in &c.derived {
+        let band = d
+            .band
+            .map_or(String::new(), |(lo, hi)| format!("band = [{lo}, {hi}]\n"));
         s += &format!(
-            "\n[costs.{}]\nns = {}\nsource = {}\n",
+            "\n[costs.{}]\nns = {}\n{band}source = {}\n",
             d.cost.key(),
             d.ns,
-            toml_str(&d.source)
+            toml_str(&match d.spread {
+                Some(x) => format!(
+                    "{}{}{:.1} %",
+                    d.source,
+                    super::compare::SPREAD_MARK,
+                    x * 100.0
+                ),
+                None => d.source.clone(),
+            })
         );
     }
     s

@@ -388,6 +388,13 @@ pub fn folio_zero_user(
         cx.clear_page(pfn);
         return;
     }
+    if !cx.records_mem() {
+        // Without memory traffic every sub-page's clear is the same charge,
+        // so their order changes nothing: one charge of all of them (the
+        // same time and segments as one per sub-page; host speed only).
+        cx.charge_n(crate::cost::Cost::ClearPage, nr_pages as u64);
+        return;
+    }
     let target = target_subpage_index(addr_hint, nr_pages);
     for sub in process_huge_page_order(policy, nr_pages, target) {
         cx.clear_page(pfn.offset(sub as u64));

@@ -148,28 +148,25 @@ pub fn mmap_munmap_probe<'a>() -> Probe<'a> {
 }
 
 /// `mprotect` of one page between read-write and read-only, between
-/// `PROT_NONE` guards (so its VMA never merges): ns per call. With
-/// `populated` the page is written first, so every call rewrites its PTE
-/// and flushes it from the TLB; without, there is no page table under it
-/// and nothing to rewrite or flush.
+/// `PROT_NONE` guards (so its VMA never merges): ns per call. The page sits
+/// in a 2 MiB range whose PTE table exists (a page two further on, in a VMA
+/// of its own, is written), so both variants walk to the PTE: with
+/// `populated` the page is written first and every call rewrites its PTE
+/// and flushes it from the TLB; without, its PTE is none, and
+/// `change_pte_range()` skips it and nothing is flushed. The difference is
+/// one PTE rewrite and one local flush.
 pub fn mprotect_page_probe<'a>(populated: bool) -> Probe<'a> {
     let what = if populated {
         "populated"
     } else {
-        "never touched"
+        "not populated, its PTE table present"
     };
     Probe::new(
         format!("mprotect 1 page, {what}"),
         "ns",
-        format!("2000 x mprotect of one {what} page (RW <-> R, PROT_NONE guards both sides), thread CPU time"),
+        format!("2000 x mprotect of one page, {what} (RW <-> R, PROT_NONE guards both sides, a written page of another VMA in the same PTE table), thread CPU time"),
         move || {
-            let guard = Region::new(3 * PAGE_SIZE, libc::PROT_NONE, false)?;
-            let page = guard.addr() + PAGE_SIZE;
-            mprotect(page, PAGE_SIZE, RW)?;
-            if populated {
-                // SAFETY: the page was just made writable.
-                unsafe { std::ptr::write_volatile(page as *mut u8, 1) };
-            }
+            let (_reservation, page) = page_beside_populated(populated)?;
             const N: u64 = 2000;
             let mut r = Ok(());
             let ns = cpu_ns_of(|| {
@@ -184,6 +181,27 @@ pub fn mprotect_page_probe<'a>(populated: bool) -> Probe<'a> {
             r.map(|()| ns as f64 / N as f64)
         },
     )
+}
+
+/// A `PROT_NONE` reservation with, in its first 2 MiB-aligned range, a
+/// read-write page (written if `populated`) at index 1 and another
+/// read-write, written page at index 3, each a VMA of its own: the page's
+/// PTE table exists either way. Returns the reservation and the page.
+fn page_beside_populated(populated: bool) -> Result<(Region, usize), NativeError> {
+    const PMD: usize = 2 << 20;
+    let res = Region::new(2 * PMD, libc::PROT_NONE, false)?;
+    let base = (res.addr() + PMD - 1) & !(PMD - 1);
+    let (page, other) = (base + PAGE_SIZE, base + 3 * PAGE_SIZE);
+    mprotect(page, PAGE_SIZE, RW)?;
+    mprotect(other, PAGE_SIZE, RW)?;
+    // SAFETY: both pages were just made writable inside our reservation.
+    unsafe {
+        std::ptr::write_volatile(other as *mut u8, 1);
+        if populated {
+            std::ptr::write_volatile(page as *mut u8, 1);
+        }
+    }
+    Ok((res, page))
 }
 
 /// The "TLB shootdowns" count of CPU `cpu` in `/proc/interrupts` (IPIs that
@@ -450,6 +468,59 @@ impl ManyVmas {
     pub fn addr(&self) -> usize {
         self.region.addr()
     }
+
+    /// Pages of the reservation (the VMAs and the guards between them).
+    pub fn nr_pages(&self) -> usize {
+        self.region.len / PAGE_SIZE
+    }
+}
+
+/// ns per `mincore()` of one page at each of `nr` addresses drawn at
+/// random (seeded) from the odd pages of `pages` pages from `start`, in
+/// that order: `vma_lookup()` from the root of the maple tree to a leaf
+/// that the previous lookup, far away, did not leave in L1 or L2, then a
+/// page-table walk that ends at an empty PMD (nothing is populated).
+///
+/// Why random: the same lookup repeated in a loop keeps its whole path in
+/// L1, so more levels cost next to nothing; a fault meets the tree after
+/// other work. Over a reservation of tens of thousands of one-page VMAs
+/// the leaves (about 1.5 MiB of nodes) do not fit in L2, so each level
+/// below the first few costs what a level of a real fault's walk costs
+/// when the tree is large. The same draw over one VMA of the same span
+/// walks the same page tables and a tree of the process's few VMAs; the
+/// difference is the levels the many VMAs add.
+pub fn mincore_random_ns(
+    start: usize,
+    pages: usize,
+    nr: usize,
+    seed: u64,
+) -> Result<f64, NativeError> {
+    let mut rng = crate::rng::SplitMix64::new(seed);
+    let odd = (pages / 2).max(1) as u64;
+    let addrs: Vec<usize> = (0..nr)
+        .map(|_| start + (2 * rng.below(odd) as usize + 1) * PAGE_SIZE)
+        .collect();
+    let mut vec = [0u8; 1];
+    let mut rc = 0;
+    let ns = cpu_ns_of(|| {
+        for &a in &addrs {
+            // SAFETY: one page inside our reservation, one result byte in vec.
+            rc |= unsafe { libc::mincore(a as *mut _, PAGE_SIZE, vec.as_mut_ptr()) };
+        }
+    });
+    if rc != 0 {
+        return Err(NativeError::last_os(
+            "mincore",
+            format!("{start:#x}+{pages} pages"),
+        ));
+    }
+    Ok(ns as f64 / nr as f64)
+}
+
+/// One `PROT_READ` VMA over `pages` pages, none populated: the baseline
+/// of [`mincore_random_ns`] with the same span as a [`ManyVmas`].
+pub fn one_vma(pages: usize) -> Result<Region, NativeError> {
+    Region::new(pages * PAGE_SIZE, libc::PROT_READ, false)
 }
 
 /// ns per `mincore()` of one page at `addr` (`vma_lookup()` in the maple
