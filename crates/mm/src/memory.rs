@@ -939,6 +939,72 @@ pub fn fork(pa: &mut PageAlloc, cx: &mut Cx, parent: &mut MmStruct) -> Result<Mm
     Ok(child)
 }
 
+/// The leaf entries of `mm` that [`fork`] would write-protect: every
+/// present, writable PTE and PMD leaf of its VMAs (hugetlb's aside), with
+/// its address, level and value. Not a kernel function: a replay that
+/// forks before it knows whether the new task is a thread
+/// (`trace::aspace`) takes this list first, and if the task turns out to
+/// be a thread (`clone(CLONE_VM)`, which write-protects nothing) undoes
+/// the fork's write protection with [`restore_fork_wrprotect`].
+pub fn fork_wrprotect_list(mm: &MmStruct) -> Vec<(u64, Level, u64)> {
+    let mut out = Vec::new();
+    for v in mm.vmas.values() {
+        if crate::hugetlb::is_vm_hugetlb_page(v) {
+            continue;
+        }
+        let mut addr = v.start;
+        while addr < v.end {
+            let next = ((addr | (PMD_SIZE - 1)) + 1).min(v.end);
+            writable_leaves(mm, addr, next, &mut out);
+            addr = next;
+        }
+    }
+    out
+}
+
+/// [`fork_wrprotect_list`]'s walk of one PMD's range `[addr, next)`.
+fn writable_leaves(mm: &MmStruct, addr: u64, next: u64, out: &mut Vec<(u64, Level, u64)>) {
+    let Some(pmd) = mm.pgt.lookup(addr, Level::Pmd) else {
+        return;
+    };
+    let e = mm.pgt.get(pmd);
+    if !present(e) {
+        return;
+    }
+    if e & PAGE_PSE != 0 {
+        if e & PAGE_RW != 0 {
+            out.push((addr & !(PMD_SIZE - 1), Level::Pmd, e));
+        }
+        return;
+    }
+    let Some(table) = mm.pgt.pte_table(pmd) else {
+        return;
+    };
+    let entries = mm.pgt.entries(table);
+    let mut a = addr;
+    while a < next {
+        let pe = entries[Level::Pte.index(a)];
+        if present(pe) && pe & PAGE_RW != 0 {
+            out.push((a, Level::Pte, pe));
+        }
+        a += PAGE_SIZE;
+    }
+}
+
+/// Puts back the entries of `saved` ([`fork_wrprotect_list`] before a
+/// [`fork`] whose child has been torn down again) that are still the
+/// write-protected form the fork left (untouched since): writable and
+/// exclusive as before, the child's references being gone.
+pub fn restore_fork_wrprotect(mm: &mut MmStruct, saved: &[(u64, Level, u64)]) {
+    for &(addr, level, e) in saved {
+        if let Some(slot) = mm.pgt.lookup(addr, level) {
+            if mm.pgt.get(slot) == e & !(PAGE_RW | PAGE_ANON_EXCLUSIVE) {
+                mm.pgt.set(slot, e);
+            }
+        }
+    }
+}
+
 fn copy_pmd_range(
     pa: &mut PageAlloc,
     cx: &mut Cx,

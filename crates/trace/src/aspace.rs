@@ -103,6 +103,12 @@
 //!   be larger than the kernel could have placed). A `brk` that moves the
 //!   break of a process whose first `brk` was not a query tells no heap
 //!   start: the heap below that break is not modelled.
+//! - A `brk` without its exit (no `sys_exit_brk`) and without a mapping
+//!   record of the heap (no `perf record -d`) tells the break asked for,
+//!   not the heap's start: the heap is taken to start at the page of the
+//!   first fault below that break with no mapping between them (glibc's
+//!   `malloc` writes the top chunk's header at the old break first), and
+//!   counted; until then the heap's faults pass through.
 //! - `mprotect` of ranges the model does not have (file-backed mappings,
 //!   as the dynamic linker's RELRO `mprotect(PROT_READ)`, the stack, the
 //!   program) changes nothing in the model and is counted.
@@ -119,9 +125,14 @@
 //! child is forked in the model at once (so that the parent's copy-on-write
 //! faults right after the fork are modelled) and the child's first event
 //! decides: if it belongs to the parent's thread group, it is a thread, and
-//! the copy is torn down again (the parent's pages stay write-protected in
-//! the model, which changes no count: a write-protected page the kernel had
-//! writable is only ever looked at where the kernel faulted). A `vfork` or
+//! the copy is torn down again and the parent's entries that the fork
+//! write-protected are made writable again where nothing touched them
+//! since ([`memory::restore_fork_wrprotect`]): a thread's `clone()`
+//! write-protects nothing, and under large folios a page the replayed
+//! kernel mapped writable, left write-protected by the tentative fork,
+//! would take a fault where the recording (4 KiB) had the page's first
+//! touch (node under all sizes: +340 faults, 57-63 in each of V8's first
+//! 256 KiB pages, before this). A `vfork` or
 //! `posix_spawn` child (`CLONE_VM` without `CLONE_THREAD`) is a process of
 //! its own that shares the parent's memory until it execs: the model gives
 //! it a copy instead. This needs the thread group of each event (the
@@ -239,6 +250,19 @@ impl Ranges {
         }
     }
 
+    /// The start of the first range that overlaps `[start, end)`.
+    fn first_overlap(&self, start: u64, end: u64) -> Option<u64> {
+        if let Some((&s, _)) = self
+            .0
+            .range(..=start)
+            .next_back()
+            .filter(|(_, &(e, _))| e > start)
+        {
+            return Some(s);
+        }
+        self.0.range(start..end).next().map(|(&s, _)| s)
+    }
+
     fn get(&self, addr: u64) -> Option<Kind> {
         self.0
             .range(..=addr)
@@ -273,6 +297,11 @@ struct Proc {
     /// True once a `brk` event has set the model's `start_brk` and `brk`
     /// from the recording.
     brk_known: bool,
+    /// The break that a `brk` without its exit asked for while the heap's
+    /// start was unknown (no `sys_exit_brk`, no `-d` mapping record): the
+    /// heap is then taken to begin at the first fault below this break that
+    /// no mapping explains ([`World::heap_from_fault`]).
+    brk_asked: Option<u64>,
     /// The live tasks (thread ids) of the process.
     tids: BTreeSet<i32>,
 }
@@ -388,6 +417,10 @@ struct World {
     /// Forked children whose first event has not come yet: child tid →
     /// parent's thread group.
     pending: BTreeMap<i32, i32>,
+    /// Per pending child: the parent's leaf entries its tentative fork
+    /// write-protected ([`memory::fork_wrprotect_list`]), put back if the
+    /// child is a thread.
+    fork_saved: BTreeMap<i32, Vec<(u64, mm::pgtable::Level, u64)>>,
     /// Anonymous mappings larger than this are not modelled: the machine's
     /// memory, at least 64 GiB.
     max_anon_bytes: u64,
@@ -453,6 +486,7 @@ impl World {
             procs: BTreeMap::new(),
             tasks: BTreeMap::new(),
             pending: BTreeMap::new(),
+            fork_saved: BTreeMap::new(),
             last_bound: None,
             hot: None,
             hot_task: None,
@@ -475,6 +509,7 @@ impl World {
                 mm,
                 other: Ranges::default(),
                 brk_known: false,
+                brk_asked: None,
                 tids: BTreeSet::from([tid]),
             }),
             Err(_) => {
@@ -517,13 +552,18 @@ impl World {
 
     fn bind_slow(&mut self, pid: i32, tid: i32, rec: &mut AspaceRecorded, first: bool) {
         if let Some(parent) = self.pending.remove(&tid) {
+            let saved = self.fork_saved.remove(&tid);
             if pid == parent && tid != pid {
-                // A thread: the tentative copy goes.
+                // A thread: the tentative copy goes, and with it the
+                // write protection its fork gave the parent's entries.
                 if first {
                     rec.threads += 1;
                 }
                 if let Some(copy) = self.procs.remove(&tid) {
                     self.drop_proc(copy);
+                }
+                if let (Some(p), Some(saved)) = (self.procs.get_mut(&pid), saved) {
+                    memory::restore_fork_wrprotect(&mut p.mm, &saved);
                 }
                 self.tasks.remove(&tid);
             } else if pid != tid && !self.procs.contains_key(&pid) {
@@ -825,6 +865,7 @@ impl World {
     fn exit(&mut self, pid: i32, task: i32) {
         self.flush_deferred(pid, false);
         self.pending.remove(&task);
+        self.fork_saved.remove(&task);
         self.tasks.remove(&task);
         let Some(p) = self.procs.get_mut(&pid) else {
             return;
@@ -970,16 +1011,57 @@ impl World {
                 }
                 _ => Self::below_stack(p, addr),
             };
-        if !in_vma {
+        if !in_vma && !self.heap_from_fault(addr) {
             self.fault_outside(pid, tid, addr, write, kernel);
             return;
         }
         self.out.faults_replayed += 1;
+        let Some((_, p)) = self.hot.as_mut() else {
+            unreachable!("the hot process was just set");
+        };
         if memory::access_ok(&mut p.mm, Vaddr(addr), write) {
             self.out.faults_absorbed += 1;
             return;
         }
         self.fault_in_vma(tid, addr, write);
+    }
+
+    /// A fault at `addr`, in no mapping of the hot process, below the break
+    /// that a `brk` without its exit asked for while the heap's start was
+    /// unknown, with no mapping between it and that break: the heap starts
+    /// at its page, and the model's heap is made from there to the break
+    /// asked for (true). Why the first fault: the C library's `malloc`
+    /// (glibc's `sysmalloc()`) writes the new top chunk's header at the old
+    /// break right after `sbrk()`, so the first fault of a heap is on its
+    /// first page, and `start_brk` is page-aligned (with or without
+    /// `arch_randomize_brk()`). An allocator that first writes higher up
+    /// gives a heap that starts too high, whose lowest pages then fault as
+    /// in the recording; it is counted in the notes like every inference.
+    fn heap_from_fault(&mut self, addr: u64) -> bool {
+        let Some((_, p)) = self.hot.as_mut() else {
+            return false;
+        };
+        let start = page_down(addr);
+        let Some(asked) = p.brk_asked.filter(|&a| !p.brk_known && start < a) else {
+            return false;
+        };
+        let below_is_free =
+            p.mm.vmas
+                .range(..asked)
+                .next_back()
+                .is_none_or(|(_, v)| v.end <= start)
+                && p.other.first_overlap(start, asked).is_none();
+        if !below_is_free {
+            return false;
+        }
+        p.brk_known = true;
+        p.brk_asked = None;
+        p.mm.start_brk = start;
+        p.mm.brk = start;
+        let made = p.mm.brk(&mut self.pa, &mut self.cx, Vaddr(asked)) == Vaddr(asked);
+        self.hot_vma = (0, 0);
+        self.note("heap start taken from its first fault (brk without its exit)");
+        made
     }
 
     /// A recorded fault in a modelled VMA of the hot process, not mapped
@@ -1171,7 +1253,12 @@ impl World {
                 p.mm.brk(&mut self.pa, &mut self.cx, Vaddr(brk));
                 self.note("brk without its exit (replayed at its entry with the model's result)");
             } else {
-                self.note("brk without its exit before the heap's start was known (heap not modelled until then)");
+                // brk(0) asks for nothing; a break asked for is where the
+                // heap ends once its first fault says where it starts.
+                if brk != 0 {
+                    p.brk_asked = Some(brk);
+                }
+                self.note("brk without its exit before the heap's start was known (the heap is taken to start at its first fault)");
             }
             return;
         };
@@ -1490,7 +1577,8 @@ impl World {
         let Some(p) = self.procs.get_mut(&parent) else {
             return;
         };
-        let (other, brk_known) = (p.other.clone(), p.brk_known);
+        let (other, brk_known, brk_asked) = (p.other.clone(), p.brk_known, p.brk_asked);
+        let saved = memory::fork_wrprotect_list(&p.mm);
         let copy = match memory::fork(&mut self.pa, &mut self.cx, &mut p.mm) {
             Ok(mm) => mm,
             Err(_) => {
@@ -1505,10 +1593,12 @@ impl World {
             mm: copy,
             other,
             brk_known,
+            brk_asked,
             tids: BTreeSet::from([child]),
         };
         self.procs.insert(child, c);
         self.pending.insert(child, parent);
+        self.fork_saved.insert(child, saved);
         self.out.peak_procs = self.out.peak_procs.max(self.procs.len() as u64);
     }
 

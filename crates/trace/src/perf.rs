@@ -149,6 +149,9 @@ pub struct ImportSummary {
     /// Faults, calls and task events of other processes left out
     /// (`perf record -a`); their allocator events are kept.
     pub nr_other_process_events: u64,
+    /// Faults and memory calls of perf's own child before it exec'd the
+    /// command, left out (see `perf_workload`).
+    pub nr_perf_child_events: u64,
     /// How the file was read: a header perf never finished, a cut last
     /// record, formats taken from this host.
     pub warnings: Vec<String>,
@@ -179,6 +182,13 @@ impl ImportSummary {
                     .to_string(),
             ),
             _ => {}
+        }
+        if self.nr_perf_child_events > 0 {
+            lines.push(format!(
+                "{} faults and calls of perf's own child before it exec'd the command left out \
+                 (perf's code, not the command's; a recording without -a never has them)",
+                self.nr_perf_child_events
+            ));
         }
         lines.extend(self.reduced_capability.iter().cloned());
         if self.execs_from_elf.1 > 0 {
@@ -1499,6 +1509,7 @@ impl<W: crate::format::TraceSink> Importer<W> {
                 nr_mmaps_placed_by_records: self.nr_mmaps_placed,
                 workload_tree: self.workload.tree(),
                 nr_other_process_events: self.workload.nr_dropped,
+                nr_perf_child_events: self.workload.nr_before_exec,
                 warnings: self.warnings,
                 execs_from_elf: (self.nr_execs_from_elf, self.nr_execs_without_layout),
             },

@@ -19,6 +19,19 @@
 //! samples. Its descendants join the tree by their fork events. A file
 //! without a `perf-exec` process (`perf record -a` stopped with Ctrl-C,
 //! `perf record -p PID`) keeps every process, and the import says so.
+//!
+//! # perf's own child before the exec
+//!
+//! Between its fork and its exec the `perf-exec` process runs perf's code
+//! (closing descriptors, waiting on a pipe): a handful of copy-on-write
+//! faults on perf's memory, which no folio setting changes for the
+//! command. With `-a` the events are already on and record them; without
+//! `-a` perf enables its events at the exec (`enable_on_exec`) and they
+//! are not in the file. So that both lines replay the same workload, the
+//! root's faults and memory calls before its exec
+//! (`PERF_RECORD_COMM` with `PERF_RECORD_MISC_COMM_EXEC`, or
+//! `sched_process_exec`, whichever comes first) are left out and counted
+//! ([`WorkloadTree::nr_before_exec`]).
 
 use std::collections::BTreeSet;
 
@@ -47,6 +60,10 @@ pub struct WorkloadTree {
     root: Option<i32>,
     /// Events of other processes left out (allocator events are never).
     pub nr_dropped: u64,
+    /// True once the root has exec'd the command.
+    root_execd: bool,
+    /// Faults and memory calls of the root before its exec: perf's own.
+    pub nr_before_exec: u64,
 }
 
 impl Default for WorkloadTree {
@@ -56,6 +73,8 @@ impl Default for WorkloadTree {
             members: BTreeSet::new(),
             root: None,
             nr_dropped: 0,
+            root_execd: false,
+            nr_before_exec: 0,
         }
     }
 }
@@ -101,6 +120,18 @@ impl WorkloadTree {
         }
         if let EventKind::Fork { child, .. } = ev.kind {
             self.members.insert(child);
+        }
+        if self.root == Some(ev.pid) && !self.root_execd {
+            match &ev.kind {
+                EventKind::Comm { exec: true, .. } | EventKind::Exec { .. } => {
+                    self.root_execd = true
+                }
+                EventKind::Comm { .. } | EventKind::Fork { .. } => {}
+                _ => {
+                    self.nr_before_exec += 1;
+                    return false;
+                }
+            }
         }
         true
     }
@@ -148,6 +179,16 @@ mod tests {
         assert!(!w.keeps(&ev(0, 7, comm("sshd"))));
         assert!(w.keeps(&ev(0, 40, comm(PERF_EXEC_COMM))));
         assert!(!w.keeps(&ev(0, 8, comm("bash"))));
+        // perf's child before its exec runs perf's code: not the command.
+        assert!(!w.keeps(&ev(4, 40, fault())));
+        assert!(w.keeps(&ev(
+            5,
+            40,
+            EventKind::Comm {
+                comm: "gzip".to_string(),
+                exec: true
+            }
+        )));
         assert!(w.keeps(&ev(5, 40, fault())));
         assert!(!w.keeps(&ev(6, 7, fault())));
         let alloc = EventKind::PageAlloc {
@@ -168,6 +209,7 @@ mod tests {
         assert!(w.keeps(&ev(9, 41, fault())));
         assert_eq!(w.tree(), Some((40, 2)));
         assert_eq!(w.nr_dropped, 3);
+        assert_eq!(w.nr_before_exec, 1);
     }
 
     #[test]

@@ -317,11 +317,13 @@ fn fork_gives_cow_faults_and_a_thread_shares_the_address_space() {
     assert_eq!(r.recorded.threads, 1);
     assert_eq!(r.recorded.forks, 2);
     let m = &r.models[0];
-    // The thread's 8 writes find the pages writable again once its copy is
-    // gone (refcount 1: do_wp_page reuses them): they are faults in the
-    // model, as the recorded ones are.
-    assert_eq!(m.faults_taken, 8 + 8 + 8);
-    assert_eq!(m.faults_absorbed, 0);
+    // The thread's 8 writes find the pages writable: a thread's clone()
+    // write-protects nothing, so the tentative fork's write protection is
+    // undone once the task shows it is a thread (a kernel would not have
+    // recorded these faults; the model absorbs them). The process's 8
+    // writes copy.
+    assert_eq!(m.faults_taken, 8 + 8);
+    assert_eq!(m.faults_absorbed, 8);
     assert_eq!(m.faults_passthrough, 0);
 }
 
@@ -857,4 +859,97 @@ fn an_exec_layout_puts_the_stack_bss_and_files_in_the_replay() {
         top - stack_len - 3 * P,
         "grown to the faulting page"
     );
+}
+
+#[test]
+fn without_brk_exits_the_heap_starts_at_its_first_fault() {
+    // A perf.data without sys_exit_brk and without -d: brk(0) and
+    // brk(start_brk + 16 pages) tell only the break asked for.
+    let heap = 0x5555_5556_0000u64;
+    let entry = |brk: u64| EventKind::Brk { brk, ret: None };
+    let mut t = Trace::new();
+    // FF                  the program's .data (a file mapping below the heap)
+    t.mmap(10, heap - 4 * P, 2 * P, 3, FILE_PRIVATE);
+    t.put(10, 10, entry(0));
+    t.put(10, 10, entry(heap + 16 * P));
+    // FF  HHHHHHHHHHHHHHHH  the heap, written from its first page (glibc's
+    //                       sysmalloc() writes the top chunk's header there)
+    t.touch(10, 10, heap, 16 * P, WRITE);
+    let k16 = kernel(&[
+        ("transparent_hugepage/enabled", "never"),
+        ("transparent_hugepage/hugepages-2048kB/enabled", "never"),
+        ("transparent_hugepage/hugepages-16kB/enabled", "always"),
+    ]);
+    let r = replay(&t, "brk-first-fault", &[kernel(&[]), k16]);
+    for m in &r.models {
+        assert_eq!(
+            (m.live[&10].start_brk, m.live[&10].brk),
+            (heap, heap + 16 * P)
+        );
+        assert_eq!(vmas(m, 10), vec![span(heap, heap + 16 * P, "rw-")]);
+        assert_eq!(m.faults_passthrough, 0);
+        assert_eq!(
+            m.notes
+                .get("heap start taken from its first fault (brk without its exit)"),
+            Some(&1)
+        );
+    }
+    // 4 KiB: every page faults; 16 KiB folios: one fault in four.
+    assert_eq!(r.models[0].faults_taken, 16);
+    assert_eq!(r.models[1].faults_taken, 4);
+    assert_eq!(r.models[1].faults_absorbed, 12);
+}
+
+#[test]
+fn without_brk_exits_a_fault_below_a_mapping_starts_no_heap() {
+    // brk(0), brk(B + 4 pages) without exits, and a fault in no mapping
+    // but *below* a mapping that lies under the break: not the heap's.
+    let heap = 0x5555_5556_0000u64;
+    let entry = |brk: u64| EventKind::Brk { brk, ret: None };
+    let mut t = Trace::new();
+    t.put(10, 10, entry(0));
+    t.put(10, 10, entry(heap + 4 * P));
+    // ?  FF    the fault at heap - 4P has the file mapping between it and
+    //          the break: passed through, the heap still unknown
+    t.mmap(10, heap - 2 * P, 2 * P, 3, FILE_PRIVATE);
+    t.touch(10, 10, heap - 4 * P, P, WRITE);
+    // ?  FFHHHH then the heap's first page: the heap starts there
+    t.touch(10, 10, heap, 4 * P, WRITE);
+    let r = replay(&t, "brk-first-fault-below", &[kernel(&[])]);
+    let m = &r.models[0];
+    assert_eq!(m.live[&10].start_brk, heap);
+    assert_eq!(m.faults_passthrough, 1);
+    assert_eq!(m.faults_taken, 4);
+}
+
+#[test]
+fn a_thread_leaves_the_parents_large_folios_writable() {
+    // AAAA (one 16 KiB block): page 0 written, then a thread is created
+    // (sched_process_fork, then the new task's first event in the parent's
+    // thread group), then pages 1..3 written, as a 4 KiB recording has
+    // them. Under 16 KiB folios the first fault mapped all four pages
+    // writable; a thread's clone() write-protects nothing, so pages 1..3
+    // do not fault (the tentative fork's write protection is undone).
+    let mut t = Trace::new();
+    t.mmap(10, BASE, 4 * P, 3, ANON);
+    t.touch(10, 10, BASE, P, WRITE);
+    t.put(
+        10,
+        10,
+        EventKind::Fork {
+            parent: 10,
+            child: 11,
+        },
+    );
+    t.touch(10, 11, BASE + 3 * P, P, WRITE);
+    t.touch(10, 10, BASE + P, 2 * P, WRITE);
+    let k16 = kernel(&[
+        ("transparent_hugepage/enabled", "never"),
+        ("transparent_hugepage/hugepages-2048kB/enabled", "never"),
+        ("transparent_hugepage/hugepages-16kB/enabled", "always"),
+    ]);
+    let r = replay(&t, "thread-wp", &[kernel(&[]), k16]);
+    assert_eq!(r.models[0].faults_taken, 4);
+    assert_eq!(r.models[1].faults_taken, 1);
+    assert_eq!(r.models[1].faults_absorbed, 3);
 }
