@@ -608,10 +608,46 @@ pub fn host_memory_bytes() -> u64 {
         .unwrap_or(16 << 30)
 }
 
+/// Refuses a boot-time hugetlb pool whose pages' `struct page`s do not fit
+/// half the host with the machine's own metadata. The kernel (and the
+/// model's `set_max_huge_pages()`) takes as many 2 MiB pages as memory
+/// allows, so `nr_hugepages` far beyond the machine is accepted and means
+/// "all of it"; the sparse memmap makes a 48 TiB machine cheap to boot, but
+/// a pool of all its memory materialises every page (fuzz experiment input
+/// 1650 of `--seed 5000000` at cefc8ab aborted allocating 4 GiB).
+fn check_hugetlb_pool_fits(machine: &Machine, config: &mm::knobs::KernelConfig) -> Result<()> {
+    const PAGES_PER_HUGE_PAGE: u64 = 512;
+    let machine_pages = machine.memory_bytes() / mm::types::PAGE_SIZE;
+    let pool_pages = config
+        .mm
+        .nr_hugepages
+        .saturating_mul(PAGES_PER_HUGE_PAGE)
+        .min(machine_pages);
+    let needed = machine
+        .metadata_bytes()
+        .saturating_add(pool_pages.saturating_mul(mm::page::MemMap::BYTES_PER_PAGE as u64));
+    let allowed = host_memory_bytes() / 2;
+    if needed > allowed {
+        bail!(
+            "nr_hugepages = {} would take {} MiB of the machine's memory at boot, about {} MiB of \
+             page structures for the model; at most {} MiB fit in half of this host's memory: ask \
+             for at most {} huge pages, or a smaller machine",
+            config.mm.nr_hugepages,
+            (pool_pages * mm::types::PAGE_SIZE) >> 20,
+            needed >> 20,
+            allowed >> 20,
+            allowed.saturating_sub(machine.metadata_bytes())
+                / (mm::page::MemMap::BYTES_PER_PAGE as u64 * PAGES_PER_HUGE_PAGE)
+        );
+    }
+    Ok(())
+}
+
 /// Refuses a kernel configuration the model cannot run on `machine`, with
 /// the limits of its knobs on that machine: a low watermark above an eighth
 /// of a zone under PCP auto-tuning (`mm::pcp::check_pageset_bounds`).
 pub fn check_fits_machine(machine: &Machine, config: &mm::knobs::KernelConfig) -> Result<()> {
+    check_hugetlb_pool_fits(machine, config)?;
     let layout = machine.memory_layout();
     let fits = |sysctl: &mm::page_alloc::VmSysctl| {
         mm::pcp::check_pageset_bounds(&layout, sysctl, config.pcp).is_ok()

@@ -312,3 +312,41 @@ fn memory_past_the_limit_is_refused_with_a_limit_that_says_so() {
     assert!(!o.status.success(), "{err}");
     assert!(err.contains("the model addresses at most 4.0 PiB"), "{err}");
 }
+
+/// A hugetlb pool asked for beyond a 48 TiB machine (fuzz experiment input
+/// 1650 of `--seed 5000000` at cefc8ab): the boot took every 2 MiB page it
+/// could and materialised all their `struct page`s, aborting on memory under
+/// a 4 GiB `ulimit -v`. Now refused before the run with the largest pool
+/// that fits.
+#[test]
+fn a_hugetlb_pool_larger_than_the_host_holds_is_refused() {
+    let s = Scratch::new("hugetlb-pool");
+    let e = s.write(
+        "e.toml",
+        &experiment(
+            3,
+            6,
+            "16TiB",
+            "linux-6.8",
+            "\"hugepages/hugepages-2048kB/nr_hugepages\" = 9223372036854775806",
+            "small-vmas",
+            "pages = 8, vmas = 1",
+        ),
+    );
+    let o = Command::new("sh")
+        .args(["-c", "ulimit -v 4194304; exec \"$0\" run \"$1\" --quiet"])
+        .arg(env!("CARGO_BIN_EXE_mmlab"))
+        .arg(&e)
+        .output()
+        .expect("sh runs");
+    let err = text(&o.stderr);
+    assert!(
+        o.status.code().is_some_and(|c| c != 0),
+        "{:?}: {err}",
+        o.status
+    );
+    assert!(
+        err.contains("e.toml") && err.contains("nr_hugepages = 9223372036854775806 would take"),
+        "{err}"
+    );
+}
