@@ -196,17 +196,7 @@ fn bound_big_machine_work(t: &mut Table) {
     if cpus <= BIG_MACHINE_CPUS {
         return;
     }
-    let Some(ws) = t.get_mut("workload").and_then(Value::as_array_mut) else {
-        return;
-    };
-    for w in ws {
-        let kind = w.get("type").and_then(Value::as_str).unwrap_or("");
-        let Some(def) = workloads::WORKLOADS.iter().find(|d| d.name == kind) else {
-            continue;
-        };
-        let Some(p) = w.get_mut("params").and_then(Value::as_table_mut) else {
-            continue;
-        };
+    each_workload_params(t.get_mut("workload"), |def, p| {
         for spec in def.params {
             if let ParamKind::Int {
                 default: Count::Of(_, what),
@@ -221,6 +211,26 @@ fn bound_big_machine_work(t: &mut Table) {
                     );
                 }
             }
+        }
+    });
+}
+
+/// Calls `f` with each `[[workload]]` entry's registry definition and its
+/// `params` table (entries of unknown type or without `params` are skipped).
+fn each_workload_params(
+    list: Option<&mut Value>,
+    mut f: impl FnMut(&workloads::WorkloadDef, &mut Table),
+) {
+    let Some(ws) = list.and_then(Value::as_array_mut) else {
+        return;
+    };
+    for w in ws {
+        let kind = w.get("type").and_then(Value::as_str).unwrap_or("");
+        let Some(def) = workloads::WORKLOADS.iter().find(|d| d.name == kind) else {
+            continue;
+        };
+        if let Some(p) = w.get_mut("params").and_then(Value::as_table_mut) {
+            f(def, p);
         }
     }
 }
@@ -493,17 +503,7 @@ pub fn mutate_builtin(rng: &mut Rng) -> Value {
 /// hour. Values outside the parameter's range stay, so validation's errors
 /// are still exercised.
 fn bound_work(v: &mut Value) {
-    let Some(ws) = v.get_mut("workload").and_then(Value::as_array_mut) else {
-        return;
-    };
-    for w in ws {
-        let kind = w.get("type").and_then(Value::as_str).unwrap_or("");
-        let Some(def) = workloads::WORKLOADS.iter().find(|d| d.name == kind) else {
-            continue;
-        };
-        let Some(p) = w.get_mut("params").and_then(Value::as_table_mut) else {
-            continue;
-        };
+    each_workload_params(v.get_mut("workload"), |def, p| {
         for spec in def.params {
             let ParamKind::Int { default, min, max } = spec.kind else {
                 continue;
@@ -516,7 +516,7 @@ fn bound_work(v: &mut Value) {
                 *n = d;
             }
         }
-    }
+    });
 }
 
 /// A small machine, and integer workload parameters cut by up to 8 times.
