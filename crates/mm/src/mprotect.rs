@@ -129,10 +129,8 @@ impl MmStruct {
         }
         cx.charge_n(Cost::VmaLookupLevel, self.maple_depth());
         let first = self
-            .vmas
-            .range(..end)
-            .find(|(_, v)| v.end > start)
-            .map(|(_, v)| *v)
+            .find_vma_uncharged(start)
+            .filter(|v| v.start < end)
             .ok_or(Errno::NoMem)?;
         if grows == Prot::GROWSDOWN.0 {
             return Err(Errno::Inval);
@@ -145,12 +143,7 @@ impl MmStruct {
         }
         let mut nstart = start;
         while nstart < end {
-            let Some(v) = self
-                .vmas
-                .range(..end)
-                .find(|(_, v)| v.end > nstart)
-                .map(|(_, v)| *v)
-            else {
+            let Some(v) = self.find_vma_uncharged(nstart).filter(|v| v.start < end) else {
                 break;
             };
             if v.start > nstart {

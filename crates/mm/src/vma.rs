@@ -813,9 +813,14 @@ impl MmStruct {
             return Ok(());
         }
         cx.charge_n(Cost::VmaLookupLevel, self.maple_depth());
+        // The walk starts at the first VMA ending above `addr` (the kernel's
+        // find_vma()), not at the lowest VMA of the address space.
+        let from = self
+            .find_vma_uncharged(addr)
+            .map_or(end, |v| v.start.min(end));
         let mut unmapped = false;
         let mut pos = addr;
-        for (_, v) in self.vmas.range(..end) {
+        for (_, v) in self.vmas.range(from..end) {
             if v.end > pos && v.start < end {
                 unmapped |= v.start > pos;
                 pos = v.end;
@@ -826,8 +831,7 @@ impl MmStruct {
             Advice::DontNeed => {
                 let parts: Vec<(u64, u64, bool)> = self
                     .vmas
-                    .range(..end)
-                    .filter(|(_, v)| v.end > addr)
+                    .range(from..end)
                     .map(|(_, v)| {
                         (
                             v.start.max(addr),
