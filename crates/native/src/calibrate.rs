@@ -88,6 +88,10 @@ pub struct Measurement {
     pub how: String,
     /// Median and spread of the samples.
     pub summary: Summary,
+    /// The samples, one per round in the order run (each the fastest of
+    /// its round's repeats), so that a figure derived from several probes
+    /// can be re-derived round by round.
+    pub samples: Vec<f64>,
 }
 
 impl Measurement {
@@ -210,6 +214,7 @@ pub fn run_interleaved(
                 unit: p.unit,
                 how: p.how,
                 summary,
+                samples: s,
             }),
             (Some(why), _) => Outcome::Skipped { name: p.name, why },
             (None, None) => Outcome::Skipped {

@@ -160,6 +160,43 @@ pub fn run_micro(rounds: usize, progress: &mut dyn FnMut(&str)) -> Result<Micro,
     })
 }
 
+/// More rounds of the cross-CPU probes (the cache-line transfer of each
+/// CPU pair and the lock hand-off), their samples added to the micro
+/// phase's: called between the later phases of a calibration, so that the
+/// samples span the run rather than its first minute. The hypervisor moves
+/// the two vCPUs between host placements that hold for tens of seconds to
+/// minutes (one-way transfer ~20-45 ns or ~190 ns here), and a phase of
+/// samples ~40 s long often meets one of them only (`CrossCpuModes` in the
+/// derivation splits the modes). Needs no lock: nothing system-wide.
+pub fn resample_cross_cpu(micro: &mut Micro, rounds: usize) -> Result<(), NativeError> {
+    let Some((a, b)) = micro.pairs.iter().find_map(|p| p.1) else {
+        return Ok(());
+    };
+    let _affinity = native::sys::AffinityGuard::save()?;
+    let mut probes: Vec<Probe<'_>> = micro
+        .pairs
+        .iter()
+        .filter_map(|&(kind, pair)| pair.map(|(a, b)| hw::c2c_probe(kind, a, b)))
+        .collect();
+    probes.push(hw::handoff_probe(a, b).renamed(names::HANDOFF));
+    for new in run_interleaved(probes, rounds, MICRO_REPEATS, |_| {}) {
+        let Outcome::Measured(new) = new else {
+            continue;
+        };
+        let old = micro.outcomes.iter_mut().find_map(|o| match o {
+            Outcome::Measured(m) if m.name == new.name => Some(m),
+            _ => None,
+        });
+        if let Some(old) = old {
+            old.samples.extend(new.samples);
+            if let Some(s) = native::stats::Summary::of(&old.samples) {
+                old.summary = s;
+            }
+        }
+    }
+    Ok(())
+}
+
 /// The probes of single operations among other work
 /// (`native::calibrate::isolated`).
 fn isolated_probes(buf: &RefCell<native::sys::HugeBuf>, me: usize) -> Vec<Probe<'_>> {
