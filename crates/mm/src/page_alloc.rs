@@ -482,6 +482,12 @@ impl Zone {
 
     /// Models `__rmqueue_smallest()`: the smallest free block of order ≥
     /// `order` on `mt`'s lists, split down to `order`.
+    ///
+    /// With `max` > 1 (and no line model) it stands for up to `max` calls
+    /// in a row, as `rmqueue_bulk()` makes them: returns the first block and
+    /// how many consecutive blocks of `order` were taken (see
+    /// [`Zone::expand_run`]); the lists, flags and charges end as `max`
+    /// single calls would leave them. With `max` = 1 it is one call.
     #[inline]
     fn rmqueue_smallest(
         &mut self,
@@ -490,15 +496,16 @@ impl Zone {
         vmstat: &mut VmStat,
         order: u8,
         mt: MigrateType,
-    ) -> Option<PfnIdx> {
+        max: u32,
+    ) -> Option<(PfnIdx, u32)> {
         for current in order..=MAX_ORDER {
             let Some(p) = self.first_free(mem, current, mt) else {
                 continue;
             };
-            self.charge_list_op(cx, Cost::BuddyListOp);
             // The head, the block's struct page, then its successor (whose
             // prev pointer the unlink rewrites): three dependent lines.
             if self.lines.is_some() {
+                self.charge_list_op(cx, Cost::BuddyListOp);
                 self.touch_free_area(cx, current);
                 self.touch_page(cx, mem.pfn(p).0);
             }
@@ -508,12 +515,55 @@ impl Zone {
                 if let Some(next) = list.first_pfn(mem, 1 << current) {
                     self.touch_page(cx, next);
                 }
+                self.expand(mem, cx, p, order, current, mt);
+                vmstat.count(VmEvent::MM_PAGE_ALLOC_ZONE_LOCKED, 1);
+                return Some((p, 1));
             }
-            self.expand(mem, cx, p, order, current, mt);
-            vmstat.count(VmEvent::MM_PAGE_ALLOC_ZONE_LOCKED, 1);
-            return Some(p);
+            let nr = max.clamp(1, 1 << (current - order));
+            cx.charge_n(Cost::BuddyListOp, nr as u64);
+            self.expand_run(mem, cx, p, order, current, mt, nr);
+            vmstat.count(VmEvent::MM_PAGE_ALLOC_ZONE_LOCKED, nr as u64);
+            return Some((p, nr));
         }
         None
+    }
+
+    /// `expand()` of the block of order `high` at `p` as `nr` calls of
+    /// `__rmqueue_smallest()` for order `low` in a row leave it (no line
+    /// model): they take its first `nr` blocks of order `low`, in address
+    /// order, and the rest of it stays on the `mt` lists as aligned blocks.
+    ///
+    /// Why that is exact: the lists of orders `low..high` were empty (the
+    /// search passed them), and each call takes the head of the lowest
+    /// non-empty list, which is the lowest free part of this block; so after
+    /// `j` calls the free part `[p + j << low, p + 1 << high)` lies on those
+    /// lists as one block of each order whose bit is set in its size, the
+    /// smallest lowest, each alone on its list. Every split makes one more
+    /// piece, so the calls made `nr` + (pieces left) − 1 splits, each
+    /// charged [`Cost::BuddySplitStep`]. With `nr` = 1 this is `expand()`.
+    /// (Host speed only: the pages of the block are not put on lists and
+    /// taken off again one by one.)
+    #[allow(clippy::too_many_arguments)]
+    #[inline]
+    fn expand_run(
+        &mut self,
+        mem: &mut MemMap,
+        cx: &mut Cx,
+        p: PfnIdx,
+        low: u8,
+        high: u8,
+        mt: MigrateType,
+        nr: u32,
+    ) {
+        let left = (1u32 << high) - (nr << low);
+        let mut end = 1u32 << high;
+        for h in (low..high).rev() {
+            if left & (1 << h) != 0 {
+                end -= 1 << h;
+                self.add_to_free_list(mem, p.offset(end), h, mt, false);
+            }
+        }
+        cx.charge_n(Cost::BuddySplitStep, (nr + left.count_ones() - 1) as u64);
     }
 
     /// Models `can_steal_fallback()`: may a fallback allocation of `order`
@@ -689,13 +739,34 @@ impl Zone {
         order: u8,
         mt: MigrateType,
     ) -> Option<PfnIdx> {
+        let (p, _) = self.rmqueue_run(locked, mem, cx, vmstat, order, mt, 1)?;
+        // Remember the migratetype of the list the block came from: the PCP
+        // and the free path use it (`set_pcppage_migratetype()`).
+        mem.set_flags(p, order as u32 | ((mt as u32) << MT_SHIFT));
+        Some(p)
+    }
+
+    /// [`Zone::rmqueue`] called up to `max` times in a row (`rmqueue_bulk()`'s
+    /// loop), as far as the blocks come from one free block: the first
+    /// block taken and how many consecutive blocks of `order` (at least 1)
+    /// follow it; `None` if there is none. The blocks' flags are the
+    /// caller's to set. See [`Zone::rmqueue_smallest`].
+    #[allow(clippy::too_many_arguments)]
+    #[inline]
+    pub(crate) fn rmqueue_run(
+        &mut self,
+        locked: &ZoneLocked,
+        mem: &mut MemMap,
+        cx: &mut Cx,
+        vmstat: &mut VmStat,
+        order: u8,
+        mt: MigrateType,
+        max: u32,
+    ) -> Option<(PfnIdx, u32)> {
         locked.check(self);
         loop {
-            if let Some(p) = self.rmqueue_smallest(mem, cx, vmstat, order, mt) {
-                // Remember the migratetype of the list the block came from:
-                // the PCP and the free path use it (`set_pcppage_migratetype()`).
-                mem.set_flags(p, order as u32 | ((mt as u32) << MT_SHIFT));
-                return Some(p);
+            if let Some(run) = self.rmqueue_smallest(mem, cx, vmstat, order, mt, max) {
+                return Some(run);
             }
             if !self.rmqueue_fallback(mem, cx, vmstat, order, mt) {
                 return None;
