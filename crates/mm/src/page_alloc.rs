@@ -1854,3 +1854,102 @@ impl PageAlloc {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::cost::CostTable;
+    use crate::rng::SplitMix64;
+    use crate::types::VcpuId;
+
+    /// A one-zone machine whose buddy lists hold blocks of many orders: a
+    /// seeded mix of allocations of orders 0-3 and frees of some of them.
+    fn fragmented(seed: u64) -> PageAlloc {
+        let layout = MemoryLayout {
+            nodes: vec![NodeLayout {
+                nr_cpus: 1,
+                nr_pages: 2 * PAGES_PER_SECTION,
+            }],
+            dma32_pages: 0,
+        };
+        let mut pa = PageAlloc::new(&layout, VmSysctl::default(), Default::default());
+        let mut cx = Cx::new(VcpuId(0), CostTable::uniform(1));
+        let mut rng = SplitMix64(seed);
+        let mut held = Vec::new();
+        for _ in 0..3000 {
+            if held.is_empty() || rng.below(3) != 0 {
+                let order = rng.below(4) as u8;
+                if let Some(p) = pa.rmqueue_buddy(&mut cx, 0, order, MigrateType::Movable) {
+                    held.push((p, order));
+                }
+            } else {
+                let (p, order) = held.swap_remove(rng.below(held.len() as u64) as usize);
+                pa.free_one_page(&mut cx, 0, p, order, MigrateType::Movable);
+            }
+        }
+        pa
+    }
+
+    /// Every free list of zone 0 as pfns, every materialised page's flags
+    /// except those of `taken`, and the zone's counts.
+    fn buddy_state(pa: &PageAlloc, taken: &[PfnIdx]) -> (Vec<Vec<u64>>, Vec<u32>, Vec<u64>) {
+        let z = &pa.zones[0];
+        let lists = z
+            .free_area
+            .iter()
+            .flatten()
+            .map(|l| l.iter(&pa.mem).map(|p| pa.mem.pfn(p).0).collect())
+            .collect();
+        let flags = (0..pa.mem.nr_materialised() as u32)
+            .map(PfnIdx)
+            .filter(|p| !taken.contains(p))
+            .map(|p| pa.mem.flags(p))
+            .collect();
+        let mut counts = z.nr_free.to_vec();
+        counts.push(z.nr_free_pages);
+        (lists, flags, counts)
+    }
+
+    /// `rmqueue_run(max)` leaves the lists, flags, counters and charges as
+    /// the same number of `rmqueue()` calls in a row, and hands out the
+    /// blocks those calls return, in their order.
+    #[test]
+    fn rmqueue_run_is_rmqueue_repeated() {
+        let mut table = CostTable::uniform(1);
+        table.set(Cost::BuddyListOp, 100);
+        table.set(Cost::BuddySplitStep, 10_000);
+        let mut runs_longer_than_one = 0;
+        for seed in 0..6 {
+            let base = fragmented(seed);
+            for order in [0u8, 1, 3] {
+                for max in [1u32, 2, 5, 64, 1024] {
+                    let (mut a, mut b) = (base.clone(), base.clone());
+                    let mut cxa = Cx::new(VcpuId(0), table.clone());
+                    let mut cxb = Cx::new(VcpuId(0), table.clone());
+                    let mt = MigrateType::Movable;
+                    let z = &mut a.zones[0];
+                    let locked = ZoneLocked::at_boot(z);
+                    let (first, nr) = z
+                        .rmqueue_run(&locked, &mut a.mem, &mut cxa, &mut a.vmstat, order, mt, max)
+                        .expect("free memory");
+                    assert!((1..=max).contains(&nr));
+                    runs_longer_than_one += (nr > 1) as u32;
+                    let z = &mut b.zones[0];
+                    let mut taken = Vec::new();
+                    for _ in 0..nr {
+                        let p = z
+                            .rmqueue(&locked, &mut b.mem, &mut cxb, &mut b.vmstat, order, mt)
+                            .expect("free memory");
+                        taken.push(p);
+                    }
+                    let run: Vec<PfnIdx> = (0..nr).map(|i| first.offset(i << order)).collect();
+                    assert_eq!(run, taken, "seed {seed} order {order} max {max}");
+                    assert_eq!(buddy_state(&a, &taken), buddy_state(&b, &taken));
+                    assert_eq!(a.vmstat, b.vmstat);
+                    assert_eq!(cxa.compute_ns(), cxb.compute_ns());
+                }
+            }
+        }
+        assert!(runs_longer_than_one > 10, "the runs were all single blocks");
+    }
+}
