@@ -246,8 +246,8 @@ mmlab reproduce --quiet -o all.json --report out/"
         /// With the seeds' headline figures, each with its band: the range it
         /// takes when the estimated inputs of its profile (costs with a
         /// `band`) move across their ranges, each alone and a
-        /// Latin-hypercube sample of all together (several minutes on 2
-        /// cores).
+        /// Latin-hypercube sample of all together, and at 3 more seeds
+        /// (several minutes on 2 cores).
         #[arg(long)]
         bands: bool,
         #[command(flatten)]

@@ -23,7 +23,11 @@
 //!   every input's band cut into that many equal strata, each stratum used
 //!   once, at its middle, the strata of different inputs paired by seeded
 //!   permutations), so that inputs that push the same way are seen acting
-//!   together.
+//!   together;
+//! - over seeds: the central inputs at [`SEED_SPREAD`] more seeds (the
+//!   experiment's seed + 1, + 2, ...), so that a figure decided by the run's
+//!   own chance (which job of a build starts last, where ASLR puts a
+//!   buffer) shows that spread too.
 //!
 //! A headline whose band stays on the published figure's side of "no
 //! change" keeps its conclusion whatever those inputs are; one whose band
@@ -43,6 +47,8 @@ pub const LHS_SAMPLES: usize = 8;
 /// The seed of the sample's permutations (any fixed number: the sample is
 /// part of the result and must not change between runs).
 const LHS_SEED: u64 = 14;
+/// Seeds run besides the experiment's own, at the central inputs.
+pub const SEED_SPREAD: u64 = 3;
 
 /// How a headline's value is computed from the runs.
 #[derive(Clone, Copy, Debug)]
@@ -306,13 +312,17 @@ pub struct HeadlineResult {
     /// The model's figure at the profile's central values (`null` if a run
     /// it needs is missing).
     pub model: Option<f64>,
-    /// `[low, high]`: the union of the two bands below (`null` without
+    /// `[low, high]`: the union of the three bands below (`null` without
     /// `--bands`).
     pub band: Option<[f64; 2]>,
     /// The range over each banded input alone at either end of its band.
     pub band_one_at_a_time: Option<[f64; 2]>,
     /// The range over the Latin-hypercube sample of all banded inputs.
     pub band_sample: Option<[f64; 2]>,
+    /// The range over the experiment's seed and [`SEED_SPREAD`] more, at
+    /// the central inputs (absent from documents written before it).
+    #[serde(default)]
+    pub band_seeds: Option<[f64; 2]>,
     /// The input that moved the figure most on its own: `key [low, high]`.
     pub widest_input: Option<String>,
     /// Within ±30 % of the published figure, with the same direction (for
@@ -346,6 +356,7 @@ impl Headline {
             band: None,
             band_one_at_a_time: None,
             band_sample: None,
+            band_seeds: None,
             widest_input: None,
             within_30pct: false,
             band_keeps_direction: None,
@@ -501,8 +512,8 @@ fn range(xs: impl Iterator<Item = f64>) -> Option<[f64; 2]> {
 
 /// Fills in the bands of `results` (the headlines of one or more
 /// experiments, as [`central`] made them): each experiment's runs again with
-/// every banded input at either end of its band, one at a time, and at each
-/// point of the Latin-hypercube sample.
+/// every banded input at either end of its band, one at a time, at each
+/// point of the Latin-hypercube sample, and at [`SEED_SPREAD`] more seeds.
 pub fn fill_bands(results: &mut [HeadlineResult], jobs: usize, quiet: bool) -> Result<()> {
     let mut names: Vec<String> = results.iter().map(|r| r.experiment.clone()).collect();
     names.dedup();
@@ -510,12 +521,12 @@ pub fn fill_bands(results: &mut [HeadlineResult], jobs: usize, quiet: bool) -> R
         let hs: Vec<&Headline> = HEADLINES.iter().filter(|h| h.experiment == name).collect();
         let base = load(&name, &hs)?;
         let ins = inputs(&base);
-        let run = |values: &[(usize, u64)]| -> Result<Vec<f64>> {
+        let run_seed = |values: &[(usize, u64)], extra_seed: u64| -> Result<Vec<f64>> {
             let mut e = load(&name, &hs)?;
             for &(i, v) in values {
                 set(&mut e, &ins[i].key, v);
             }
-            let seeds = [e.seed];
+            let seeds = [e.seed.wrapping_add(extra_seed)];
             let res = run_experiment(
                 &e,
                 RunOpts {
@@ -527,6 +538,7 @@ pub fn fill_bands(results: &mut [HeadlineResult], jobs: usize, quiet: bool) -> R
             )?;
             Ok(hs.iter().map(|h| h.eval(&res)).collect())
         };
+        let run = |values: &[(usize, u64)]| run_seed(values, 0);
         let mut oat: Vec<Vec<f64>> = vec![Vec::new(); hs.len()];
         let mut widest: Vec<(f64, Option<String>)> = vec![(-1.0, None); hs.len()];
         for (i, input) in ins.iter().enumerate() {
@@ -552,17 +564,26 @@ pub fn fill_bands(results: &mut [HeadlineResult], jobs: usize, quiet: bool) -> R
                 }
             }
         }
+        let mut by_seed: Vec<Vec<f64>> = vec![Vec::new(); hs.len()];
+        for extra in 1..=SEED_SPREAD {
+            let v = run_seed(&[], extra)?;
+            for k in 0..hs.len() {
+                by_seed[k].push(v[k]);
+            }
+        }
         for (k, h) in hs.iter().enumerate() {
             let Some(r) = results.iter_mut().find(|r| r.name == h.name) else {
                 continue;
             };
             let centre = r.model.into_iter();
             let one = range(oat[k].iter().copied().chain(centre.clone()));
-            let smp = range(sample[k].iter().copied().chain(centre));
-            let all = range(one.into_iter().chain(smp).flatten());
+            let smp = range(sample[k].iter().copied().chain(centre.clone()));
+            let sds = range(by_seed[k].iter().copied().chain(centre));
+            let all = range([one, smp, sds].into_iter().flatten().flatten());
             let rounded = |b: Option<[f64; 2]>| b.map(|[lo, hi]| [round(lo), round(hi)]);
             r.band_one_at_a_time = rounded(one);
             r.band_sample = rounded(smp);
+            r.band_seeds = rounded(sds);
             r.band = rounded(all);
             r.widest_input = widest[k].1.clone();
             r.band_keeps_direction = all.and_then(|[lo, hi]| h.keeps(lo, hi));
@@ -574,11 +595,11 @@ pub fn fill_bands(results: &mut [HeadlineResult], jobs: usize, quiet: bool) -> R
 /// The table `reproduce` prints after the experiments' tables.
 pub fn table(results: &[HeadlineResult]) -> String {
     let banded = results.iter().any(|r| r.band.is_some());
-    let mut s = String::from(if banded {
-        "headlines: the seeds' published figures beside the model's; band: the model with the profile's estimated inputs moved across their ranges (each alone, and a Latin-hypercube sample of all together)\n\n"
+    let mut s = if banded {
+        format!("headlines: the seeds' published figures beside the model's; band: the model with the profile's estimated inputs moved across their ranges (each alone, and a Latin-hypercube sample of all together) and at {SEED_SPREAD} more seeds\n\n")
     } else {
-        "headlines: the seeds' published figures beside the model's (mmlab reproduce --bands adds each one's range over the profile's estimated inputs)\n\n"
-    });
+        String::from("headlines: the seeds' published figures beside the model's (mmlab reproduce --bands adds each one's range over the profile's estimated inputs)\n\n")
+    };
     s += &format!(
         "{:<44} {:>10} {:>10} {:>21} {:>7} {:>6}  {}\n",
         "headline", "published", "model", "band", "±30 %", "keeps", "widest input"
@@ -660,5 +681,20 @@ mod tests {
             .unwrap();
         assert_eq!(abs.keeps(0.0, 9.0), None);
         assert!(abs.within(2.63) && !abs.within(2.0));
+    }
+
+    /// A headline written before the seed band existed still reads, with
+    /// no seed band; a new one keeps it.
+    #[test]
+    fn the_seed_band_is_optional_in_documents() {
+        let mut r = HEADLINES[0].result(24.6);
+        r.band_seeds = Some([20.0, 25.0]);
+        let json = serde_json::to_value(&r).unwrap();
+        let back: HeadlineResult = serde_json::from_value(json.clone()).unwrap();
+        assert_eq!(back, r);
+        let mut old = json;
+        old.as_object_mut().unwrap().remove("band_seeds");
+        let back: HeadlineResult = serde_json::from_value(old).unwrap();
+        assert_eq!(back.band_seeds, None);
     }
 }

@@ -482,6 +482,12 @@ impl Zone {
 
     /// Models `__rmqueue_smallest()`: the smallest free block of order ≥
     /// `order` on `mt`'s lists, split down to `order`.
+    ///
+    /// With `max` > 1 (and no line model) it stands for up to `max` calls
+    /// in a row, as `rmqueue_bulk()` makes them: returns the first block and
+    /// how many consecutive blocks of `order` were taken (see
+    /// [`Zone::expand_run`]); the lists, flags and charges end as `max`
+    /// single calls would leave them. With `max` = 1 it is one call.
     #[inline]
     fn rmqueue_smallest(
         &mut self,
@@ -490,15 +496,16 @@ impl Zone {
         vmstat: &mut VmStat,
         order: u8,
         mt: MigrateType,
-    ) -> Option<PfnIdx> {
+        max: u32,
+    ) -> Option<(PfnIdx, u32)> {
         for current in order..=MAX_ORDER {
             let Some(p) = self.first_free(mem, current, mt) else {
                 continue;
             };
-            self.charge_list_op(cx, Cost::BuddyListOp);
             // The head, the block's struct page, then its successor (whose
             // prev pointer the unlink rewrites): three dependent lines.
             if self.lines.is_some() {
+                self.charge_list_op(cx, Cost::BuddyListOp);
                 self.touch_free_area(cx, current);
                 self.touch_page(cx, mem.pfn(p).0);
             }
@@ -508,12 +515,55 @@ impl Zone {
                 if let Some(next) = list.first_pfn(mem, 1 << current) {
                     self.touch_page(cx, next);
                 }
+                self.expand(mem, cx, p, order, current, mt);
+                vmstat.count(VmEvent::MM_PAGE_ALLOC_ZONE_LOCKED, 1);
+                return Some((p, 1));
             }
-            self.expand(mem, cx, p, order, current, mt);
-            vmstat.count(VmEvent::MM_PAGE_ALLOC_ZONE_LOCKED, 1);
-            return Some(p);
+            let nr = max.clamp(1, 1 << (current - order));
+            cx.charge_n(Cost::BuddyListOp, nr as u64);
+            self.expand_run(mem, cx, p, order, current, mt, nr);
+            vmstat.count(VmEvent::MM_PAGE_ALLOC_ZONE_LOCKED, nr as u64);
+            return Some((p, nr));
         }
         None
+    }
+
+    /// `expand()` of the block of order `high` at `p` as `nr` calls of
+    /// `__rmqueue_smallest()` for order `low` in a row leave it (no line
+    /// model): they take its first `nr` blocks of order `low`, in address
+    /// order, and the rest of it stays on the `mt` lists as aligned blocks.
+    ///
+    /// Why that is exact: the lists of orders `low..high` were empty (the
+    /// search passed them), and each call takes the head of the lowest
+    /// non-empty list, which is the lowest free part of this block; so after
+    /// `j` calls the free part `[p + j << low, p + 1 << high)` lies on those
+    /// lists as one block of each order whose bit is set in its size, the
+    /// smallest lowest, each alone on its list. Every split makes one more
+    /// piece, so the calls made `nr` + (pieces left) − 1 splits, each
+    /// charged [`Cost::BuddySplitStep`]. With `nr` = 1 this is `expand()`.
+    /// (Host speed only: the pages of the block are not put on lists and
+    /// taken off again one by one.)
+    #[allow(clippy::too_many_arguments)]
+    #[inline]
+    fn expand_run(
+        &mut self,
+        mem: &mut MemMap,
+        cx: &mut Cx,
+        p: PfnIdx,
+        low: u8,
+        high: u8,
+        mt: MigrateType,
+        nr: u32,
+    ) {
+        let left = (1u32 << high) - (nr << low);
+        let mut end = 1u32 << high;
+        for h in (low..high).rev() {
+            if left & (1 << h) != 0 {
+                end -= 1 << h;
+                self.add_to_free_list(mem, p.offset(end), h, mt, false);
+            }
+        }
+        cx.charge_n(Cost::BuddySplitStep, (nr + left.count_ones() - 1) as u64);
     }
 
     /// Models `can_steal_fallback()`: may a fallback allocation of `order`
@@ -689,13 +739,34 @@ impl Zone {
         order: u8,
         mt: MigrateType,
     ) -> Option<PfnIdx> {
+        let (p, _) = self.rmqueue_run(locked, mem, cx, vmstat, order, mt, 1)?;
+        // Remember the migratetype of the list the block came from: the PCP
+        // and the free path use it (`set_pcppage_migratetype()`).
+        mem.set_flags(p, order as u32 | ((mt as u32) << MT_SHIFT));
+        Some(p)
+    }
+
+    /// [`Zone::rmqueue`] called up to `max` times in a row (`rmqueue_bulk()`'s
+    /// loop), as far as the blocks come from one free block: the first
+    /// block taken and how many consecutive blocks of `order` (at least 1)
+    /// follow it; `None` if there is none. The blocks' flags are the
+    /// caller's to set. See [`Zone::rmqueue_smallest`].
+    #[allow(clippy::too_many_arguments)]
+    #[inline]
+    pub(crate) fn rmqueue_run(
+        &mut self,
+        locked: &ZoneLocked,
+        mem: &mut MemMap,
+        cx: &mut Cx,
+        vmstat: &mut VmStat,
+        order: u8,
+        mt: MigrateType,
+        max: u32,
+    ) -> Option<(PfnIdx, u32)> {
         locked.check(self);
         loop {
-            if let Some(p) = self.rmqueue_smallest(mem, cx, vmstat, order, mt) {
-                // Remember the migratetype of the list the block came from:
-                // the PCP and the free path use it (`set_pcppage_migratetype()`).
-                mem.set_flags(p, order as u32 | ((mt as u32) << MT_SHIFT));
-                return Some(p);
+            if let Some(run) = self.rmqueue_smallest(mem, cx, vmstat, order, mt, max) {
+                return Some(run);
             }
             if !self.rmqueue_fallback(mem, cx, vmstat, order, mt) {
                 return None;
@@ -1781,5 +1852,104 @@ impl PageAlloc {
                 off += 1 << order;
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::cost::CostTable;
+    use crate::rng::SplitMix64;
+    use crate::types::VcpuId;
+
+    /// A one-zone machine whose buddy lists hold blocks of many orders: a
+    /// seeded mix of allocations of orders 0-3 and frees of some of them.
+    fn fragmented(seed: u64) -> PageAlloc {
+        let layout = MemoryLayout {
+            nodes: vec![NodeLayout {
+                nr_cpus: 1,
+                nr_pages: 2 * PAGES_PER_SECTION,
+            }],
+            dma32_pages: 0,
+        };
+        let mut pa = PageAlloc::new(&layout, VmSysctl::default(), Default::default());
+        let mut cx = Cx::new(VcpuId(0), CostTable::uniform(1));
+        let mut rng = SplitMix64(seed);
+        let mut held = Vec::new();
+        for _ in 0..3000 {
+            if held.is_empty() || rng.below(3) != 0 {
+                let order = rng.below(4) as u8;
+                if let Some(p) = pa.rmqueue_buddy(&mut cx, 0, order, MigrateType::Movable) {
+                    held.push((p, order));
+                }
+            } else {
+                let (p, order) = held.swap_remove(rng.below(held.len() as u64) as usize);
+                pa.free_one_page(&mut cx, 0, p, order, MigrateType::Movable);
+            }
+        }
+        pa
+    }
+
+    /// Every free list of zone 0 as pfns, every materialised page's flags
+    /// except those of `taken`, and the zone's counts.
+    fn buddy_state(pa: &PageAlloc, taken: &[PfnIdx]) -> (Vec<Vec<u64>>, Vec<u32>, Vec<u64>) {
+        let z = &pa.zones[0];
+        let lists = z
+            .free_area
+            .iter()
+            .flatten()
+            .map(|l| l.iter(&pa.mem).map(|p| pa.mem.pfn(p).0).collect())
+            .collect();
+        let flags = (0..pa.mem.nr_materialised() as u32)
+            .map(PfnIdx)
+            .filter(|p| !taken.contains(p))
+            .map(|p| pa.mem.flags(p))
+            .collect();
+        let mut counts = z.nr_free.to_vec();
+        counts.push(z.nr_free_pages);
+        (lists, flags, counts)
+    }
+
+    /// `rmqueue_run(max)` leaves the lists, flags, counters and charges as
+    /// the same number of `rmqueue()` calls in a row, and hands out the
+    /// blocks those calls return, in their order.
+    #[test]
+    fn rmqueue_run_is_rmqueue_repeated() {
+        let mut table = CostTable::uniform(1);
+        table.set(Cost::BuddyListOp, 100);
+        table.set(Cost::BuddySplitStep, 10_000);
+        let mut runs_longer_than_one = 0;
+        for seed in 0..6 {
+            let base = fragmented(seed);
+            for order in [0u8, 1, 3] {
+                for max in [1u32, 2, 5, 64, 1024] {
+                    let (mut a, mut b) = (base.clone(), base.clone());
+                    let mut cxa = Cx::new(VcpuId(0), table.clone());
+                    let mut cxb = Cx::new(VcpuId(0), table.clone());
+                    let mt = MigrateType::Movable;
+                    let z = &mut a.zones[0];
+                    let locked = ZoneLocked::at_boot(z);
+                    let (first, nr) = z
+                        .rmqueue_run(&locked, &mut a.mem, &mut cxa, &mut a.vmstat, order, mt, max)
+                        .expect("free memory");
+                    assert!((1..=max).contains(&nr));
+                    runs_longer_than_one += (nr > 1) as u32;
+                    let z = &mut b.zones[0];
+                    let mut taken = Vec::new();
+                    for _ in 0..nr {
+                        let p = z
+                            .rmqueue(&locked, &mut b.mem, &mut cxb, &mut b.vmstat, order, mt)
+                            .expect("free memory");
+                        taken.push(p);
+                    }
+                    let run: Vec<PfnIdx> = (0..nr).map(|i| first.offset(i << order)).collect();
+                    assert_eq!(run, taken, "seed {seed} order {order} max {max}");
+                    assert_eq!(buddy_state(&a, &taken), buddy_state(&b, &taken));
+                    assert_eq!(a.vmstat, b.vmstat);
+                    assert_eq!(cxa.compute_ns(), cxb.compute_ns());
+                }
+            }
+        }
+        assert!(runs_longer_than_one > 10, "the runs were all single blocks");
     }
 }

@@ -55,7 +55,7 @@
 //! - Deviation: no remote-node `expire` draining from vmstat work.
 
 use crate::cost::{Cost, Cx};
-use crate::page::{PageList, PfnIdx, MT_SHIFT, ORDER_MASK, PG_PCP};
+use crate::page::{PageList, PfnIdx, MT_SHIFT, PG_PCP};
 use crate::page_alloc::{
     MigrateType, PageAlloc, Wmark, ZoneType, MIGRATE_PCPTYPES, PAGEBLOCK_ORDER,
     PAGE_ALLOC_COSTLY_ORDER,
@@ -505,19 +505,32 @@ impl PageAlloc {
         let pindex = order_to_pindex(mt, order);
         let z = &mut self.zones[zi];
         let locked = z.lock(cx);
+        // `__rmqueue()` per block, as the kernel calls it; the model takes
+        // the blocks that come from one free block at once (`rmqueue_run`).
         let mut i = 0;
         while i < count {
-            let Some(pfn) = z.rmqueue(&locked, &mut self.mem, cx, &mut self.vmstat, order, mt)
-            else {
+            let Some((first, nr)) = z.rmqueue_run(
+                &locked,
+                &mut self.mem,
+                cx,
+                &mut self.vmstat,
+                order,
+                mt,
+                (count - i) as u32,
+            ) else {
                 break;
             };
-            // Blocks arrive in physical order; adding at the tail keeps the
-            // list in that order for the caller.
-            let stored = self.mem.flags(pfn) & !ORDER_MASK;
-            self.mem.set_flags(pfn, stored | PG_PCP | order as u32);
-            self.pcp[pi].lists[pindex].add_tail(&mut self.mem, pfn);
-            cx.charge(Cost::PcpListOp);
-            i += 1;
+            for b in 0..nr {
+                // Blocks arrive in physical order; adding at the tail keeps
+                // the list in that order for the caller. The flags keep the
+                // list's migratetype (`set_pcppage_migratetype()`).
+                let pfn = first.offset(b << order);
+                let flags = ((mt as u32) << MT_SHIFT) | PG_PCP | order as u32;
+                self.mem.set_flags(pfn, flags);
+                self.pcp[pi].lists[pindex].add_tail(&mut self.mem, pfn);
+            }
+            cx.charge_n(Cost::PcpListOp, nr as u64);
+            i += nr as i32;
         }
         z.nr_free_pages -= (i as u64) << order;
         z.unlock(cx, locked);

@@ -1424,58 +1424,32 @@ impl<W: crate::format::TraceSink> Importer<W> {
             path: output.to_path_buf(),
             source,
         };
+        let record_err = |e| match e {
+            RecordError::Output(source) => out_err(source),
+            RecordError::Parse(what) => PerfImportError::NotPerfData {
+                path: output.to_path_buf(),
+                what,
+            },
+        };
         // Execs that nothing after them ended (the file ends inside them).
         let open: Vec<i32> = self.execs.keys().copied().collect();
         for pid in open {
             if let Some((Some(exec), vmas)) = self.execs.remove(&pid) {
                 let at = exec.clone();
-                self.end_exec(&at, exec, vmas).map_err(|e| match e {
-                    RecordError::Output(source) => out_err(source),
-                    RecordError::Parse(what) => PerfImportError::NotPerfData {
-                        path: output.to_path_buf(),
-                        what,
-                    },
-                })?;
+                self.end_exec(&at, exec, vmas).map_err(record_err)?;
             }
         }
         let held: Vec<i32> = self.held.keys().copied().collect();
         for tid in held {
-            self.release(tid).map_err(|e| match e {
-                RecordError::Output(source) => out_err(source),
-                RecordError::Parse(what) => PerfImportError::NotPerfData {
-                    path: output.to_path_buf(),
-                    what,
-                },
-            })?;
+            self.release(tid).map_err(record_err)?;
         }
         self.decoder.finish();
-        let mut missing_event_kinds = Vec::new();
-        for ev in RECORDED_EVENTS {
-            if !pre.present.iter().any(|p| p == ev) {
-                missing_event_kinds.push(ev.to_string());
-            }
-        }
-        let mut reduced_capability: Vec<String> = missing_event_kinds
+        let missing_event_kinds: Vec<String> = RECORDED_EVENTS
             .iter()
-            .map(|ev| {
-                let required = if REQUIRED_EVENTS.contains(&ev.as_str()) {
-                    " (required)"
-                } else {
-                    ""
-                };
-                format!(
-                    "{ev} was not recorded{required}: {}",
-                    capability_loss(ev, &pre.present, self.task_records)
-                )
-            })
+            .filter(|ev| !pre.present.iter().any(|p| p == *ev))
+            .map(|ev| ev.to_string())
             .collect();
-        if !pre.mmap_data {
-            reduced_capability.push(
-                "perf record -d was not used: no PERF_RECORD_MMAP2 for data and anonymous mappings \
-                 (where an mmap or brk went when its exit was not recorded, the program's data and heap)"
-                    .to_string(),
-            );
-        }
+        let reduced_capability = reduced_capability(pre, &missing_event_kinds, self.task_records);
         let trailer = Trailer {
             nr_events: 0,
             nr_lost_events: self.nr_lost,
@@ -1516,6 +1490,34 @@ impl<W: crate::format::TraceSink> Importer<W> {
             out,
         ))
     }
+}
+
+/// What an import cannot predict: one line per event kind the recording
+/// lacks (saying whether it is required), and one when `perf record -d` was
+/// not used.
+fn reduced_capability(pre: &Prelude, missing: &[String], task_records: bool) -> Vec<String> {
+    let mut lines: Vec<String> = missing
+        .iter()
+        .map(|ev| {
+            let required = if REQUIRED_EVENTS.contains(&ev.as_str()) {
+                " (required)"
+            } else {
+                ""
+            };
+            format!(
+                "{ev} was not recorded{required}: {}",
+                capability_loss(ev, &pre.present, task_records)
+            )
+        })
+        .collect();
+    if !pre.mmap_data {
+        lines.push(
+            "perf record -d was not used: no PERF_RECORD_MMAP2 for data and anonymous mappings \
+             (where an mmap or brk went when its exit was not recorded, the program's data and heap)"
+                .to_string(),
+        );
+    }
+    lines
 }
 
 /// `PERF_RECORD_MISC_COMM_EXEC`: the comm record of an `execve()`.

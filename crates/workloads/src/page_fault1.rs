@@ -76,7 +76,7 @@ pub(crate) const DEF: WorkloadDef = WorkloadDef {
             false,
             "1: the tasks are threads of one process (page_fault1_threads)",
         ),
-        P::flag("random", false, "1: write the pages in a random order"),
+        P::flag("random", false, "1: write the pages in a random order (then tasks × size at most the machine's memory and 1 TiB)"),
         P::flag(
             "stagger",
             false,
@@ -117,6 +117,7 @@ fn build(a: &Args) -> Result<Vec<TaskSpec>, ParamError> {
             expected: "a multiple of 4 KiB with random or misalign".into(),
         });
     }
+    check_random_fits(random, tasks, size, m.memory_bytes())?;
     Ok((0..tasks)
         .map(|i| TaskSpec {
             program: Box::new(PageFault1 {
@@ -131,6 +132,38 @@ fn build(a: &Args) -> Result<Vec<TaskSpec>, ParamError> {
             process: threads.then_some(0),
         })
         .collect())
+}
+
+/// The largest `tasks × size` of a random-order run: the most a single
+/// task may ask for (`size` is at most 1 TiB).
+const MAX_RANDOM_BYTES: u64 = 1 << 40;
+
+/// With `random = 1`, every task's mapping is written at once in an order
+/// the model holds in host memory (4 bytes a page): `tasks × size` must fit
+/// the machine's memory (more cannot be resident at once) and 1 TiB (the
+/// model's orders then take at most 1 GiB). Fuzz experiment input 950059 of `--seed 5000000` (16 tasks
+/// of 1 TiB on a 1 GiB machine) aborted allocating 15 GiB of accesses.
+fn check_random_fits(
+    random: bool,
+    tasks: u32,
+    size: u64,
+    machine_bytes: u64,
+) -> Result<(), ParamError> {
+    let total = u64::from(tasks).saturating_mul(size);
+    let max = machine_bytes.min(MAX_RANDOM_BYTES);
+    if random && total > max {
+        return Err(ParamError::Invalid {
+            name: "size",
+            expected: format!(
+                "with random = 1, tasks × size at most {} (the machine's memory, and at most \
+                 1 TiB); {tasks} × {} is {}",
+                sim::machine::human_bytes(max),
+                sim::machine::human_bytes(size),
+                sim::machine::human_bytes(total)
+            ),
+        });
+    }
+    Ok(())
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -151,8 +184,12 @@ pub struct PageFault1 {
     misalign: Option<u64>,
     /// Bytes of the mapping that the first loop leaves unwritten (stagger).
     skip: u64,
-    /// Operations queued before the next phase (trims, random accesses).
+    /// Operations queued before the next phase (trims, the sequential write).
     pending: VecDeque<Op>,
+    /// The loop's random write order (page indices), after `pending`.
+    order: Vec<u32>,
+    /// The next index into `order`.
+    next_page: usize,
 }
 
 impl PageFault1 {
@@ -168,7 +205,28 @@ impl PageFault1 {
             misalign: None,
             skip: 0,
             pending: VecDeque::new(),
+            order: Vec::new(),
+            next_page: 0,
         }
+    }
+
+    /// The next write of a random-order loop; its page order is dropped
+    /// once written.
+    fn next_random_touch(&mut self) -> Option<Op> {
+        let Some(&p) = self.order.get(self.next_page) else {
+            if !self.order.is_empty() {
+                self.order = Vec::new();
+            }
+            return None;
+        };
+        self.next_page += 1;
+        Some(Op::Touch {
+            addr: self.addr + u64::from(p) * PAGE_SIZE,
+            len: 1,
+            stride: PAGE_SIZE,
+            bytes: 1,
+            write: true,
+        })
     }
 
     /// The variant: random write order, and the mapping's offset past a
@@ -190,6 +248,9 @@ impl PageFault1 {
 impl Program for PageFault1 {
     fn next(&mut self, last: OpResult, rng: &mut Rng) -> Option<Op> {
         if let Some(op) = self.pending.pop_front() {
+            return Some(op);
+        }
+        if let Some(op) = self.next_random_touch() {
             return Some(op);
         }
         match self.phase {
@@ -229,18 +290,15 @@ impl Program for PageFault1 {
                 self.addr = addr;
                 self.phase = Phase::Unmap;
                 if self.random {
-                    let n = self.size / PAGE_SIZE;
-                    let mut order: Vec<u64> = (0..n).collect();
+                    // At most 2^28 pages (`size` is at most 1 TiB): u32
+                    // indices, turned into accesses one at a time.
+                    let n = (self.size / PAGE_SIZE) as u32;
+                    let mut order: Vec<u32> = (0..n).collect();
                     for i in (1..order.len()).rev() {
                         order.swap(i, rng.below(i as u64 + 1) as usize);
                     }
-                    self.pending.extend(order.into_iter().map(|p| Op::Touch {
-                        addr: addr + p * PAGE_SIZE,
-                        len: 1,
-                        stride: PAGE_SIZE,
-                        bytes: 1,
-                        write: true,
-                    }));
+                    self.order = order;
+                    self.next_page = 0;
                 } else {
                     // Only the first loop is partial.
                     let skip = std::mem::take(&mut self.skip);
@@ -252,7 +310,9 @@ impl Program for PageFault1 {
                         write: true,
                     });
                 }
-                self.pending.pop_front()
+                self.pending
+                    .pop_front()
+                    .or_else(|| self.next_random_touch())
             }
             Phase::Unmap => {
                 self.iter += 1;

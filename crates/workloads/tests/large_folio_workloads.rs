@@ -242,3 +242,31 @@ fn folio_buckets_rejects_a_mix_that_does_not_sum_to_100() {
     let e = workloads::build("folio-buckets", &p, &m).err().unwrap();
     assert!(e.to_string().contains("sum to 95"), "{e}");
 }
+
+/// Fuzz experiment input 950059 of `--seed 5000000`: 16 random-order tasks
+/// of 1 TiB on a 1 GiB machine queued every page's write up front and
+/// aborted allocating 15 GiB. A random order over more than the machine's
+/// memory (or 1 TiB) in all is refused; one that fits is built.
+#[test]
+fn random_page_fault1_larger_than_the_machine_is_refused() {
+    let m = machine(16, 1 << 30);
+    let p = |size: &str, tasks: i64| {
+        params(&[
+            ("tasks", ParamValue::Int(tasks)),
+            ("iterations", ParamValue::Int(1)),
+            ("size", ParamValue::Str(size.into())),
+            ("random", ParamValue::Int(1)),
+        ])
+    };
+    let err = match workloads::build("page-fault1", &p("1TiB", 16), &m) {
+        Ok(_) => panic!("16 random-order tasks of 1 TiB on a 1 GiB machine were accepted"),
+        Err(e) => e.to_string(),
+    };
+    assert!(err.contains("size") && err.contains("random = 1"), "{err}");
+    assert!(err.contains("1.0 GiB") || err.contains("1 GiB"), "{err}");
+    assert!(workloads::build("page-fault1", &p("64MiB", 16), &m).is_ok());
+    // Sequential writes stream one page at a time: no such limit.
+    let mut seq = p("1TiB", 16);
+    seq.0.insert("random".into(), ParamValue::Int(0));
+    assert!(workloads::build("page-fault1", &seq, &m).is_ok());
+}
