@@ -579,22 +579,28 @@ impl MmStruct {
             .next_back()
             .map(|(&s, _)| s)
             .unwrap_or(start);
-        let keys: Vec<u64> = self.vmas.range(first..=end).map(|(&s, _)| s).collect();
-        let mut cur: Option<u64> = None;
-        for k in keys {
-            let v = self.vmas[&k];
-            if let Some(c) = cur {
-                let cv = self.vmas[&c];
+        // The VMAs with their keys, copied once; `cur` is the VMA the next
+        // may merge into, kept up to date with the map (host speed only: no
+        // map lookup per VMA).
+        let vmas: Vec<(u64, Vma)> = self
+            .vmas
+            .range(first..=end)
+            .map(|(&s, &v)| (s, v))
+            .collect();
+        let mut cur: Option<(u64, Vma)> = None;
+        for (k, v) in vmas {
+            if let Some((c, cv)) = cur.as_mut() {
                 if cv.mergeable_with(&v) {
                     self.vmas.remove(&k);
                     if fresh != Some(k) {
                         crate::vmacache::vmacache_invalidate(self);
                     }
-                    self.vmas.get_mut(&c).expect("vma").end = v.end;
+                    cv.end = v.end;
+                    self.vmas.get_mut(c).expect("vma").end = v.end;
                     continue;
                 }
             }
-            cur = Some(k);
+            cur = Some((k, v));
         }
     }
 
