@@ -308,12 +308,16 @@ def replay(trace, ignore=()):
     doc = json.loads(r.stdout)
     # The results document (docs/results-schema.md): one experiment.
     aspace = doc["experiments"][0]["aspace"] if "experiments" in doc else doc["aspace"]
-    est = aspace["recorded"].get("page_fault_kernel_estimate", {}).get("pgfault_with_estimate") or {}
+    # Each kernel's pgfault with what the recording cannot show (the kernel
+    # faults it lacks, the faults a missing mremap leaves outside every
+    # mapping) and its band; older builds give the kernel faults' alone.
+    est = (aspace.get("pgfault_band") or {}).get("kernels") \
+        or aspace["recorded"].get("page_fault_kernel_estimate", {}).get("pgfault_with_estimate") or {}
     kernels = {}
     for k in aspace["kernels"]:
         e = est.get(k["kernel"])
         kernels[k["kernel"]] = {
-            "pgfault": e["estimate"] if e else k["pgfault"],
+            "pgfault": e.get("pgfault", e.get("estimate")) if e else k["pgfault"],
             "pgfault_band": e["band"] if e else None,
             "pgfault_replayed": k["pgfault"],
             "faults_passthrough": k["faults_passthrough"],
@@ -389,8 +393,9 @@ def predictions_file(sfx, source="mmlab"):
 def rows(sfx="", source="mmlab", preds=None):
     """(program, held out, config, live faults, predicted, error %, per-size
     [(kb, live, model)], the prediction's band or None) for every pair that
-    has both. The band is that of an ESTIMATE of the kernel's faults (a
-    recording without exceptions:page_fault_kernel)."""
+    has both. The band is that of what the recording cannot show: the
+    kernel's faults (without exceptions:page_fault_kernel), the faults
+    outside every recorded mapping (without sys_enter_mremap)."""
     live = load(f"live{sfx}.json", {"programs": {}})["programs"]
     if preds is None:
         preds = load(predictions_file(sfx, source), {"programs": {}})["programs"]
@@ -478,7 +483,8 @@ def summary(rs):
     banded = [r for r in others if r[7]]
     if banded:
         inside = [r for r in banded if r[7][0] <= r[3]["mean"] <= r[7][1]]
-        print(f"live inside the band of a prediction with an ESTIMATE of the kernel's faults: "
+        print(f"live inside the band of a prediction with what the recording cannot show "
+              f"(the kernel's faults, faults a missing mremap leaves outside every mapping): "
               f"{len(inside)} of {len(banded)}")
     # Pairs whose own live runs differ by more than the goal: their
     # min..max half-range about the mean is over 2 %, so no prediction can

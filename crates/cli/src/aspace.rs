@@ -123,9 +123,10 @@ pub fn table(exp: &Experiment, a: &AspaceReplay, format: Format) -> String {
                 );
             }
         }
-        let k = kernel_fault_text(exp, a);
-        if !k.is_empty() {
-            let _ = writeln!(out, "{k}");
+        for k in [kernel_fault_text(exp, a), unmapped_text(exp, a)] {
+            if !k.is_empty() {
+                let _ = writeln!(out, "{k}");
+            }
         }
     }
     out
@@ -154,22 +155,26 @@ fn lacks_allocs(a: &AspaceReplay) -> bool {
     })
 }
 
-/// What each kernel's `pgfault` becomes with the kernel faults the trace
-/// lacks, as (central, low, high). Central: the estimate shrunk as much as
-/// the replayed anonymous faults shrink under that kernel against the
-/// kernel that takes the most of them (as if the kernel's faults were in
-/// memory like the user's, which a `read()` into a fresh buffer is); low:
-/// the estimate's bottom, shrunk likewise; high: the estimate's top,
-/// unchanged by the kernel's folio sizes (as if every one were still
-/// taken).
-fn with_kernel_faults(a: &AspaceReplay) -> Vec<(u64, u64, u64)> {
+/// What each kernel of `exp` makes of the kernel faults the trace lacks,
+/// added to its `pgfault`, as (central, low, high). Central: the estimate
+/// shrunk as much as the replayed anonymous faults shrink under that
+/// kernel against the kernel that takes the most of them (as if the
+/// kernel's faults were in memory like the user's, which a `read()` into a
+/// fresh buffer is, but they need not be: a buffer in a mapping smaller
+/// than a large folio keeps its faults). Low: the estimate's bottom with
+/// every fault absorbed as far as the kernel's largest anonymous folio
+/// allows ([`fewest_faults`]), the bound, since their addresses are
+/// unknown. High: the estimate's top, unchanged by the kernel's folio
+/// sizes (as if every one were still taken).
+fn with_kernel_faults(exp: &Experiment, a: &AspaceReplay) -> Vec<(u64, u64, u64)> {
     let r = &a.recorded;
     let e = r.kernel_fault_estimate.kernel_faults;
     let (lo, hi) = r.kernel_fault_estimate.band(r.faults + r.kernel_faults);
     let most = a.models.iter().map(|m| m.faults_taken).max().unwrap_or(0);
-    a.models
+    exp.kernels
         .iter()
-        .map(|m| {
+        .zip(&a.models)
+        .map(|(k, m)| {
             let p = m.predicted_pgfault();
             let shrunk = |n: u64| {
                 if most == 0 {
@@ -178,9 +183,152 @@ fn with_kernel_faults(a: &AspaceReplay) -> Vec<(u64, u64, u64)> {
                     (n as u128 * m.faults_taken as u128 / most as u128) as u64
                 }
             };
-            (p + shrunk(e), p + shrunk(lo), p + hi)
+            let c = p + shrunk(e);
+            let low = p + fewest_faults(lo, largest_folio_pages(&k.config));
+            (c, low.min(c), (p + hi).max(c))
         })
         .collect()
+}
+
+/// The fewest faults `n` first touches of distinct pages can take under a
+/// kernel whose largest anonymous folio is `folio_pages` pages: one folio
+/// answers at most that many of them.
+fn fewest_faults(n: u64, folio_pages: u64) -> u64 {
+    n.div_ceil(folio_pages.max(1))
+}
+
+/// Pages of the largest folio kernel `c` may give an anonymous fault (1
+/// when it gives only order-0 pages).
+fn largest_folio_pages(c: &KernelConfig) -> u64 {
+    possible_orders(c).last().map_or(1, |&o| 1u64 << o)
+}
+
+/// The `mremap()` tracepoint whose absence hides moved and grown mappings.
+const MREMAP_EVENT: &str = "syscalls:sys_enter_mremap";
+
+/// True when the trace says it was recorded without `sys_enter_mremap`.
+fn lacks_mremap(a: &AspaceReplay) -> bool {
+    a.trailer
+        .as_ref()
+        .is_some_and(|t| t.missing_event_kinds.iter().any(|k| k == MREMAP_EVENT))
+}
+
+/// The kernel's share of all faults in the 4 KiB `mmlab record` traces of
+/// the corpus programs (`scripts/corpus/`, which hold
+/// `page_fault_kernel`), lowest and highest, in percent (the highest is
+/// `sort`'s, 5 451 of 30 809; docs/ARCHITECTURE.md, "Kernel faults a
+/// recording lacks"). The band of a recording that can neither show nor
+/// estimate them: a range of what real programs did, not a bound (a
+/// program that reads more into fresh buffers has more).
+const CORPUS_KERNEL_FAULT_SHARE_PCT: (f64, f64) = (0.1, 17.7);
+
+/// The kernel faults beside `user` recorded user faults if they were
+/// `pct` percent of all faults.
+fn kernel_faults_at_share(user: u64, pct: f64) -> u64 {
+    (user as f64 * pct / (100.0 - pct)).round() as u64
+}
+
+/// Each kernel's `pgfault` with everything the recording cannot show, as
+/// (central, low, high), or `None` when the recording shows it all: the
+/// kernel faults it lacks ([`with_kernel_faults`]; without the allocator
+/// events they are not estimated: central and low none, high the corpus
+/// programs' most, [`CORPUS_KERNEL_FAULT_SHARE_PCT`], unchanged by the
+/// kernel's folio sizes), and, without
+/// `mremap()`, the recorded faults in the mappings the replay inferred
+/// for them (`trace::aspace`, `moved_from_fault`: central as replayed,
+/// high as if each were still taken) and those outside every mapping even
+/// so (central and high: carried over unchanged); low: each of either
+/// absorbed as far as the kernel's largest anonymous folio allows.
+pub fn pgfault_bands(exp: &Experiment, a: &AspaceReplay) -> Option<Vec<(u64, u64, u64)>> {
+    let kf = lacks_kernel_faults(a) && !lacks_allocs(a);
+    let kf_unknown = lacks_kernel_faults(a) && lacks_allocs(a);
+    let unmapped = |m: &AspaceModel| {
+        if lacks_mremap(a) {
+            m.faults_passthrough - m.faults_passthrough_file
+        } else {
+            0
+        }
+    };
+    if !kf
+        && !kf_unknown
+        && a.models
+            .iter()
+            .all(|m| unmapped(m) + m.faults_inferred == 0)
+    {
+        return None;
+    }
+    let user = a.recorded.faults;
+    let share_hi = CORPUS_KERNEL_FAULT_SHARE_PCT.1;
+    let kernel = if kf {
+        with_kernel_faults(exp, a)
+    } else {
+        a.models
+            .iter()
+            .map(|m| {
+                let p = m.predicted_pgfault();
+                if !kf_unknown {
+                    return (p, p, p);
+                }
+                (p, p, p + kernel_faults_at_share(user, share_hi))
+            })
+            .collect()
+    };
+    let bands = exp
+        .kernels
+        .iter()
+        .zip(&a.models)
+        .zip(kernel)
+        .map(|((k, m), (c, lo, hi))| {
+            let f = largest_folio_pages(&k.config);
+            let n = unmapped(m);
+            let (inf, taken) = (m.faults_inferred, m.faults_inferred_taken);
+            let gain = n - fewest_faults(n, f) + taken.saturating_sub(fewest_faults(inf, f));
+            (c, lo - gain.min(lo), hi + (inf - taken))
+        })
+        .collect();
+    Some(bands)
+}
+
+/// The lines that say what the faults outside every recorded mapping of a
+/// trace without `mremap()` leave open (empty otherwise).
+fn unmapped_text(exp: &Experiment, a: &AspaceReplay) -> String {
+    let (n, inferred) = a.models.first().map_or((0, 0), |m| {
+        (
+            m.faults_passthrough - m.faults_passthrough_file,
+            m.faults_inferred,
+        )
+    });
+    if !lacks_mremap(a) || n + inferred == 0 {
+        return String::new();
+    }
+    let Some(bands) = pgfault_bands(exp, a) else {
+        return String::new();
+    };
+    let listed = lacks_kernel_faults(a) && lacks_allocs(a);
+    let mut s = String::new();
+    let _ = writeln!(
+        s,
+        "INFERRED: {MREMAP_EVENT} was not recorded, so mappings that mremap() moved or grew (glibc's realloc() of \
+         a large block) are not in the trace. Where a recorded fault fell outside every mapping, the replay took \
+         the mapping to run from its page up to the next mapping above (where the kernel places a moved one); \
+         {inferred} recorded faults (under the first kernel) are in such inferred mappings, and {n} are outside \
+         every mapping even so (carried over unchanged). A mapping grown in place may end lower than inferred, \
+         which decides which folios fit. {}",
+        if listed {
+            "The bands above include them [low: each absorbed as far as the kernel's largest anonymous folio \
+             allows .. high: each still taken]."
+        } else {
+            "pgfault per kernel with its band [low: each absorbed as far as the kernel's largest anonymous folio \
+             allows .. high: each still taken]:"
+        }
+    );
+    if listed {
+        return s;
+    }
+    for (k, (c, l, h)) in exp.kernels.iter().zip(bands) {
+        let _ = writeln!(s, "  {}: {c} [{l}..{h}]", k.name);
+    }
+    s
 }
 
 /// The lines that say what the missing `page_fault_kernel` costs and how
@@ -201,8 +349,17 @@ pub fn kernel_fault_text(exp: &Experiment, a: &AspaceReplay) -> String {
             "NOT ESTIMATED: {KERNEL_FAULT_EVENT} was not recorded, so the kernel's own faults on user memory \
              (read() into fresh buffers, the ELF loader's .bss) are in neither the trace nor the pgfault above, \
              and without kmem:mm_page_alloc they cannot be estimated: every pgfault above is short by them \
-             (0.1 % to 17.7 % of the faults of the programs in scripts/corpus/, 4 KiB recordings)"
+             ({lo:.1} % to {hi:.1} % of the faults of the programs in scripts/corpus/, 4 KiB recordings). pgfault per \
+             kernel [band: none of them .. the corpus programs' most ({hi:.1} % of all faults), unchanged by the kernel's \
+             folio sizes; what real programs did, not a bound]:",
+            lo = CORPUS_KERNEL_FAULT_SHARE_PCT.0,
+            hi = CORPUS_KERNEL_FAULT_SHARE_PCT.1,
         );
+        if let Some(bands) = pgfault_bands(exp, a) {
+            for (k, (c, l, h)) in exp.kernels.iter().zip(bands) {
+                let _ = writeln!(s, "  {}: {c} [{l}..{h}]", k.name);
+            }
+        }
         return s;
     }
     let _ = writeln!(
@@ -213,10 +370,11 @@ pub fn kernel_fault_text(exp: &Experiment, a: &AspaceReplay) -> String {
          faults, leaving about {} kernel faults (band {}..{}: the estimate's error on recordings that hold both, \
          {elo:+.0} % to {ehi:+.0} % of all faults). Their addresses are unknown, so they are not replayed. pgfault \
          with them, per kernel: ESTIMATE (the estimate shrunk as the replayed anonymous faults shrink under that \
-         kernel) [band: the estimate's bottom shrunk likewise .. its top, unchanged]:",
+         kernel) [band: the estimate's bottom with every fault absorbed as far as the kernel's largest anonymous \
+         folio allows .. its top, unchanged]:",
         e.zeroed_allocs, e.explained, e.kernel_faults, lo, hi
     );
-    for (k, (c, l, h)) in exp.kernels.iter().zip(with_kernel_faults(a)) {
+    for (k, (c, l, h)) in exp.kernels.iter().zip(with_kernel_faults(exp, a)) {
         let _ = writeln!(s, "  {}: {c} [{l}..{h}]", k.name);
     }
     s
@@ -230,7 +388,7 @@ fn kernel_fault_json(exp: &Experiment, a: &AspaceReplay) -> Value {
     let per_kernel: serde_json::Map<String, Value> = exp
         .kernels
         .iter()
-        .zip(with_kernel_faults(a))
+        .zip(with_kernel_faults(exp, a))
         .map(|(k, (c, l, h))| (k.name.clone(), json!({ "estimate": c, "band": [l, h] })))
         .collect();
     json!({
@@ -269,6 +427,8 @@ fn model_json(name: &str, m: &AspaceModel) -> Value {
         "faults_failed": m.faults_failed,
         "faults_sigsegv": m.faults_sigsegv,
         "faults_exec_args": m.faults_exec_args,
+        "faults_inferred": m.faults_inferred,
+        "faults_inferred_taken": m.faults_inferred_taken,
         "thp_fault_alloc": m.vmstat.get(VmEvent::THP_FAULT_ALLOC),
         "thp_fault_fallback": m.vmstat.get(VmEvent::THP_FAULT_FALLBACK),
         "anon_fault_alloc": per_size("anon_fault_alloc"),
@@ -303,7 +463,34 @@ pub fn json(exp: &Experiment, a: &AspaceReplay) -> Value {
             "page_fault_kernel_estimate": kernel_fault_json(exp, a),
         },
         "kernels": exp.kernels.iter().zip(&a.models).map(|(k, m)| model_json(&k.name, m)).collect::<Vec<_>>(),
+        "pgfault_band": pgfault_band_json(exp, a),
     })
+}
+
+/// Each kernel's `pgfault` with what the recording cannot show and its
+/// band ([`pgfault_bands`]); null when the recording shows it all.
+fn pgfault_band_json(exp: &Experiment, a: &AspaceReplay) -> Value {
+    let Some(bands) = pgfault_bands(exp, a) else {
+        return Value::Null;
+    };
+    let mut unknown = Vec::new();
+    if lacks_kernel_faults(a) {
+        unknown.push(if lacks_allocs(a) {
+            "page_fault_kernel (not estimated: no kmem:mm_page_alloc; not in the band)"
+        } else {
+            "page_fault_kernel (estimated)"
+        });
+    }
+    if lacks_mremap(a) {
+        unknown.push("mremap (mappings inferred from faults outside every recorded mapping)");
+    }
+    let per_kernel: serde_json::Map<String, Value> = exp
+        .kernels
+        .iter()
+        .zip(bands)
+        .map(|(k, (c, l, h))| (k.name.clone(), json!({ "pgfault": c, "band": [l, h] })))
+        .collect();
+    json!({ "estimate": true, "unknown": unknown, "kernels": per_kernel })
 }
 
 fn delta(before: Option<&Counters>, after: Option<&Counters>, name: &str) -> Option<u64> {
@@ -464,6 +651,7 @@ pub fn validate_text(trace: &Path, exp: &Experiment, a: &AspaceReplay) -> String
         let _ = writeln!(s, "replayed approximately or skipped: {}", notes.join("; "));
     }
     s.push_str(&kernel_fault_text(exp, a));
+    s.push_str(&unmapped_text(exp, a));
     s
 }
 

@@ -162,8 +162,8 @@ use mm::vmacache::{MmId, TaskStruct, VmacachePolicy};
 use mm::vmstat::VmStat;
 use mm::{SimTime, VcpuId, PAGE_SIZE};
 
-use crate::event::{Event, EventKind, ExecVma, Header, Trailer};
-use crate::format::TraceReader;
+use crate::event::{Event, EventKind, ExecVma, Header, TraceSource, Trailer};
+use crate::format::{TraceError, TraceReader};
 use crate::kfault::{KernelFaultEstimate, KernelFaultEstimator};
 use crate::replay::ReplayError;
 
@@ -302,6 +302,13 @@ struct Proc {
     /// heap is then taken to begin at the first fault below this break that
     /// no mapping explains ([`World::heap_from_fault`]).
     brk_asked: Option<u64>,
+    /// Mappings inferred from faults outside every mapping of a trace
+    /// without `mremap()` ([`World::moved_from_fault`]): start → end.
+    inferred: BTreeMap<u64, u64>,
+    /// Pages of those that a recorded write fault has touched: a recorded
+    /// fault there again means the memory was replaced (moved away by an
+    /// unrecorded `mremap()`, the place reused).
+    inferred_written: BTreeSet<u64>,
     /// The live tasks (thread ids) of the process.
     tids: BTreeSet<i32>,
 }
@@ -375,6 +382,11 @@ pub struct AspaceModel {
     /// for them, but the kernel counts them in `pgfault` and in the task's
     /// `ru_minflt`. Order 0 under every kernel.
     pub faults_exec_args: u64,
+    /// Recorded faults in mappings the replay inferred (a trace without
+    /// `mremap()`: [`World::moved_from_fault`]), counted in
+    /// `faults_replayed`; and of those, the ones the model took.
+    pub faults_inferred: u64,
+    pub faults_inferred_taken: u64,
     /// Virtual nanoseconds the model charged for the faults it took.
     pub fault_ns: u64,
     /// Most processes alive at once.
@@ -444,6 +456,9 @@ struct World {
     /// The perf record of a VMA just before this event (see
     /// [`World::place_entry_only_mmap`]).
     last_record: Option<LastRecord>,
+    /// The trace lacks `mremap()`: a user fault outside every mapping
+    /// infers one ([`World::moved_from_fault`]).
+    infer_moved: bool,
     out: AspaceModel,
 }
 
@@ -493,6 +508,7 @@ impl World {
             hot_vma: (0, 0),
             deferred: BTreeMap::new(),
             last_record: None,
+            infer_moved: false,
             max_anon_bytes: (layout.nodes.iter().map(|n| n.nr_pages).sum::<u64>() * PAGE_SIZE)
                 .max(64 << 30),
             out: AspaceModel::default(),
@@ -510,6 +526,8 @@ impl World {
                 other: Ranges::default(),
                 brk_known: false,
                 brk_asked: None,
+                inferred: BTreeMap::new(),
+                inferred_written: BTreeSet::new(),
                 tids: BTreeSet::from([tid]),
             }),
             Err(_) => {
@@ -638,6 +656,11 @@ impl World {
             return true;
         }
         p.other.remove(start, end);
+        p.inferred.retain(|&s, &mut e| e <= start || s >= end);
+        let gone: Vec<u64> = p.inferred_written.range(start..end).copied().collect();
+        for pg in gone {
+            p.inferred_written.remove(&pg);
+        }
         p.mm.munmap(&mut self.pa, &mut self.cx, Vaddr(start), end - start)
             .is_ok()
     }
@@ -1011,11 +1034,23 @@ impl World {
                 }
                 _ => Self::below_stack(p, addr),
             };
-        if !in_vma && !self.heap_from_fault(addr) {
+        if !in_vma && !self.heap_from_fault(addr) && (kernel || !self.moved_from_fault(addr)) {
             self.fault_outside(pid, tid, addr, write, kernel);
             return;
         }
+        let Some((_, p)) = self.hot.as_mut() else {
+            unreachable!("the hot process was just set");
+        };
+        let inferred = !p.inferred.is_empty()
+            && p.inferred
+                .range(..=addr)
+                .next_back()
+                .is_some_and(|(_, &e)| e > addr);
+        if inferred && !kernel {
+            self.replaced_from_fault(addr, write);
+        }
         self.out.faults_replayed += 1;
+        self.out.faults_inferred += u64::from(inferred);
         let Some((_, p)) = self.hot.as_mut() else {
             unreachable!("the hot process was just set");
         };
@@ -1023,7 +1058,116 @@ impl World {
             self.out.faults_absorbed += 1;
             return;
         }
+        let taken = self.out.faults_taken;
         self.fault_in_vma(tid, addr, write);
+        if inferred {
+            self.out.faults_inferred_taken += self.out.faults_taken - taken;
+        }
+    }
+
+    /// A user fault at `addr` in a mapping of the hot process that
+    /// [`World::moved_from_fault`] inferred. A recorded fault on a page a
+    /// recorded write had mapped means the memory there was replaced: an
+    /// unrecorded `mremap()` moved it away and another (or an `mmap()`)
+    /// put new memory in its place, which, placed top-down as there, runs
+    /// from that page to the end of the inferred mapping. That part is
+    /// unmapped and inferred afresh, so the fault is replayed on new
+    /// memory.
+    fn replaced_from_fault(&mut self, addr: u64, write: bool) {
+        let Some((_, p)) = self.hot.as_mut() else {
+            return;
+        };
+        let pg = page_down(addr);
+        if !p.inferred_written.contains(&pg) {
+            if write {
+                p.inferred_written.insert(pg);
+            }
+            return;
+        }
+        let Some((&s, &e)) = p.inferred.range(..=pg).next_back() else {
+            return;
+        };
+        let (pa, cx) = (&mut self.pa, &mut self.cx);
+        let redone = p.mm.munmap(pa, cx, Vaddr(pg), e - pg).is_ok()
+            && p.mm
+                .mmap(pa, cx, Vaddr(pg), e - pg, mm::vma::MapFlags::FIXED)
+                .is_ok();
+        if s < pg {
+            p.inferred.insert(s, pg);
+        } else {
+            p.inferred.remove(&s);
+        }
+        let gone: Vec<u64> = p.inferred_written.range(pg..e).copied().collect();
+        for g in gone {
+            p.inferred_written.remove(&g);
+        }
+        if redone {
+            p.inferred.insert(pg, e);
+            if write {
+                p.inferred_written.insert(pg);
+            }
+        }
+        self.hot_vma = (0, 0);
+        self.note("inferred mappings replaced from a fault on a page written before (no mremap in the trace)");
+    }
+
+    /// A user fault at `addr` in no mapping of the hot process, in a trace
+    /// without `mremap()`: the mapping that held it is taken to be one an
+    /// unrecorded `mremap()` moved or grew, and is made anonymous and
+    /// read-write from the fault's page up to the next mapping above
+    /// (true). Why there: a moved mapping goes where
+    /// `get_unmapped_area()` puts a new one, at the top of the highest gap
+    /// that fits it (`unmapped_area_topdown()`), so it ends where the next
+    /// mapping above begins; and its first fault is at the end of the part
+    /// moved (those pages came along, mapped), so nothing below the fault
+    /// is free for a folio in the kernel either. A later fault lower down
+    /// grows it down the same way. Not inferred: below a stack (its guard
+    /// gap), with no mapping above, or larger than the machine. The
+    /// mapping's size is a guess where it grew in place (it may end below
+    /// the next mapping); every fault in it is counted
+    /// ([`AspaceModel::faults_inferred`]) and printed with its band.
+    fn moved_from_fault(&mut self, addr: u64) -> bool {
+        if !self.infer_moved {
+            return false;
+        }
+        let Some((_, p)) = self.hot.as_mut() else {
+            return false;
+        };
+        let start = page_down(addr);
+        if p.other.get(addr).is_some() {
+            return false;
+        }
+        let above = p.mm.vmas.range(addr..).next();
+        let Some(end) = above
+            .filter(|(_, v)| !v.flags.contains(VmFlags::GROWSDOWN))
+            .map(|(_, v)| v.start)
+        else {
+            return false;
+        };
+        let end = p
+            .other
+            .first_overlap(start, end)
+            .map_or(end, |s| s.max(start));
+        if end <= start || end - start > self.max_anon_bytes {
+            return false;
+        }
+        let made =
+            p.mm.mmap(
+                &mut self.pa,
+                &mut self.cx,
+                Vaddr(start),
+                end - start,
+                mm::vma::MapFlags::FIXED,
+            )
+            .is_ok();
+        if made {
+            p.inferred.insert(start, end);
+            self.hot_vma = (0, 0);
+            self.note(
+                "mappings inferred from a fault outside every mapping (no mremap in the trace)",
+            );
+        }
+        made
     }
 
     /// A fault at `addr`, in no mapping of the hot process, below the break
@@ -1578,6 +1722,8 @@ impl World {
             return;
         };
         let (other, brk_known, brk_asked) = (p.other.clone(), p.brk_known, p.brk_asked);
+        let inferred = p.inferred.clone();
+        let inferred_written = p.inferred_written.clone();
         let saved = memory::fork_wrprotect_list(&p.mm);
         let copy = match memory::fork(&mut self.pa, &mut self.cx, &mut p.mm) {
             Ok(mm) => mm,
@@ -1594,6 +1740,8 @@ impl World {
             other,
             brk_known,
             brk_asked,
+            inferred,
+            inferred_written,
             tids: BTreeSet::from([child]),
         };
         self.procs.insert(child, c);
@@ -1679,12 +1827,14 @@ pub fn replay_aspace(
     let mut reader = TraceReader::open(path).map_err(terr)?;
     let header = reader.header().clone();
     let kfaults = KernelFaultEstimator::new(header.kmem_system_wide);
+    let infer_moved = lacks_mremap(path, &header).map_err(terr)?;
     let (recorded, models) = replay_events(
         reader.by_ref().map(|e| e.map_err(terr)),
         layout,
         table,
         kernels,
         kfaults,
+        infer_moved,
     );
     let recorded = recorded?;
     if recorded.faults + recorded.kernel_faults == 0
@@ -1703,6 +1853,25 @@ pub fn replay_aspace(
     })
 }
 
+/// True when the trace at `path` is a perf.data import whose trailer says
+/// `syscalls:sys_enter_mremap` was not recorded: its moved and grown
+/// mappings are then inferred from faults ([`World::moved_from_fault`]).
+/// The trailer is at the end, so such a trace is read twice.
+fn lacks_mremap(path: &Path, header: &Header) -> Result<bool, TraceError> {
+    if !matches!(header.source, TraceSource::PerfImport { .. }) {
+        return Ok(false);
+    }
+    let mut r = TraceReader::open(path)?;
+    for ev in r.by_ref() {
+        ev?;
+    }
+    Ok(r.trailer().is_some_and(|t| {
+        t.missing_event_kinds
+            .iter()
+            .any(|k| k == "syscalls:sys_enter_mremap")
+    }))
+}
+
 /// The replay loop over any stream of events; stops at the first error.
 fn replay_events<I: Iterator<Item = Result<Event, ReplayError>>>(
     events: I,
@@ -1710,10 +1879,15 @@ fn replay_events<I: Iterator<Item = Result<Event, ReplayError>>>(
     table: &CostTable,
     kernels: &[KernelConfig],
     mut kfaults: KernelFaultEstimator,
+    infer_moved: bool,
 ) -> (Result<AspaceRecorded, ReplayError>, Vec<AspaceModel>) {
     let mut worlds: Vec<World> = kernels
         .iter()
-        .map(|k| World::new(layout, k, table))
+        .map(|k| {
+            let mut w = World::new(layout, k, table);
+            w.infer_moved = infer_moved;
+            w
+        })
         .collect();
     let mut rec = AspaceRecorded::default();
     let mut t0: Option<u64> = None;
@@ -1959,6 +2133,9 @@ pub fn replay_fuzz_input(bytes: &[u8]) -> AspaceRecorded {
         &CostTable::uniform(1),
         &kernels,
         KernelFaultEstimator::default(),
+        // An odd number of records: replayed as a trace without mremap
+        // (mappings inferred from faults outside every mapping).
+        bytes.len() / 24 % 2 == 1,
     );
     rec.unwrap_or_default()
 }

@@ -131,13 +131,19 @@ impl Trace {
     }
 
     fn write(&self, name: &str) -> ScratchFile {
+        self.write_as(name, &Header::synthetic("aspace test"), &[])
+    }
+
+    /// As a perf.data import whose trailer names `missing` event kinds.
+    fn write_as(&self, name: &str, header: &Header, missing: &[&str]) -> ScratchFile {
         let path = tmp(name);
-        let mut w = TraceWriter::create(&path, &Header::synthetic("aspace test")).expect("create");
+        let mut w = TraceWriter::create(&path, header).expect("create");
         for e in &self.ev {
             w.write(e).expect("write");
         }
         w.finish(&Trailer {
             nr_events: self.ev.len() as u64,
+            missing_event_kinds: missing.iter().map(|s| s.to_string()).collect(),
             ..Trailer::default()
         })
         .expect("finish");
@@ -952,4 +958,73 @@ fn a_thread_leaves_the_parents_large_folios_writable() {
     assert_eq!(r.models[0].faults_taken, 4);
     assert_eq!(r.models[1].faults_taken, 1);
     assert_eq!(r.models[1].faults_absorbed, 3);
+}
+
+/// A perf.data import's header (the replay infers what an import lacks).
+fn perf_header() -> Header {
+    let mut h = Header::synthetic("aspace test");
+    h.source = trace::event::TraceSource::PerfImport {
+        file: "perf.data".into(),
+        perf_version: None,
+        cmdline: None,
+    };
+    h
+}
+
+#[test]
+fn without_mremap_a_fault_outside_every_mapping_infers_the_moved_mapping() {
+    // ....MMMMAAAA  A: a 64 KiB block written; then realloc() moves it down
+    // (mremap, not recorded) to M..A and writes the new part M: 16 faults
+    // outside every mapping the trace shows.
+    let a = BASE + 2 * MIB;
+    let mut t = Trace::new();
+    t.mmap(10, a, 64 * 1024, 3, ANON);
+    t.touch(10, 10, a, 64 * 1024, WRITE);
+    t.touch(10, 10, a - 64 * 1024, 64 * 1024, WRITE);
+    // The old place reused: a recorded fault again on a written page.
+    t.touch(10, 10, a - 64 * 1024, P, WRITE);
+    let kernels = [
+        kernel(&[]),
+        kernel(&[("transparent_hugepage/hugepages-64kB/enabled", "always")]),
+    ];
+    let layout = MemoryLayout {
+        nodes: vec![NodeLayout {
+            nr_cpus: 2,
+            nr_pages: (1 << 30) / P,
+        }],
+        dma32_pages: 0,
+    };
+    let run = |missing: &[&str], name: &str| {
+        let path = t.write_as(name, &perf_header(), missing);
+        replay_aspace(&path, &layout, &CostTable::uniform(1), &kernels).expect("replay")
+    };
+    // With mremap recorded (none happened), the faults are carried over.
+    let r = run(&[], "with-mremap");
+    assert_eq!(r.models[1].faults_passthrough, 17);
+    assert_eq!(r.models[1].faults_inferred, 0);
+    // Without it, the mapping runs from the first such fault up to the
+    // block above: one 64 KiB folio answers its 16 faults; the fault on a
+    // written page again is new memory there, taken under every kernel.
+    let r = run(&["syscalls:sys_enter_mremap"], "without-mremap");
+    let (k4, k64) = (&r.models[0], &r.models[1]);
+    assert_eq!(
+        (
+            k4.faults_passthrough,
+            k4.faults_inferred,
+            k4.faults_inferred_taken
+        ),
+        (0, 17, 17)
+    );
+    assert_eq!(k4.predicted_pgfault(), 16 + 17);
+    assert_eq!((k64.faults_inferred, k64.faults_inferred_taken), (17, 2));
+    assert_eq!(k64.predicted_pgfault(), 1 + 2);
+    let notes: u64 = k4
+        .notes
+        .iter()
+        .filter(|(k, _)| {
+            k.starts_with("mappings inferred") || k.starts_with("inferred mappings replaced")
+        })
+        .map(|(_, n)| n)
+        .sum();
+    assert_eq!(notes, 2, "{:?}", k4.notes);
 }
