@@ -296,29 +296,11 @@ pub fn run(opts: &Opts) -> Result<()> {
     progress("fitting the model's charges");
     let (fit_rows, fitted, regression) = fit_costs(&mem, &micro, &fit_pats, &fit_live, &mut known)?;
     merge_fitted(&mut derived, fitted, &opts.base, &host);
-    for d in buddy_steps(&mem, &pcp_pats, &pcp_live, &opts.base, &host, &known)? {
-        if !d.kind.is_estimate() {
-            known.set(d.cost, d.ns);
-        }
-        derived.push(d);
-    }
-    for d in tlb(&micro, &opts.base, &host, &known) {
-        if !d.kind.is_estimate() {
-            known.set(d.cost, d.ns);
-        }
-        derived.push(d);
-    }
-    for &c in Cost::ALL {
-        if !derived.iter().any(|d| d.cost == c) {
-            let (why, here) = not_measurable(c);
-            derived.push(if here {
-                estimate(c, &opts.base, why)
-            } else {
-                not_here(c, &opts.base, why)
-            });
-        }
-    }
-    derived.sort_by_key(|d| d.cost);
+    let steps = buddy_steps(&mem, &pcp_pats, &pcp_live, &opts.base, &host, &known)?;
+    add_derived(&mut derived, &mut known, steps);
+    let tlb = tlb(&micro, &opts.base, &host, &known);
+    add_derived(&mut derived, &mut known, tlb);
+    add_unmeasured(&mut derived, &opts.base);
     annotate(&mut derived, &micro, regression.as_deref());
     let check_pats = check_patterns(opts.check_mib);
     let check_live = live::run_check_patterns(&check_pats, opts.check_reps, &mut progress);
@@ -347,6 +329,33 @@ pub fn run(opts: &Opts) -> Result<()> {
         eprintln!("mmlab calibrate: wrote {}", path.display());
     }
     Ok(())
+}
+
+/// Appends `new` to `derived`; the measured or fitted ones also become
+/// `known`, for the costs derived after them.
+fn add_derived(derived: &mut Vec<Derived>, known: &mut CostTable, new: Vec<Derived>) {
+    for d in new {
+        if !d.kind.is_estimate() {
+            known.set(d.cost, d.ns);
+        }
+        derived.push(d);
+    }
+}
+
+/// Adds every cost nothing derived, as an estimate saying why (cannot be
+/// measured here, or not yet measured), and sorts the list by cost.
+fn add_unmeasured(derived: &mut Vec<Derived>, base: &Profile) {
+    for &c in Cost::ALL {
+        if !derived.iter().any(|d| d.cost == c) {
+            let (why, here) = not_measurable(c);
+            derived.push(if here {
+                estimate(c, base, why)
+            } else {
+                not_here(c, base, why)
+            });
+        }
+    }
+    derived.sort_by_key(|d| d.cost);
 }
 
 /// The fit's fault patterns, and its PCP patterns (run apart).
