@@ -27,9 +27,12 @@
 //!
 //! A panic is caught, counted, and its input saved; the run goes on. An
 //! error is a pass if it names the input (file, line, record) and says
-//! something.
+//! something. An input that ends the process (an abort on the memory cap,
+//! a hang) is counted and saved by the supervising process, which goes on
+//! with the next input in a new worker ([`supervise`]).
 
 pub mod experiments;
+pub mod supervise;
 pub mod traces;
 
 use std::path::{Path, PathBuf};
@@ -158,6 +161,12 @@ pub struct Options {
     pub progress_every: u64,
     /// Print why each rejected input was rejected.
     pub verbose: bool,
+    /// Write the supervisor's protocol on stdout ([`supervise`]): this
+    /// process is a worker.
+    pub worker: bool,
+    /// A test hook (`MMLAB_FUZZ_WORKER_ABORT_AT`, workers only): abort the
+    /// process at this input, as an allocation beyond the cap does.
+    pub abort_at: Option<u64>,
 }
 
 /// The input being run, for the watchdog: its index and bytes.
@@ -191,6 +200,12 @@ pub fn run(target: &dyn Target, opts: &Options) -> Report {
             break;
         }
         let seed = opts.seed.wrapping_add(i);
+        if opts.worker {
+            supervise::tell(supervise::Line::Start(i));
+            if opts.abort_at == Some(i) {
+                std::process::abort();
+            }
+        }
         let (input, ext) = target.make(seed);
         *current.input.lock().unwrap_or_else(|p| p.into_inner()) = (input.clone(), ext);
         current
@@ -203,38 +218,54 @@ pub fn run(target: &dyn Target, opts: &Options) -> Report {
         .unwrap_or_else(|p| Outcome::Failed(format!("panic: {}", panic_text(&p))));
         current.index.store(u64::MAX, Ordering::SeqCst);
         report.nr_inputs += 1;
-        match outcome {
+        let line = match outcome {
             Outcome::Rejected(why) => {
                 report.nr_rejected += 1;
                 if opts.verbose {
                     eprintln!("mmlab fuzz: input {i} rejected: {why}");
                 }
+                supervise::Line::Rejected(i)
             }
-            Outcome::Ran => report.nr_ran += 1,
+            Outcome::Ran => {
+                report.nr_ran += 1;
+                supervise::Line::Ran(i)
+            }
             Outcome::Failed(what) => {
                 eprintln!("mmlab fuzz: input {i} (seed {seed}) FAILED: {what}");
                 if let Some(dir) = &opts.corpus {
                     save(dir, seed, &input, ext);
                 }
-                report.failures.push((i, what));
+                report.failures.push((i, what.clone()));
+                supervise::Line::Failed(i, what)
             }
+        };
+        if opts.worker {
+            supervise::tell(line);
         }
         if opts.progress_every > 0 && report.nr_inputs.is_multiple_of(opts.progress_every) {
-            eprintln!(
-                "mmlab fuzz: {} inputs, next {} ({} ran, {} rejected, {} failed) in {:.0?}",
-                report.nr_inputs,
-                i + 1,
-                report.nr_ran,
-                report.nr_rejected,
-                report.failures.len(),
-                t0.elapsed()
-            );
+            print_progress(&report, i, t0);
         }
+    }
+    if let (true, Some(sig)) = (opts.worker, report.stopped_by) {
+        supervise::tell(supervise::Line::Stopped(sig));
     }
     current.done.store(true, Ordering::SeqCst);
     report.elapsed = t0.elapsed();
     report.cpu = Duration::from_nanos(native::sys::process_cpu_ns().saturating_sub(cpu0));
     report
+}
+
+/// The progress line after input `i`.
+fn print_progress(r: &Report, i: u64, t0: Instant) {
+    eprintln!(
+        "mmlab fuzz: {} inputs, next {} ({} ran, {} rejected, {} failed) in {:.0?}",
+        r.nr_inputs,
+        i + 1,
+        r.nr_ran,
+        r.nr_rejected,
+        r.failures.len(),
+        t0.elapsed()
+    );
 }
 
 /// Ends the process if one input uses more CPU time than the budget, or
@@ -392,6 +423,10 @@ pub struct FuzzArgs {
     /// millions of inputs).
     #[arg(long)]
     pub front_only: bool,
+    /// Run the inputs in this process and write the supervisor's protocol
+    /// on stdout (how `mmlab fuzz` starts its workers; not for users).
+    #[arg(long, hide = true)]
+    pub worker: bool,
 }
 
 #[derive(Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
@@ -422,24 +457,14 @@ pub fn cmd(a: &FuzzArgs) -> anyhow::Result<i32> {
         }
         return Ok(0);
     }
-    if a.memory_mib > 0 {
-        host::limits::limit_address_space(a.memory_mib << 20)?;
-    }
-    let opts = Options {
-        seed: a.seed,
-        start: a.start,
-        count: a.count,
-        corpus: a.corpus.clone(),
-        budget: Budget {
-            events: a.events,
-            timeout: std::time::Duration::from_secs(a.timeout_s),
-            front_only: a.front_only,
-            ..Budget::default()
-        },
-        progress_every: a.progress,
-        verbose: a.verbose,
+    let r = if a.worker {
+        run_worker(target, a)?
+    } else {
+        supervise::supervise(target, a)?
     };
-    let r = run(target, &opts);
+    if a.worker {
+        return Ok(if r.failures.is_empty() { 0 } else { 1 });
+    }
     println!("{}", summary(a, &r));
     for (i, what) in &r.failures {
         println!("  input {i} (seed {}): {what}", a.seed.wrapping_add(*i));
@@ -457,6 +482,36 @@ pub fn cmd(a: &FuzzArgs) -> anyhow::Result<i32> {
         }
     }
     Ok(if r.failures.is_empty() { 0 } else { 1 })
+}
+
+/// `mmlab fuzz --worker`: runs the inputs in this process (the address
+/// space capped) and tells the supervisor how each went.
+fn run_worker(target: &dyn Target, a: &FuzzArgs) -> anyhow::Result<Report> {
+    // A worker never outlives the supervisor, even after a SIGKILL.
+    native::sys::die_with_parent();
+    if a.memory_mib > 0 {
+        host::limits::limit_address_space(a.memory_mib << 20)?;
+    }
+    let abort_at = std::env::var("MMLAB_FUZZ_WORKER_ABORT_AT")
+        .ok()
+        .and_then(|v| v.parse().ok());
+    let opts = Options {
+        seed: a.seed,
+        start: a.start,
+        count: a.count,
+        corpus: a.corpus.clone(),
+        budget: Budget {
+            events: a.events,
+            timeout: std::time::Duration::from_secs(a.timeout_s),
+            front_only: a.front_only,
+            ..Budget::default()
+        },
+        progress_every: a.progress,
+        verbose: a.verbose,
+        worker: true,
+        abort_at,
+    };
+    Ok(run(target, &opts))
 }
 
 /// The run's one-line summary: what, which inputs, how they went, how fast

@@ -19,6 +19,8 @@ fn opts(seed: u64, count: u64, front_only: bool) -> Options {
         },
         progress_every: 0,
         verbose: false,
+        worker: false,
+        abort_at: None,
     }
 }
 
@@ -138,4 +140,33 @@ fn a_signal_stops_a_run_with_where_to_continue() {
         )),
         "{text}"
     );
+}
+
+/// An input that kills the process running it (here the test hook aborts
+/// the worker at input 12, as an allocation beyond `--memory-mib` does) is
+/// counted as failed, named, and saved; the run goes on to the end of its
+/// range in a new worker.
+#[test]
+fn an_input_that_aborts_its_process_is_named_and_the_run_goes_on() {
+    let corpus = host::scratch::ScratchDir::new("fuzz-abort").unwrap();
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_mmlab"))
+        .args(["fuzz", "experiments", "--front-only", "--seed", "100"])
+        .args(["--start", "10", "--count", "5", "--corpus"])
+        .arg(corpus.path())
+        .env("MMLAB_FUZZ_WORKER_ABORT_AT", "12")
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{text}{err}");
+    assert!(
+        text.contains("5 inputs (seed 100, inputs 10..15)"),
+        "{text}"
+    );
+    assert!(text.contains("1 failed"), "{text}");
+    assert!(
+        text.contains("input 12 (seed 112): the process running it ended (signal: 6"),
+        "{text}"
+    );
+    assert!(corpus.path().join("crash-112.toml").exists(), "{err}");
 }

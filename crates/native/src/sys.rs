@@ -307,6 +307,18 @@ pub fn process_cpu_ns() -> u64 {
     cpu_clock_ns(libc::CLOCK_PROCESS_CPUTIME_ID)
 }
 
+/// CPU time, user and system, of this process's children that ended and
+/// were waited for, in nanoseconds (`getrusage(RUSAGE_CHILDREN)`): what a
+/// supervisor's workers used.
+pub fn children_cpu_ns() -> u64 {
+    // SAFETY: rusage is plain data; getrusage fills it.
+    let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
+    // SAFETY: `ru` is a valid out-pointer; RUSAGE_CHILDREN cannot fail.
+    unsafe { libc::getrusage(libc::RUSAGE_CHILDREN, &mut ru) };
+    let ns = |t: libc::timeval| t.tv_sec as u64 * 1_000_000_000 + t.tv_usec as u64 * 1_000;
+    ns(ru.ru_utime) + ns(ru.ru_stime)
+}
+
 /// This process's minor and major fault counts so far (`getrusage(RUSAGE_SELF)`).
 pub fn self_faults() -> (u64, u64) {
     // SAFETY: rusage is plain data; getrusage fills it.
