@@ -297,15 +297,32 @@ pub fn access_ok(mm: &mut MmStruct, addr: Vaddr, write: bool) -> bool {
 /// pages of a large folio that the program never used can be counted when
 /// the folio is freed (`mmlab_anon_pages_untouched`).
 pub fn user_access(pa: &mut PageAlloc, mm: &mut MmStruct, addr: Vaddr, write: bool) -> Option<u64> {
+    user_access_fresh(pa, mm, addr, write).map(|(phys, _)| phys)
+}
+
+/// [`user_access`], and whether the access is the first to reach a page of
+/// a large folio through its own PTE ([`crate::cost::Cost::FreshPteTouch`]:
+/// the folio's other pages after the fault that mapped them all).
+pub fn user_access_fresh(
+    pa: &mut PageAlloc,
+    mm: &mut MmStruct,
+    addr: Vaddr,
+    write: bool,
+) -> Option<(u64, bool)> {
     let (e, phys) = access_entry(mm, addr.0, write)?;
+    let mut fresh = false;
     if e & PAGE_SPECIAL == 0 {
         let p = pa.mem.idx(Pfn(phys >> crate::types::PAGE_SHIFT));
         let f = pa.mem.flags(p);
         if f & PG_UTOUCHED == 0 {
             pa.mem.set_flags(p, f | PG_UTOUCHED);
+            // A page of a large folio (a tail, or a head of order > 0)
+            // mapped by a PTE, not a PMD leaf.
+            let large = f & crate::page::PG_TAIL != 0 || pa.mem.order(p) > 0;
+            fresh = e & PAGE_PSE == 0 && large;
         }
     }
-    Some(phys)
+    Some((phys, fresh))
 }
 
 /// The entry (PTE or PMD leaf) that maps `addr` for this access and the
