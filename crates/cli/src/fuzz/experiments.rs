@@ -187,6 +187,8 @@ const BIG_MACHINE_TASKS: i64 = 16;
 /// kin) to [`BIG_MACHINE_TASKS`]: 3 nodes of 300 CPUs make malloc-dontneed
 /// 900 processes, about 30 M engine events and 20 s of CPU (input 81531
 /// of `--seed 5000000`), a long run that the event budget calls endless.
+/// A mutated built-in gets the same (input 112339: the vmacache experiment
+/// mutated to 1,000 CPUs left malloc-dontneed 1,000 processes).
 /// The machine itself, and parameters the generator drew, stay.
 fn bound_big_machine_work(t: &mut Table) {
     let int = |v: Option<&Value>| v.and_then(Value::as_integer).unwrap_or(0);
@@ -493,6 +495,9 @@ pub fn mutate_builtin(rng: &mut Rng) -> Value {
         mutate_leaf(rng, &mut v);
     }
     bound_work(&mut v);
+    if let Some(t) = v.as_table_mut() {
+        bound_big_machine_work(t);
+    }
     v
 }
 
@@ -707,6 +712,22 @@ mod tests {
             .find(|(kind, k, _)| kind == "anon-cow-seq" && k == "children")
             .map(|x| x.2);
         assert_eq!(children, Some(BIG_MACHINE_TASKS), "{params:?}");
+    }
+
+    #[test]
+    fn input_5112339_no_longer_runs_1000_processes() {
+        // Input 112339 of `--seed 5000000` at 3b2eac7: the built-in vmacache
+        // experiment mutated to `cpus_per_node = 1000`; its malloc-dontneed
+        // left `tasks` at the number of CPUs.
+        let (bytes, _) = Experiments.make(5_112_339);
+        let text = std::str::from_utf8(&bytes).unwrap();
+        assert!(text.contains("cpus_per_node = 1000"), "{text}");
+        let params = int_params(&bytes);
+        let tasks = params
+            .iter()
+            .find(|(kind, k, _)| kind == "malloc-dontneed" && k == "tasks")
+            .map(|x| x.2);
+        assert_eq!(tasks, Some(BIG_MACHINE_TASKS), "{params:?}");
     }
 
     #[test]
