@@ -121,18 +121,26 @@
 //!
 //! # Threads, `fork` and `vfork`
 //!
-//! `sched_process_fork` does not say whether the child is a thread. The
-//! child is forked in the model at once (so that the parent's copy-on-write
-//! faults right after the fork are modelled) and the child's first event
-//! decides: if it belongs to the parent's thread group, it is a thread, and
-//! the copy is torn down again and the parent's entries that the fork
-//! write-protected are made writable again where nothing touched them
-//! since ([`memory::restore_fork_wrprotect`]): a thread's `clone()`
-//! write-protects nothing, and under large folios a page the replayed
-//! kernel mapped writable, left write-protected by the tentative fork,
-//! would take a fault where the recording (4 KiB) had the page's first
-//! touch (node under all sizes: +340 faults, 57-63 in each of V8's first
-//! 256 KiB pages, before this). A `vfork` or
+//! `sched_process_fork` does not say whether the child is a thread; the
+//! child's first event after the fork does (its thread group). A pass over
+//! the trace before the replay ([`fork_children`]) finds it for every
+//! fork, so that a thread's `clone()` (`copy_process()` with `CLONE_VM |
+//! CLONE_THREAD`, 6.18) copies and write-protects nothing in the model
+//! either, and a process's fork is modelled from its first moment (the
+//! parent's copy-on-write faults right after it). A child with no event
+//! after its fork is forked in the model at once, and should an event of
+//! it show it to be a thread after all, the copy is torn down again and
+//! the parent's entries that the fork write-protected are made writable
+//! again where nothing touched them since
+//! ([`memory::restore_fork_wrprotect`]). Deciding only at the child's
+//! first event left the other threads' writes in between on
+//! write-protected entries: under large folios a page the replayed kernel
+//! had mapped writable in a folio took a fault where the 4 KiB recording
+//! had the page's first touch (node under all sizes: +340 faults, 57-63 in
+//! each of V8's first 256 KiB pages, before the entries were put back;
+//! zstd under all sizes, perf recording: +14 faults of a worker's `read()`
+//! into a 132 KiB buffer while the main thread created the next two
+//! workers, before the decision moved to the fork). A `vfork` or
 //! `posix_spawn` child (`CLONE_VM` without `CLONE_THREAD`) is a process of
 //! its own that shares the parent's memory until it execs: the model gives
 //! it a copy instead. This needs the thread group of each event (the
@@ -459,6 +467,9 @@ struct World {
     /// The trace lacks `mremap()`: a user fault outside every mapping
     /// infers one ([`World::moved_from_fault`]).
     infer_moved: bool,
+    /// The thread group of the child of the `Fork` event being applied,
+    /// as its next event shows ([`fork_children`]); `None` when unknown.
+    fork_child_tgid: Option<i32>,
     out: AspaceModel,
 }
 
@@ -509,6 +520,7 @@ impl World {
             deferred: BTreeMap::new(),
             last_record: None,
             infer_moved: false,
+            fork_child_tgid: None,
             max_anon_bytes: (layout.nodes.iter().map(|n| n.nr_pages).sum::<u64>() * PAGE_SIZE)
                 .max(64 << 30),
             out: AspaceModel::default(),
@@ -769,6 +781,10 @@ impl World {
                 self.on_fault(pid, tid, *address, *error_code, true);
             }
             EventKind::Exit { pid: task } => self.exit(pid, *task),
+            EventKind::Fork { child, .. } => {
+                self.bind(pid, tid, rec, first);
+                self.fork(pid, *child, rec, first);
+            }
             EventKind::PageAlloc { .. }
             | EventKind::PageFree { .. }
             | EventKind::PageAllocZoneLocked { .. }
@@ -846,7 +862,6 @@ impl World {
             } if ret.is_none_or(|r| r == 0 || r == -12) => {
                 self.madvise(pid, *start, *len_in, *behavior)
             }
-            EventKind::Fork { child, .. } => self.fork(pid, *child),
             EventKind::Exec { .. } => self.exec(pid, tid),
             EventKind::ExecLayout { vmas, .. } => {
                 self.load_elf_binary(pid, vmas);
@@ -1710,7 +1725,18 @@ impl World {
             p.mm.madvise(&mut self.pa, &mut self.cx, Vaddr(start), len, advice);
     }
 
-    fn fork(&mut self, parent: i32, child: i32) {
+    fn fork(&mut self, parent: i32, child: i32, rec: &mut AspaceRecorded, first: bool) {
+        if child != parent && self.fork_child_tgid == Some(parent) {
+            // A thread (its next event is in the parent's thread group):
+            // `clone(CLONE_VM | CLONE_THREAD)` shares the address space.
+            if let Some(old) = self.procs.remove(&child) {
+                self.drop_proc(old);
+            }
+            if first {
+                rec.threads += 1;
+            }
+            return;
+        }
         if self.procs.contains_key(&child) {
             // A task id reused while the model still has it: the old one
             // has gone (its exit was lost).
@@ -1827,7 +1853,7 @@ pub fn replay_aspace(
     let mut reader = TraceReader::open(path).map_err(terr)?;
     let header = reader.header().clone();
     let kfaults = KernelFaultEstimator::new(header.kmem_system_wide);
-    let infer_moved = lacks_mremap(path, &header).map_err(terr)?;
+    let (infer_moved, forks) = scan(path, &header).map_err(terr)?;
     let (recorded, models) = replay_events(
         reader.by_ref().map(|e| e.map_err(terr)),
         layout,
@@ -1835,6 +1861,7 @@ pub fn replay_aspace(
         kernels,
         kfaults,
         infer_moved,
+        &forks,
     );
     let recorded = recorded?;
     if recorded.faults + recorded.kernel_faults == 0
@@ -1853,23 +1880,43 @@ pub fn replay_aspace(
     })
 }
 
-/// True when the trace at `path` is a perf.data import whose trailer says
-/// `syscalls:sys_enter_mremap` was not recorded: its moved and grown
-/// mappings are then inferred from faults ([`World::moved_from_fault`]).
-/// The trailer is at the end, so such a trace is read twice.
-fn lacks_mremap(path: &Path, header: &Header) -> Result<bool, TraceError> {
-    if !matches!(header.source, TraceSource::PerfImport { .. }) {
-        return Ok(false);
-    }
+/// The pass over the trace at `path` before its replay (so every trace is
+/// read twice): whether it is a perf.data import whose trailer says
+/// `syscalls:sys_enter_mremap` was not recorded (its moved and grown
+/// mappings are then inferred from faults, [`World::moved_from_fault`]),
+/// and the thread group of each fork's child ([`fork_children`]).
+fn scan(path: &Path, header: &Header) -> Result<(bool, Vec<Option<i32>>), TraceError> {
     let mut r = TraceReader::open(path)?;
-    for ev in r.by_ref() {
-        ev?;
+    let forks = fork_children(r.by_ref())?;
+    let lacks_mremap = matches!(header.source, TraceSource::PerfImport { .. })
+        && r.trailer().is_some_and(|t| {
+            t.missing_event_kinds
+                .iter()
+                .any(|k| k == "syscalls:sys_enter_mremap")
+        });
+    Ok((lacks_mremap, forks))
+}
+
+/// For each `Fork` event of `events`, in order: the thread group (`pid`) of
+/// the child's next event, `None` if it has none. A child in its parent's
+/// thread group is a thread.
+fn fork_children<E, I: Iterator<Item = Result<Event, E>>>(
+    events: I,
+) -> Result<Vec<Option<i32>>, E> {
+    let mut forks = Vec::new();
+    // Child task id → index of its fork, until the child's first event.
+    let mut waiting: BTreeMap<i32, usize> = BTreeMap::new();
+    for ev in events {
+        let ev = ev?;
+        if let Some(i) = waiting.remove(&ev.tid) {
+            forks[i] = Some(ev.pid);
+        }
+        if let EventKind::Fork { child, .. } = ev.kind {
+            waiting.insert(child, forks.len());
+            forks.push(None);
+        }
     }
-    Ok(r.trailer().is_some_and(|t| {
-        t.missing_event_kinds
-            .iter()
-            .any(|k| k == "syscalls:sys_enter_mremap")
-    }))
+    Ok(forks)
 }
 
 /// The replay loop over any stream of events; stops at the first error.
@@ -1880,7 +1927,9 @@ fn replay_events<I: Iterator<Item = Result<Event, ReplayError>>>(
     kernels: &[KernelConfig],
     mut kfaults: KernelFaultEstimator,
     infer_moved: bool,
+    forks: &[Option<i32>],
 ) -> (Result<AspaceRecorded, ReplayError>, Vec<AspaceModel>) {
+    let mut nr_forks = 0usize;
     let mut worlds: Vec<World> = kernels
         .iter()
         .map(|k| {
@@ -1925,6 +1974,11 @@ fn replay_events<I: Iterator<Item = Result<Event, ReplayError>>>(
             EventKind::Madvise { .. } => Some("madvise"),
             EventKind::Fork { .. } => {
                 rec.forks += 1;
+                let tgid = forks.get(nr_forks).copied().flatten();
+                nr_forks += 1;
+                for w in &mut worlds {
+                    w.fork_child_tgid = tgid;
+                }
                 None
             }
             EventKind::Exec { .. } => {
@@ -2095,17 +2149,22 @@ impl FuzzRecord<'_> {
 /// the events, the replay must not panic.
 #[doc(hidden)]
 pub fn replay_fuzz_input(bytes: &[u8]) -> AspaceRecorded {
-    let events = bytes.chunks_exact(24).enumerate().map(|(i, c)| {
-        let pid = 1 + (c[1] % 4) as i32;
-        let tid = if c[2] & 3 == 0 { pid + 100 } else { pid };
-        Ok(Event {
-            ts_ns: i as u64 * 100,
-            cpu: (c[7] % 2) as u32,
-            pid,
-            tid,
-            kind: FuzzRecord(c).kind(pid, tid),
+    let events: Vec<Event> = bytes
+        .chunks_exact(24)
+        .enumerate()
+        .map(|(i, c)| {
+            let pid = 1 + (c[1] % 4) as i32;
+            let tid = if c[2] & 3 == 0 { pid + 100 } else { pid };
+            Event {
+                ts_ns: i as u64 * 100,
+                cpu: (c[7] % 2) as u32,
+                pid,
+                tid,
+                kind: FuzzRecord(c).kind(pid, tid),
+            }
         })
-    });
+        .collect();
+    let forks = fork_children(events.iter().cloned().map(Ok::<_, ()>)).unwrap_or_default();
     let layout = MemoryLayout {
         nodes: vec![mm::page_alloc::NodeLayout {
             nr_cpus: 2,
@@ -2128,7 +2187,7 @@ pub fn replay_fuzz_input(bytes: &[u8]) -> AspaceRecorded {
         mm::knobs::Preset::Linux4_19.config(),
     ];
     let (rec, _) = replay_events(
-        events,
+        events.into_iter().map(Ok),
         &layout,
         &CostTable::uniform(1),
         &kernels,
@@ -2136,6 +2195,7 @@ pub fn replay_fuzz_input(bytes: &[u8]) -> AspaceRecorded {
         // An odd number of records: replayed as a trace without mremap
         // (mappings inferred from faults outside every mapping).
         bytes.len() / 24 % 2 == 1,
+        &forks,
     );
     rec.unwrap_or_default()
 }
