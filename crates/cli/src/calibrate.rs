@@ -1494,6 +1494,37 @@ mod tests {
     }
 
     #[test]
+    fn slow_runs_are_counted_with_the_reporting_before_them() {
+        let c = live::CheckLive {
+            first: vec![50.0, 200.0, 52.0],
+            rerun: vec![49.0, 51.0, 90.0],
+            faults: 512,
+            first_reported_kib: vec![Some(0), Some(393_216), Some(0)],
+            rerun_reported_kib: vec![Some(0), Some(0), Some(0)],
+        };
+        // 200 and 90 are 1.5x the fastest (49) or more; only the first
+        // came after memory went back to the host.
+        assert_eq!(
+            slow_runs(&c),
+            "2/6, 1 after free page reporting (384 MiB to the host)"
+        );
+        let even = live::CheckLive {
+            first: vec![50.0, 60.0],
+            rerun: vec![55.0, 52.0],
+            first_reported_kib: vec![None, None],
+            rerun_reported_kib: vec![None, None],
+            ..c.clone()
+        };
+        assert_eq!(slow_runs(&even), "0/4");
+        let no_counter = live::CheckLive {
+            first: vec![50.0, 200.0],
+            rerun: vec![55.0, 52.0],
+            ..even
+        };
+        assert_eq!(slow_runs(&no_counter), "1/4 (no reporting counter)");
+    }
+
+    #[test]
     fn a_cross_cpu_probe_keeps_its_fastest_mode_and_says_so() {
         // Near placements (21, 22, 40 ns) and far ones (190, 200 ns).
         let m = measurement(&[190.0, 21.0, 40.0, 200.0, 22.0]);
