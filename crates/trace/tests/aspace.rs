@@ -1005,7 +1005,7 @@ fn a_thread_is_known_at_its_fork_not_at_its_first_event() {
     );
     t.touch(10, 10, BASE + P, 2 * P, WRITE);
     t.touch(11, 11, BASE + 3 * P, P, WRITE);
-    let r = replay(&t, "process-at-fork", &[k16.clone()]);
+    let r = replay(&t, "process-at-fork", &[k16]);
     assert_eq!(r.recorded.threads, 0);
     assert_eq!(r.models[0].faults_taken, 1 + 2 + 1);
 }
