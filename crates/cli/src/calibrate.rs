@@ -131,11 +131,29 @@ pub struct Derived {
 }
 
 /// The host's memory as the model should see it: ZONE_DMA32 and
-/// ZONE_NORMAL managed pages (from `/proc/zoneinfo`) and `min_free_kbytes`.
+/// ZONE_NORMAL managed pages (from `/proc/zoneinfo`), `min_free_kbytes`,
+/// and the last-level cache CPU 0 has (`cache/index3/size` in sysfs; the
+/// LLC model's size, 0 if the host does not say).
 struct HostMemory {
     nr_pages: u64,
     dma32_pages: u64,
     min_free_kbytes: i64,
+    llc_bytes: u64,
+}
+
+/// The size of CPU 0's level-3 cache from sysfs (`32768K`), 0 if unknown.
+fn host_llc_bytes() -> u64 {
+    let s = std::fs::read_to_string("/sys/devices/system/cpu/cpu0/cache/index3/size")
+        .unwrap_or_default();
+    let s = s.trim();
+    let (num, unit) = s.split_at(s.find(|c: char| !c.is_ascii_digit()).unwrap_or(s.len()));
+    let n: u64 = num.parse().unwrap_or(0);
+    match unit {
+        "K" => n << 10,
+        "M" => n << 20,
+        "" => n,
+        _ => 0,
+    }
 }
 
 fn host_memory() -> HostMemory {
@@ -166,6 +184,7 @@ fn host_memory() -> HostMemory {
         nr_pages: dma32 + normal,
         dma32_pages: dma32,
         min_free_kbytes,
+        llc_bytes: host_llc_bytes(),
     }
 }
 
@@ -190,6 +209,7 @@ impl HostMemory {
             nr_pages: (self.nr_pages > 0).then_some(self.nr_pages),
             dma32_pages: self.dma32_pages,
             knobs,
+            llc_bytes: self.llc_bytes,
         }
     }
 }
@@ -265,6 +285,7 @@ pub fn run(opts: &Opts) -> Result<()> {
             nr_pages: 0,
             dma32_pages: 0,
             min_free_kbytes: 0,
+            llc_bytes: host_llc_bytes(),
         }
     };
     let mut progress = |what: &str| {

@@ -80,6 +80,11 @@ pub struct ModelOpts {
     /// Knobs set on the preset besides the pattern's THP knobs
     /// (`vm.percpu_pagelist_high_fraction`).
     pub knobs: Vec<(String, KnobValue)>,
+    /// Bytes of the last-level cache both CPUs share; 0: no LLC model
+    /// (lines never leave the cache). With it, a `struct page` line the
+    /// model's traffic has pushed out costs `dram_local_ns` when a fault
+    /// loads it ([`mm::cacheline::LlcClocks`]).
+    pub llc_bytes: u64,
 }
 
 impl Default for ModelOpts {
@@ -91,6 +96,7 @@ impl Default for ModelOpts {
             nr_pages: None,
             dma32_pages: 0,
             knobs: Vec::new(),
+            llc_bytes: 0,
         }
     }
 }
@@ -228,6 +234,10 @@ pub fn run_model_opts(
         g: MmGlobal::new(cfg.mm),
         fault_ns: 0,
     };
+    if opts.llc_bytes > 0 {
+        w.pa.set_llc_lines();
+        w.cx.set_llc(mm::cacheline::LlcClocks::new(opts.llc_bytes, None, 2));
+    }
     let mut mm = MmStruct::new(&mut w.pa, &mut w.cx, w.g.cfg.mmap_layout)
         .map_err(|e| format!("mm_alloc: {e:?}"))?;
     // The PROT_NONE reservation and the region inside it.

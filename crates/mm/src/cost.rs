@@ -317,6 +317,10 @@ pub struct Cx {
     flushed_ns: u64,
     record_mem: bool,
     helper_work: Vec<(VcpuId, u64)>,
+    /// The LLC model's clocks (`None`: lines never leave a cache): machine
+    /// state rather than the entry's, kept here because every kernel step
+    /// that touches a line has the context at hand.
+    llc: Option<Box<crate::cacheline::LlcClocks>>,
 }
 
 impl Cx {
@@ -331,7 +335,26 @@ impl Cx {
             flushed_ns: 0,
             record_mem: false,
             helper_work: Vec::new(),
+            llc: None,
         }
+    }
+
+    /// Turns on the LLC model: lines not touched within an LLC's worth of
+    /// traffic come from DRAM ([`crate::cacheline::LlcClocks`]).
+    pub fn set_llc(&mut self, clocks: crate::cacheline::LlcClocks) {
+        self.llc = Some(Box::new(clocks));
+    }
+
+    /// The LLC model's clocks, if on.
+    #[inline]
+    pub fn llc_mut(&mut self) -> Option<&mut crate::cacheline::LlcClocks> {
+        self.llc.as_deref_mut()
+    }
+
+    /// The cost table and the LLC model's clocks at once.
+    #[inline]
+    pub fn table_and_llc(&mut self) -> (&CostTable, Option<&mut crate::cacheline::LlcClocks>) {
+        (&self.table, self.llc.as_deref_mut())
     }
 
     /// With `on`, page clears and copies are recorded as [`Seg::Mem`]

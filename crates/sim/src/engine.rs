@@ -697,6 +697,15 @@ impl Engine {
         self.cache.as_ref().map(|(c, _)| c)
     }
 
+    /// An engine whose kernel steps see `struct page` lines (and a copy's
+    /// or clear's pages) leave each LLC after an LLC's worth of traffic
+    /// ([`mm::cacheline::LlcClocks`]; the allocator must keep line records:
+    /// [`mm::page_alloc::PageAlloc::set_llc_lines`] or a topology).
+    pub fn with_llc(mut self, clocks: mm::cacheline::LlcClocks) -> Engine {
+        self.cx.set_llc(clocks);
+        self
+    }
+
     /// Uses `cfg` (a kernel's `KernelConfig.mm`) for the fault path instead
     /// of [`MmConfig::default`]. Call before spawning tasks.
     ///

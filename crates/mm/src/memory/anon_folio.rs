@@ -368,6 +368,7 @@ pub fn map_anon_folio(vmf: &mut super::Vmf, pte: Slot, pfn: Pfn, order: u8) {
     let addr = address.0;
     let nr = 1u32 << order;
     super::huge_order::folio_zero_user(cx, g.cfg.clear_order, pfn, nr, *address);
+    pa.llc_stream(cx, pfn, nr as u64);
     pa.mem.set_refcount(pfn, nr);
     let first = crate::pgtable::Level::Pte.index(addr & !((PAGE_SIZE << order) - 1));
     let ptl = super::pte_lockptr(pte);
