@@ -122,13 +122,13 @@
 //! # Threads, `fork` and `vfork`
 //!
 //! `sched_process_fork` does not say whether the child is a thread; the
-//! child's first event after the fork does (its thread group). A pass over
-//! the trace before the replay ([`fork_children`]) finds it for every
-//! fork, so that a thread's `clone()` (`copy_process()` with `CLONE_VM |
+//! child's first event after the fork does (its thread group). The replay
+//! reads ahead to it at each fork ([`ForkLookahead`], at most
+//! [`FORK_LOOKAHEAD`] events), so that a thread's `clone()` (`copy_process()` with `CLONE_VM |
 //! CLONE_THREAD`, 6.18) copies and write-protects nothing in the model
 //! either, and a process's fork is modelled from its first moment (the
 //! parent's copy-on-write faults right after it). A child with no event
-//! after its fork is forked in the model at once, and should an event of
+//! within that reach is forked in the model at once, and should an event of
 //! it show it to be a thread after all, the copy is torn down again and
 //! the parent's entries that the fork write-protected are made writable
 //! again where nothing touched them since
@@ -154,7 +154,7 @@
 //! forks: it grows with live state, not with the trace's length.
 
 use mm::Vaddr;
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::path::Path;
 
 use mm::cost::{CostTable, Cx};
@@ -468,7 +468,7 @@ struct World {
     /// infers one ([`World::moved_from_fault`]).
     infer_moved: bool,
     /// The thread group of the child of the `Fork` event being applied,
-    /// as its next event shows ([`fork_children`]); `None` when unknown.
+    /// as its next event shows ([`ForkLookahead`]); `None` when unknown.
     fork_child_tgid: Option<i32>,
     out: AspaceModel,
 }
@@ -1853,7 +1853,7 @@ pub fn replay_aspace(
     let mut reader = TraceReader::open(path).map_err(terr)?;
     let header = reader.header().clone();
     let kfaults = KernelFaultEstimator::new(header.kmem_system_wide);
-    let (infer_moved, forks) = scan(path, &header).map_err(terr)?;
+    let infer_moved = lacks_mremap(path, &header).map_err(terr)?;
     let (recorded, models) = replay_events(
         reader.by_ref().map(|e| e.map_err(terr)),
         layout,
@@ -1861,7 +1861,6 @@ pub fn replay_aspace(
         kernels,
         kfaults,
         infer_moved,
-        &forks,
     );
     let recorded = recorded?;
     if recorded.faults + recorded.kernel_faults == 0
@@ -1880,43 +1879,86 @@ pub fn replay_aspace(
     })
 }
 
-/// The pass over the trace at `path` before its replay (so every trace is
-/// read twice): whether it is a perf.data import whose trailer says
-/// `syscalls:sys_enter_mremap` was not recorded (its moved and grown
-/// mappings are then inferred from faults, [`World::moved_from_fault`]),
-/// and the thread group of each fork's child ([`fork_children`]).
-fn scan(path: &Path, header: &Header) -> Result<(bool, Vec<Option<i32>>), TraceError> {
+/// True when the trace at `path` is a perf.data import whose trailer says
+/// `syscalls:sys_enter_mremap` was not recorded: its moved and grown
+/// mappings are then inferred from faults ([`World::moved_from_fault`]).
+/// The trailer is at the end, so such a trace is read twice.
+fn lacks_mremap(path: &Path, header: &Header) -> Result<bool, TraceError> {
+    if !matches!(header.source, TraceSource::PerfImport { .. }) {
+        return Ok(false);
+    }
     let mut r = TraceReader::open(path)?;
-    let forks = fork_children(r.by_ref())?;
-    let lacks_mremap = matches!(header.source, TraceSource::PerfImport { .. })
-        && r.trailer().is_some_and(|t| {
-            t.missing_event_kinds
-                .iter()
-                .any(|k| k == "syscalls:sys_enter_mremap")
-        });
-    Ok((lacks_mremap, forks))
+    for ev in r.by_ref() {
+        ev?;
+    }
+    Ok(r.trailer().is_some_and(|t| {
+        t.missing_event_kinds
+            .iter()
+            .any(|k| k == "syscalls:sys_enter_mremap")
+    }))
 }
 
-/// For each `Fork` event of `events`, in order: the thread group (`pid`) of
-/// the child's next event, `None` if it has none. A child in its parent's
-/// thread group is a thread.
-fn fork_children<E, I: Iterator<Item = Result<Event, E>>>(
-    events: I,
-) -> Result<Vec<Option<i32>>, E> {
-    let mut forks = Vec::new();
-    // Child task id → index of its fork, until the child's first event.
-    let mut waiting: BTreeMap<i32, usize> = BTreeMap::new();
-    for ev in events {
-        let ev = ev?;
-        if let Some(i) = waiting.remove(&ev.tid) {
-            forks[i] = Some(ev.pid);
-        }
-        if let EventKind::Fork { child, .. } = ev.kind {
-            waiting.insert(child, forks.len());
-            forks.push(None);
+/// Events looked ahead for a fork's child at most: past this, the child's
+/// thread group is left unknown (the tentative fork decides, see the module
+/// doc). Bounds the memory the look-ahead holds.
+const FORK_LOOKAHEAD: usize = 1 << 16;
+
+/// The event stream with, for each `Fork` event, the thread group (`pid`)
+/// of the child's next event, found by reading ahead (at most
+/// [`FORK_LOOKAHEAD`] events, held until they are replayed): a child in its
+/// parent's thread group is a thread. `None` for other events, and for a
+/// child with no event within reach.
+struct ForkLookahead<E, I: Iterator<Item = Result<Event, E>>> {
+    inner: I,
+    ahead: VecDeque<Result<Event, E>>,
+}
+
+impl<E, I: Iterator<Item = Result<Event, E>>> ForkLookahead<E, I> {
+    fn new(inner: I) -> Self {
+        ForkLookahead {
+            inner,
+            ahead: VecDeque::new(),
         }
     }
-    Ok(forks)
+
+    fn child_tgid(&mut self, child: i32) -> Option<i32> {
+        let found = |ev: &Result<Event, E>| match ev {
+            Ok(e) if e.tid == child => Some(e.pid),
+            _ => None,
+        };
+        if let Some(t) = self.ahead.iter().find_map(found) {
+            return Some(t);
+        }
+        while self.ahead.len() < FORK_LOOKAHEAD {
+            let ev = self.inner.next()?;
+            let stop = ev.is_err();
+            let t = found(&ev);
+            self.ahead.push_back(ev);
+            if t.is_some() || stop {
+                return t;
+            }
+        }
+        None
+    }
+}
+
+impl<E, I: Iterator<Item = Result<Event, E>>> Iterator for ForkLookahead<E, I> {
+    type Item = (Result<Event, E>, Option<i32>);
+
+    fn next(&mut self) -> Option<Self::Item> {
+        let ev = match self.ahead.pop_front() {
+            Some(ev) => ev,
+            None => self.inner.next()?,
+        };
+        let tgid = match &ev {
+            Ok(Event {
+                kind: EventKind::Fork { child, .. },
+                ..
+            }) => self.child_tgid(*child),
+            _ => None,
+        };
+        Some((ev, tgid))
+    }
 }
 
 /// The replay loop over any stream of events; stops at the first error.
@@ -1927,9 +1969,7 @@ fn replay_events<I: Iterator<Item = Result<Event, ReplayError>>>(
     kernels: &[KernelConfig],
     mut kfaults: KernelFaultEstimator,
     infer_moved: bool,
-    forks: &[Option<i32>],
 ) -> (Result<AspaceRecorded, ReplayError>, Vec<AspaceModel>) {
-    let mut nr_forks = 0usize;
     let mut worlds: Vec<World> = kernels
         .iter()
         .map(|k| {
@@ -1942,7 +1982,7 @@ fn replay_events<I: Iterator<Item = Result<Event, ReplayError>>>(
     let mut t0: Option<u64> = None;
     let mut last = 0u64;
     let mut error = None;
-    for ev in events {
+    for (ev, tgid) in ForkLookahead::new(events) {
         let ev = match ev {
             Ok(ev) => ev,
             Err(e) => {
@@ -1974,8 +2014,6 @@ fn replay_events<I: Iterator<Item = Result<Event, ReplayError>>>(
             EventKind::Madvise { .. } => Some("madvise"),
             EventKind::Fork { .. } => {
                 rec.forks += 1;
-                let tgid = forks.get(nr_forks).copied().flatten();
-                nr_forks += 1;
                 for w in &mut worlds {
                     w.fork_child_tgid = tgid;
                 }
@@ -2164,7 +2202,6 @@ pub fn replay_fuzz_input(bytes: &[u8]) -> AspaceRecorded {
             }
         })
         .collect();
-    let forks = fork_children(events.iter().cloned().map(Ok::<_, ()>)).unwrap_or_default();
     let layout = MemoryLayout {
         nodes: vec![mm::page_alloc::NodeLayout {
             nr_cpus: 2,
@@ -2195,7 +2232,6 @@ pub fn replay_fuzz_input(bytes: &[u8]) -> AspaceRecorded {
         // An odd number of records: replayed as a trace without mremap
         // (mappings inferred from faults outside every mapping).
         bytes.len() / 24 % 2 == 1,
-        &forks,
     );
     rec.unwrap_or_default()
 }
@@ -2203,6 +2239,45 @@ pub fn replay_fuzz_input(bytes: &[u8]) -> AspaceRecorded {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn ev(pid: i32, tid: i32, kind: EventKind) -> Result<Event, ()> {
+        Ok(Event {
+            ts_ns: 0,
+            cpu: 0,
+            pid,
+            tid,
+            kind,
+        })
+    }
+
+    #[test]
+    fn fork_lookahead_finds_the_childs_thread_group_within_reach() {
+        let fork = || EventKind::Fork {
+            parent: 1,
+            child: 5,
+        };
+        let exit = |p| EventKind::Exit { pid: p };
+        // The child's next event, two events on: a thread of 1; every
+        // event comes out once, in order.
+        let evs = vec![ev(1, 1, fork()), ev(1, 1, exit(9)), ev(1, 5, exit(5))];
+        let out: Vec<_> = ForkLookahead::new(evs.into_iter()).collect();
+        assert_eq!(out.len(), 3);
+        assert_eq!(out[0].1, Some(1));
+        assert_eq!(out[1].1, None);
+        assert!(matches!(&out[2].0, Ok(e) if e.tid == 5));
+        // Beyond FORK_LOOKAHEAD events: unknown, and nothing is lost.
+        let mut evs = vec![ev(1, 1, fork())];
+        evs.extend((0..FORK_LOOKAHEAD).map(|_| ev(1, 1, exit(9))));
+        evs.push(ev(1, 5, exit(5)));
+        let out: Vec<_> = ForkLookahead::new(evs.into_iter()).collect();
+        assert_eq!(out.len(), FORK_LOOKAHEAD + 2);
+        assert_eq!(out[0].1, None);
+        // An error ends the look-ahead and comes out in its place.
+        let evs = vec![ev(1, 1, fork()), Err(()), ev(1, 5, exit(5))];
+        let out: Vec<_> = ForkLookahead::new(evs.into_iter()).collect();
+        assert_eq!(out[0].1, None);
+        assert!(out[1].0.is_err());
+    }
 
     #[test]
     fn ranges_trim_and_split() {
