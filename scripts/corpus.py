@@ -346,10 +346,15 @@ def predict(args):
                 del k[key]
         rec = live["programs"].get(p[0], {}).get("4k", {}).get("runs", [{}])[0]
         recorded_faults = rec.get("ru_minflt", 0) + rec.get("ru_majflt", 0)
+        counts = json.loads(subprocess.run([fault_counts(), t], check=True, capture_output=True,
+                                           text=True).stdout)
         preds["programs"][p[0]] = {
             "kernels": kernels,
             "recorded_faults": recorded_faults,
             "outside_trace": recorded_faults - kernels["4k"]["pgfault"],
+            # The recorder's child before its exec, in the trace (see
+            # fault_counts.rs); a perf import leaves perf's out.
+            "harness_in_trace": counts.get("harness_faults", 0),
             "recorded": recorded,
         }
     store(f"predictions{sfx}.json", preds)
@@ -358,10 +363,13 @@ def predict(args):
 def predict_perf(args, sfx):
     """Predictions from the plain `perf record` recordings of one line
     (`--source perf-full|perf-typical|perf-minimal`). A perf recording has no
-    `ru_minflt`: the faults outside its trace are taken from the mmlab
-    recording of the same program (`outside_trace` of predictions{sfx}.json:
-    the recorder's own child between fork and exec, ~9 faults), so that both
-    kinds of recording are compared with the same live counts."""
+    `ru_minflt`: the faults of the live runs' harness are taken from the
+    mmlab recording of the same program, so that both kinds of recording
+    are compared with the same live counts: the recorder's own child
+    between its fork and its exec (~9 faults), outside that trace
+    (`outside_trace` of predictions{sfx}.json) or inside it
+    (`harness_in_trace`: the importer leaves perf's own child out, so the
+    perf trace has no counterpart of those)."""
     kind = args.source.removeprefix("perf-")
     mm = load(f"predictions{sfx}.json", {"programs": {}})["programs"]
     preds = {"experiment": "examples/replay-folio-configs.toml", "programs": {},
@@ -374,7 +382,8 @@ def predict_perf(args, sfx):
         kernels, recorded = replay(t)
         preds["programs"][p[0]] = {
             "kernels": kernels,
-            "outside_trace": mm.get(p[0], {}).get("outside_trace", 0),
+            "outside_trace": mm.get(p[0], {}).get("outside_trace", 0)
+            + mm.get(p[0], {}).get("harness_in_trace", 0),
             "recorded": recorded,
         }
     store(f"predictions-perf-{kind}{sfx}.json", preds)
@@ -666,7 +675,8 @@ def costs(args):
             finally:
                 os.unlink(t)
             preds[p[0]] = {"kernels": kernels, "recorded": recorded,
-                           "outside_trace": mm.get(p[0], {}).get("outside_trace", 0)}
+                           "outside_trace": mm.get(p[0], {}).get("outside_trace", 0)
+                           + mm.get(p[0], {}).get("harness_in_trace", 0)}
         rs = [r for r in rows(sfx, preds=preds) if r[2] != "4k"]
         ok = sum(1 for r in rs if abs(r[5]) <= 2.0)
         worst = max(rs, key=lambda r: abs(r[5])) if rs else None

@@ -11,7 +11,7 @@
 //! | THP knobs set for the run                        | the same knobs on the preset's config       |
 //! | `mmap(len + 4 MiB, PROT_NONE)` reservation       | `mmap` + `mprotect(PROT_NONE)`              |
 //! | `mmap(MAP_FIXED)` of the region at `offset` past a 2 MiB boundary, then the advice | `mmap` fixed, `madvise` |
-//! | touch one byte per 4 KiB in the pattern's order  | `access_ok()`, else `handle_mm_fault()`     |
+//! | touch one byte per 4 KiB in the pattern's order  | `user_access_fresh()`, else `handle_mm_fault()` |
 //! | `munmap` a range, map it again, touch all again  | `munmap`, `mmap` fixed + advice, touch      |
 //! | `fork`, the child writes every 4 KiB, exits      | `fork()`, writes in the child's mm, `exit_mmap()` |
 //!
@@ -26,9 +26,9 @@
 //! memory size and extra knobs instead, and reports the model's time of each
 //! timed phase (`mmlab calibrate` fits and checks costs with it).
 
-use mm::cost::{CostTable, Cx};
+use mm::cost::{Cost, CostTable, Cx};
 use mm::knobs::{KernelConfig, KnobValue, Preset};
-use mm::memory::{access_ok, exit_mmap, fork, handle_mm_fault, MmGlobal};
+use mm::memory::{exit_mmap, fork, handle_mm_fault, user_access_fresh, MmGlobal};
 use mm::mprotect::Prot;
 use mm::page_alloc::{MemoryLayout, NodeLayout, PageAlloc};
 use mm::pgtable::PMD_SIZE;
@@ -60,7 +60,8 @@ pub struct ModelFaultReport {
     pub vmstat: VmStat,
     /// Model nanoseconds of the touch phase's faults: the sum of the
     /// computation each fault charged under [`ModelOpts::table`] (no lock
-    /// waits: one CPU, nothing contends).
+    /// waits: one CPU, nothing contends), and [`Cost::FreshPteTouch`] of
+    /// each access that is the first to a large folio's other pages.
     pub touch_model_ns: u64,
     /// Model nanoseconds of each step's timed part (the re-touch, or the
     /// fork writer's faults), in order.
@@ -80,6 +81,11 @@ pub struct ModelOpts {
     /// Knobs set on the preset besides the pattern's THP knobs
     /// (`vm.percpu_pagelist_high_fraction`).
     pub knobs: Vec<(String, KnobValue)>,
+    /// Bytes of the last-level cache both CPUs share; 0: no LLC model
+    /// (lines never leave the cache). With it, a `struct page` line the
+    /// model's traffic has pushed out costs `dram_local_ns` when a fault
+    /// loads it ([`mm::cacheline::LlcClocks`]).
+    pub llc_bytes: u64,
 }
 
 impl Default for ModelOpts {
@@ -91,6 +97,7 @@ impl Default for ModelOpts {
             nr_pages: None,
             dma32_pages: 0,
             knobs: Vec::new(),
+            llc_bytes: 0,
         }
     }
 }
@@ -148,21 +155,29 @@ struct World {
     pa: PageAlloc,
     cx: Cx,
     g: MmGlobal,
-    /// Computation charged by every fault so far.
+    /// Computation charged by every fault so far, and the user accesses'
+    /// [`Cost::FreshPteTouch`].
     fault_ns: u64,
 }
 
 impl World {
     fn touch_page(&mut self, mm: &mut MmStruct, a: u64, write: bool) -> Result<(), String> {
-        if !access_ok(mm, Vaddr(a), write) {
-            // Each fault is one kernel entry, as the engine runs it: the
-            // segments of the previous one are dropped rather than piled up
-            // (nothing here plays them on virtual time).
-            self.cx.begin(VcpuId(0), SimTime(0));
-            handle_mm_fault(&mut self.pa, &mut self.cx, &mut self.g, mm, Vaddr(a), write)
-                .map_err(|e| format!("fault at {a:#x}: {e:?}"))?;
-            self.fault_ns += self.cx.compute_ns();
+        if let Some((_, fresh)) = user_access_fresh(&mut self.pa, mm, Vaddr(a), write) {
+            // The engine charges the same on the access (touch_chunk()).
+            if fresh {
+                self.fault_ns += self.cx.table().get(Cost::FreshPteTouch);
+            }
+            return Ok(());
         }
+        // Each fault is one kernel entry, as the engine runs it: the
+        // segments of the previous one are dropped rather than piled up
+        // (nothing here plays them on virtual time).
+        self.cx.begin(VcpuId(0), SimTime(0));
+        handle_mm_fault(&mut self.pa, &mut self.cx, &mut self.g, mm, Vaddr(a), write)
+            .map_err(|e| format!("fault at {a:#x}: {e:?}"))?;
+        self.fault_ns += self.cx.compute_ns();
+        // The access again, which now succeeds (and marks the page used).
+        user_access_fresh(&mut self.pa, mm, Vaddr(a), write);
         Ok(())
     }
 
@@ -228,6 +243,10 @@ pub fn run_model_opts(
         g: MmGlobal::new(cfg.mm),
         fault_ns: 0,
     };
+    if opts.llc_bytes > 0 {
+        w.pa.set_llc_lines();
+        w.cx.set_llc(mm::cacheline::LlcClocks::new(opts.llc_bytes, None, 2));
+    }
     let mut mm = MmStruct::new(&mut w.pa, &mut w.cx, w.g.cfg.mmap_layout)
         .map_err(|e| format!("mm_alloc: {e:?}"))?;
     // The PROT_NONE reservation and the region inside it.

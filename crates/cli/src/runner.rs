@@ -4,6 +4,7 @@
 use crate::experiment::{Experiment, Kernel, Workload};
 use crate::report::RunResult;
 use anyhow::{anyhow, Result};
+use mm::cacheline::{CpuTopology, LlcClocks};
 use mm::page_alloc::PageAlloc;
 use sim::Engine;
 use std::io::{IsTerminal, Write};
@@ -35,6 +36,21 @@ pub fn run_one(
     run_one_within(exp, k, w, seed, timeline, None).map(|(r, _)| r)
 }
 
+/// The LLC model's clocks for a machine with `llc_per_node` bytes of
+/// last-level cache per node (its `[machine]` section, sourced there),
+/// split evenly among the node's LLCs when the topology has several (AMD's
+/// CCXs); `None` when the machine gives no LLC size.
+fn llc_clocks(llc_per_node: u64, topo: Option<CpuTopology>, nr_cpus: u32) -> Option<LlcClocks> {
+    if llc_per_node == 0 {
+        return None;
+    }
+    let llcs = topo.map_or(1, |t| {
+        let cores = (t.cpus_per_node / t.threads_per_core.max(1)).max(1);
+        cores.div_ceil(t.cores_per_llc.max(1)) as u64
+    });
+    Some(LlcClocks::new(llc_per_node / llcs, topo, nr_cpus))
+}
+
 /// [`run_one`] that stops after `event_budget` engine events, if given;
 /// the flag says whether it did (the fuzzer's liveness check).
 pub fn run_one_within(
@@ -51,16 +67,27 @@ pub fn run_one_within(
     // series computes it from cacheinfo).
     let cpus_per_node = exp.machine.nodes.first().map_or(1, |n| n.cpus.max(1)) as u64;
     pa.setup_pcp_cacheinfo(exp.machine.llc_bytes / cpus_per_node);
-    if let Some(t) = &exp.profile.topology {
-        pa.set_cpu_topology(
+    let topo = match &exp.profile.topology {
+        Some(t) => Some(
             t.for_machine(&exp.machine)
                 .map_err(|e| anyhow!("profile \"{}\": {e}", exp.profile.name))?,
-        );
+        ),
+        None => None,
+    };
+    if let Some(t) = topo {
+        pa.set_cpu_topology(t);
+    }
+    let llc = llc_clocks(exp.machine.llc_bytes, topo, pa.nr_cpus());
+    if llc.is_some() {
+        pa.set_llc_lines();
     }
     let mut eng = Engine::new(pa, exp.profile.table(), seed)
         .with_mm_config(k.config.mm)
         .with_vmacache(k.config.vmacache)
         .with_migrate_config(k.config.migrate);
+    if let Some(c) = llc {
+        eng = eng.with_llc(c);
+    }
     if let Some((cfg, costs)) = &exp.cache {
         let cache =
             sim::cache::CacheModel::new(cfg.clone()).map_err(|e| anyhow!("cache model: {e}"))?;

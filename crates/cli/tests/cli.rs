@@ -446,10 +446,13 @@ rows = { "base" = [0.0, nan], "v2" = [0.5, 1.0] }
             .map(str::to_string)
             .collect()
     };
-    // The model's table: runs per minute up, user time unchanged, some 64K.
+    // The model's table: runs per minute up, user time up a little (the
+    // first access to each other page of a 64K folio pays
+    // fresh_pte_touch_ns), some 64K.
     let v2 = row("v2");
     assert!(v2[1].starts_with('+') && v2[1] != "+0.0%", "{out}");
-    assert_eq!(v2[3], "+0.0%", "{out}");
+    let user: f64 = v2[3].trim_end_matches('%').parse().unwrap();
+    assert!(user > 0.0 && user < 5.0, "{out}");
     assert!(v2[4].parse::<f64>().unwrap() > 0.0, "{out}");
     // The published table: a figure the seed does not give is "-".
     assert!(

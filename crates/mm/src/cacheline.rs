@@ -26,10 +26,23 @@
 //! within one locked section are serial (each `struct page` is found through
 //! the previous one's list pointer), so their costs add.
 //!
+//! With the machine's LLC size known ([`LlcClocks`]), a line also leaves
+//! the cache: each LLC counts the lines it takes in (lines of `struct
+//! page`s that missed, and the pages cleared or copied), each record keeps
+//! that count at its last touch, and a line whose LLC has taken in a whole
+//! cache's worth since costs a DRAM access, local or remote by the memory's
+//! node, instead of a transfer. The same records serve the `struct page`
+//! loads outside the zone lock that the fault paths make (the old page of
+//! a copy-on-write fault, [`crate::memory::do_wp_page`]), with or without
+//! a topology; fork, a PMD split, allocation and free write lines without
+//! charging for them (their fitted costs hold those stores).
+//!
 //! Deviations: reads do not leave shared copies (a read makes the reader the
-//! owner, which is what the next writer in the list code does anyway); no
-//! eviction (a line written long ago by another CPU still costs a transfer,
-//! not a DRAM access); the lines are updated when an operation starts, not
+//! owner, which is what the next writer in the list code does anyway); the
+//! eviction is an LRU rule over the lines the model sees, counted as
+//! [`LlcClocks`] says (a lower bound on the misses: user accesses, page
+//! tables and slab objects are not counted, nor hits that reorder the LRU
+//! stack); the lines are updated when an operation starts, not
 //! when the engine plays it (the engine grants the lock in the same global
 //! time order, so the two orders differ only where operations overlap).
 
@@ -103,6 +116,16 @@ impl CpuTopology {
     }
 }
 
+/// Nanoseconds for a line from DRAM, the reader's node's or another's.
+#[inline]
+fn dram_ns(costs: &CostTable, local: bool) -> u64 {
+    costs.get(if local {
+        Cost::DramLocal
+    } else {
+        Cost::DramRemote
+    })
+}
+
 /// Nanoseconds for a CPU to read a line of `class` (0 for its own line).
 pub fn transfer_ns(costs: &CostTable, class: LineClass) -> u64 {
     match class {
@@ -114,57 +137,253 @@ pub fn transfer_ns(costs: &CostTable, class: LineClass) -> u64 {
     }
 }
 
-/// One last-writer record per line: `0` for a line nobody has written since
-/// boot, else the writer's CPU number + 1.
+/// How many distinct lines each last-level cache has taken in, for the
+/// eviction of lines nobody touched for a whole cache's worth of traffic.
 ///
-/// Invariant: every record is `0` or a CPU of the topology it was used with.
+/// A line is taken to have left an LLC once that LLC has taken in
+/// `capacity` lines (its size ÷ 64 B) since the line's last touch there: an
+/// LRU cache's rule, with two approximations. The count is of lines taken
+/// in (misses: a line from DRAM or another LLC, and every line of a page
+/// cleared or copied that was not itself cached there), not of every
+/// distinct line touched: a hit on a line older than this one also pushes
+/// it down an LRU stack but is not counted, so evictions come a little
+/// late (a bound from below on the misses). And only the traffic the model
+/// sees is counted: the lines of the `struct page`s it follows, and each
+/// page cleared or copied (64 lines written; 64 read and 64 written for a
+/// copy); user loads and stores, page tables, slab objects and kernel text
+/// are not (also too few misses).
+///
+/// Deterministic: the counts are a function of the operations in the order
+/// the model runs them.
+#[derive(Clone, Debug)]
+pub struct LlcClocks {
+    /// Lines each LLC has taken in so far (by LLC index, grown on use).
+    now: Vec<u64>,
+    /// Lines one LLC holds.
+    capacity: u64,
+    topo: Option<CpuTopology>,
+    /// Per CPU: its LLC, node and core (precomputed: a division per touch
+    /// was a tenth of the model's time).
+    llc: Vec<u32>,
+    place: Vec<(u32, u32)>,
+}
+
+impl LlcClocks {
+    /// Clocks for LLCs of `llc_bytes` each on a machine of `nr_cpus` CPUs,
+    /// shared by CPUs as `topo` says (without one, every CPU shares one
+    /// LLC).
+    pub fn new(llc_bytes: u64, topo: Option<CpuTopology>, nr_cpus: u32) -> LlcClocks {
+        let place: Vec<(u32, u32)> = (0..nr_cpus)
+            .map(|c| topo.map_or((0, c), |t| t.place(c)))
+            .collect();
+        let llc = place
+            .iter()
+            .map(|&(node, core)| match &topo {
+                None => 0,
+                Some(t) => {
+                    let per_llc = t.cores_per_llc.max(1);
+                    node * t.cores_per_node().div_ceil(per_llc) + core / per_llc
+                }
+            })
+            .collect();
+        LlcClocks {
+            now: vec![0],
+            capacity: (llc_bytes / LINE_BYTES).max(1),
+            topo,
+            llc,
+            place,
+        }
+    }
+
+    /// The distance between `writer` and `reader` ([`CpuTopology::class`]
+    /// from the precomputed places; [`LineClass::Same`] or
+    /// [`LineClass::SameLlc`] without a topology).
+    #[inline]
+    pub fn class(&self, writer: u32, reader: u32) -> LineClass {
+        if writer == reader {
+            return LineClass::Same;
+        }
+        let (Some(&(wn, wc)), Some(&(rn, rc))) = (
+            self.place.get(writer as usize),
+            self.place.get(reader as usize),
+        ) else {
+            return self
+                .topo
+                .map_or(LineClass::SameLlc, |t| t.class(writer, reader));
+        };
+        if self.topo.is_none() {
+            LineClass::SameLlc
+        } else if wn != rn {
+            LineClass::OtherSocket
+        } else if wc == rc {
+            LineClass::Smt
+        } else if self.llc_of(writer) == self.llc_of(reader) {
+            LineClass::SameLlc
+        } else {
+            LineClass::OtherLlc
+        }
+    }
+
+    /// Lines one LLC holds.
+    pub fn capacity(&self) -> u64 {
+        self.capacity
+    }
+
+    /// The LLC of `cpu`: node by node, then the node's cores in groups of
+    /// `cores_per_llc`.
+    #[inline]
+    pub fn llc_of(&self, cpu: u32) -> usize {
+        match self.llc.get(cpu as usize) {
+            Some(&l) => l as usize,
+            None => match &self.topo {
+                None => 0,
+                Some(t) => {
+                    let (node, core) = t.place(cpu);
+                    let per_llc = t.cores_per_llc.max(1);
+                    (node * t.cores_per_node().div_ceil(per_llc) + core / per_llc) as usize
+                }
+            },
+        }
+    }
+
+    /// Lines LLC `llc` has taken in so far.
+    #[inline]
+    pub fn now(&self, llc: usize) -> u64 {
+        self.now.get(llc).copied().unwrap_or(0)
+    }
+
+    /// LLC `llc` takes in `lines` more lines.
+    #[inline]
+    pub fn advance(&mut self, llc: usize, lines: u64) {
+        if llc >= self.now.len() {
+            self.now.resize(llc + 1, 0);
+        }
+        self.now[llc] += lines;
+    }
+
+    /// True if a line LLC `llc` last took in or touched at `stamp` has
+    /// been pushed out since.
+    #[inline]
+    pub fn evicted(&self, llc: usize, stamp: u64) -> bool {
+        self.now(llc).saturating_sub(stamp) >= self.capacity
+    }
+
+    /// A page (64 lines) is cleared or copied by `cpu`: if its lines were
+    /// not still in the CPU's LLC by `record` (see [`PageData`]), they are
+    /// taken in. Updates `record`.
+    #[inline]
+    pub fn stream_page(&mut self, cpu: u32, record: &mut u64) {
+        let llc = self.llc_of(cpu);
+        let (was, stamp) = unpack(*record);
+        if was == 0 || was as usize - 1 != llc || self.evicted(llc, stamp) {
+            self.advance(llc, LINES_PER_PAGE);
+        }
+        *record = pack(llc as u32 + 1, self.now(llc));
+    }
+}
+
+/// Bytes per cache line.
+pub const LINE_BYTES: u64 = 64;
+/// Lines per 4 KiB page.
+pub const LINES_PER_PAGE: u64 = 4096 / LINE_BYTES;
+
+/// A record: 16 bits of CPU (or LLC) + 1, 0 for none, and a 48-bit stamp of
+/// the LLC's clock (2^48 lines are 16 EiB of traffic: it never wraps).
+#[inline]
+fn pack(who: u32, stamp: u64) -> u64 {
+    (stamp << 16) | (who as u64 & 0xffff)
+}
+
+#[inline]
+fn unpack(r: u64) -> (u32, u64) {
+    ((r & 0xffff) as u32, r >> 16)
+}
+
+/// Per page, the LLC (+ 1) that last cleared or copied its data and that
+/// LLC's clock then (`0`: never), packed as [`LineOwners`]' records.
+pub type PageData = u64;
+
+/// One record per line: its last writer (`0` for a line nobody has written
+/// since boot, else the writer's CPU number + 1) and, when the LLC model is
+/// on ([`LlcClocks`]), the clock of the writer's LLC at that touch.
+///
+/// Invariant: every writer is `0` or a CPU of the topology it was used with.
 #[derive(Clone, Debug, Default)]
 pub struct LineOwners {
-    owner: Vec<u16>,
+    rec: Vec<u64>,
 }
 
 impl LineOwners {
     /// Records for `n` lines, none written yet. The vector is allocated
     /// zeroed, so records of lines never touched cost no host memory.
     pub fn new(n: usize) -> LineOwners {
-        LineOwners { owner: vec![0; n] }
+        LineOwners { rec: vec![0; n] }
     }
 
     /// Number of lines.
     pub fn len(&self) -> usize {
-        self.owner.len()
+        self.rec.len()
     }
 
     /// True if there are no lines.
     pub fn is_empty(&self) -> bool {
-        self.owner.is_empty()
+        self.rec.is_empty()
     }
 
     /// The CPU that last wrote line `i`, if any.
     pub fn owner(&self, i: usize) -> Option<VcpuId> {
-        match self.owner[i] {
+        match unpack(self.rec[i]).0 {
             0 => None,
-            o => Some(VcpuId(o as u32 - 1)),
+            o => Some(VcpuId(o - 1)),
         }
     }
 
     /// CPU `cpu` reads and writes line `i`, whose memory is on node `home`:
-    /// returns the nanoseconds the read waits (a transfer from the last
-    /// writer, or DRAM for a line nobody wrote), and makes `cpu` the owner.
+    /// returns the nanoseconds the read waits, and makes `cpu` the owner.
+    ///
+    /// The wait is a transfer from the last writer by distance (none
+    /// without a topology: every CPU is taken to share one cache), or a
+    /// DRAM access, local or remote, for a line nobody wrote or one the
+    /// writer's LLC has since pushed out (`clocks`). A line that comes
+    /// from DRAM or from another LLC is taken into the reader's LLC.
     pub fn touch(
         &mut self,
         i: usize,
         cpu: VcpuId,
         home: u32,
-        topo: &CpuTopology,
+        topo: Option<&CpuTopology>,
+        clocks: Option<&mut LlcClocks>,
         costs: &CostTable,
     ) -> u64 {
-        let ns = match self.owner(i) {
-            Some(o) => transfer_ns(costs, topo.class(o.0, cpu.0)),
-            None if topo.node_of(cpu.0) == home => costs.get(Cost::DramLocal),
-            None => costs.get(Cost::DramRemote),
+        let (owner, stamp) = unpack(self.rec[i]);
+        let (ns, stamp_now) = match clocks {
+            None => {
+                let ns = match (owner, topo) {
+                    (0, _) => dram_ns(costs, topo.map_or(home, |t| t.node_of(cpu.0)) == home),
+                    (_, Some(t)) => transfer_ns(costs, t.class(owner - 1, cpu.0)),
+                    (_, None) => 0,
+                };
+                (ns, 0)
+            }
+            Some(c) => {
+                let mine = c.llc_of(cpu.0);
+                let theirs = (owner != 0).then(|| c.llc_of(owner - 1));
+                let cached = theirs.is_some_and(|l| !c.evicted(l, stamp));
+                if !cached || theirs != Some(mine) {
+                    c.advance(mine, 1);
+                }
+                let ns = if !cached {
+                    let node = c.place.get(cpu.idx()).map_or(home, |p| p.0);
+                    dram_ns(costs, c.topo.is_none() || node == home)
+                } else if c.topo.is_some() {
+                    transfer_ns(costs, c.class(owner - 1, cpu.0))
+                } else {
+                    0
+                };
+                (ns, c.now(mine))
+            }
         };
-        self.owner[i] = (cpu.0 + 1) as u16;
+        self.rec[i] = pack(cpu.0 + 1, stamp_now);
         ns
     }
 }
@@ -194,6 +413,21 @@ mod tests {
 
     #[test]
     fn a_touch_costs_the_transfer_from_the_last_writer_and_takes_the_line() {
+        let costs = costs();
+        let mut l = LineOwners::new(4);
+        // Nobody wrote line 0: DRAM, local to CPU 0, remote for CPU 8.
+        assert_eq!(l.touch(0, VcpuId(0), 0, Some(&TOPO), None, &costs), 90);
+        assert_eq!(l.touch(1, VcpuId(8), 0, Some(&TOPO), None, &costs), 140);
+        // Again on the same CPU: its own line.
+        assert_eq!(l.touch(0, VcpuId(0), 0, Some(&TOPO), None, &costs), 0);
+        assert_eq!(l.touch(0, VcpuId(4), 0, Some(&TOPO), None, &costs), 8);
+        assert_eq!(l.touch(0, VcpuId(1), 0, Some(&TOPO), None, &costs), 40);
+        assert_eq!(l.touch(0, VcpuId(3), 0, Some(&TOPO), None, &costs), 70);
+        assert_eq!(l.touch(0, VcpuId(12), 0, Some(&TOPO), None, &costs), 120);
+        assert_eq!(l.owner(0), Some(VcpuId(12)));
+    }
+
+    fn costs() -> CostTable {
         let mut costs = CostTable::uniform(0);
         for (c, ns) in [
             (Cost::C2cSmt, 8),
@@ -205,16 +439,82 @@ mod tests {
         ] {
             costs.set(c, ns);
         }
-        let mut l = LineOwners::new(4);
-        // Nobody wrote line 0: DRAM, local to CPU 0, remote for CPU 8.
-        assert_eq!(l.touch(0, VcpuId(0), 0, &TOPO, &costs), 90);
-        assert_eq!(l.touch(1, VcpuId(8), 0, &TOPO, &costs), 140);
-        // Again on the same CPU: its own line.
-        assert_eq!(l.touch(0, VcpuId(0), 0, &TOPO, &costs), 0);
-        assert_eq!(l.touch(0, VcpuId(4), 0, &TOPO, &costs), 8);
-        assert_eq!(l.touch(0, VcpuId(1), 0, &TOPO, &costs), 40);
-        assert_eq!(l.touch(0, VcpuId(3), 0, &TOPO, &costs), 70);
-        assert_eq!(l.touch(0, VcpuId(12), 0, &TOPO, &costs), 120);
-        assert_eq!(l.owner(0), Some(VcpuId(12)));
+        costs
+    }
+
+    #[test]
+    fn the_clocks_places_agree_with_the_topology() {
+        let c = LlcClocks::new(1 << 20, Some(TOPO), 16);
+        for w in 0..16 {
+            for r in 0..16 {
+                assert_eq!(c.class(w, r), TOPO.class(w, r), "{w} -> {r}");
+            }
+        }
+        // Node 0: cores 0-1 (and siblings 4-5) in LLC 0, cores 2-3 in LLC 1.
+        assert_eq!(
+            [0, 1, 4, 5, 2, 3, 8, 10].map(|c2| c.llc_of(c2)),
+            [0, 0, 0, 0, 1, 1, 2, 3]
+        );
+    }
+
+    #[test]
+    fn a_line_leaves_its_llc_after_a_cache_worth_of_new_lines() {
+        let costs = costs();
+        // 64 lines of LLC.
+        let mut c = LlcClocks::new(64 * LINE_BYTES, Some(TOPO), 16);
+        let mut l = LineOwners::new(2);
+        assert_eq!(
+            l.touch(0, VcpuId(0), 0, Some(&TOPO), Some(&mut c), &costs),
+            90
+        );
+        // Another core of the LLC takes it: a transfer, no new line there.
+        assert_eq!(
+            l.touch(0, VcpuId(1), 0, Some(&TOPO), Some(&mut c), &costs),
+            40
+        );
+        assert_eq!(c.now(0), 1);
+        // 62 more lines: still there.
+        c.advance(0, 62);
+        assert_eq!(
+            l.touch(0, VcpuId(0), 0, Some(&TOPO), Some(&mut c), &costs),
+            40
+        );
+        // A full LLC's worth after that touch: gone, from DRAM (remote for
+        // a CPU of the other socket).
+        c.advance(0, 64);
+        assert_eq!(
+            l.touch(0, VcpuId(0), 0, Some(&TOPO), Some(&mut c), &costs),
+            90
+        );
+        c.advance(0, 64);
+        assert_eq!(
+            l.touch(0, VcpuId(8), 0, Some(&TOPO), Some(&mut c), &costs),
+            140
+        );
+        // Another LLC's traffic does not push line 1 out of LLC 0.
+        assert_eq!(
+            l.touch(1, VcpuId(0), 0, Some(&TOPO), Some(&mut c), &costs),
+            90
+        );
+        c.advance(1, 1000);
+        assert_eq!(
+            l.touch(1, VcpuId(1), 0, Some(&TOPO), Some(&mut c), &costs),
+            40
+        );
+    }
+
+    #[test]
+    fn a_page_cached_in_the_llc_is_not_taken_in_twice() {
+        let mut c = LlcClocks::new(256 * LINE_BYTES, None, 2);
+        let mut rec: PageData = 0;
+        c.stream_page(0, &mut rec);
+        assert_eq!(c.now(0), LINES_PER_PAGE);
+        // Again, from the other CPU sharing the LLC: still cached.
+        c.stream_page(1, &mut rec);
+        assert_eq!(c.now(0), LINES_PER_PAGE);
+        // After 256 more lines it has left.
+        c.advance(0, 256);
+        c.stream_page(0, &mut rec);
+        assert_eq!(c.now(0), 256 + 2 * LINES_PER_PAGE);
     }
 }

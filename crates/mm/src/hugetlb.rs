@@ -814,6 +814,7 @@ pub fn hugetlb_no_page(vmf: &mut Vmf, pmd: crate::pgtable::Slot) -> Result<(), V
         ),
     );
     folio_zero_user(cx, policy, folio, PAGES_PER_HUGE_PAGE, Vaddr(addr));
+    pa.llc_stream(cx, folio, PAGES_PER_HUGE_PAGE as u64);
     pa.mem.set_refcount(folio, 1);
     pa.mem.set_entire_mapcount(folio, 1);
     let rw = if write { PAGE_RW | PAGE_DIRTY } else { 0 };
@@ -860,6 +861,8 @@ pub fn hugetlb_wp(vmf: &mut Vmf, pmd: crate::pgtable::Slot) -> Result<(), VmFaul
         ),
     );
     copy_user_large_folio(cx, policy, new, old, PAGES_PER_HUGE_PAGE, Vaddr(addr));
+    pa.llc_stream(cx, new, PAGES_PER_HUGE_PAGE as u64);
+    pa.llc_stream(cx, old, PAGES_PER_HUGE_PAGE as u64);
     pa.mem.set_refcount(new, 1);
     pa.mem.set_entire_mapcount(new, 1);
     cx.charge(Cost::PteSet);

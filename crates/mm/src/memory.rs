@@ -297,15 +297,32 @@ pub fn access_ok(mm: &mut MmStruct, addr: Vaddr, write: bool) -> bool {
 /// pages of a large folio that the program never used can be counted when
 /// the folio is freed (`mmlab_anon_pages_untouched`).
 pub fn user_access(pa: &mut PageAlloc, mm: &mut MmStruct, addr: Vaddr, write: bool) -> Option<u64> {
+    user_access_fresh(pa, mm, addr, write).map(|(phys, _)| phys)
+}
+
+/// [`user_access`], and whether the access is the first to reach a page of
+/// a large folio through its own PTE ([`crate::cost::Cost::FreshPteTouch`]:
+/// the folio's other pages after the fault that mapped them all).
+pub fn user_access_fresh(
+    pa: &mut PageAlloc,
+    mm: &mut MmStruct,
+    addr: Vaddr,
+    write: bool,
+) -> Option<(u64, bool)> {
     let (e, phys) = access_entry(mm, addr.0, write)?;
+    let mut fresh = false;
     if e & PAGE_SPECIAL == 0 {
         let p = pa.mem.idx(Pfn(phys >> crate::types::PAGE_SHIFT));
         let f = pa.mem.flags(p);
         if f & PG_UTOUCHED == 0 {
             pa.mem.set_flags(p, f | PG_UTOUCHED);
+            // A page of a large folio (a tail, or a head of order > 0)
+            // mapped by a PTE, not a PMD leaf.
+            let large = f & crate::page::PG_TAIL != 0 || pa.mem.order(p) > 0;
+            fresh = e & PAGE_PSE == 0 && large;
         }
     }
-    Some(phys)
+    Some((phys, fresh))
 }
 
 /// The entry (PTE or PMD leaf) that maps `addr` for this access and the
@@ -529,6 +546,7 @@ pub fn do_huge_pmd_anonymous_page(vmf: &mut Vmf, pmd: Slot) -> bool {
     match alloc_thp(pa, cx, mm, pmd) {
         Some(pfn) => {
             huge_order::folio_zero_user(cx, g.cfg.clear_order, pfn, HPAGE_PMD_NR, *address);
+            pa.llc_stream(cx, pfn, HPAGE_PMD_NR as u64);
             map_anon_folio_pmd(cx, mm, pmd, pfn);
             g.lru_add.folio_add_lru(cx.cpu, true);
             true
@@ -612,6 +630,9 @@ pub fn do_huge_pmd_wp_page(vmf: &mut Vmf, pmd: Slot) -> bool {
         ..
     } = vmf;
     let head = entry_pfn(e);
+    // page_folio() of pmd_page(): the first load of the folio's struct page.
+    let ns = pa.touch_struct_page(cx, head);
+    cx.charge_ns(ns);
     if pa.mem.refcount(head) == HPAGE_PMD_NR && pa.mem.entire_mapcount(head) == 1 {
         // Only this PMD maps the folio: reuse it.
         let ptl = pmd_lockptr(pmd);
@@ -646,6 +667,8 @@ pub fn do_huge_pmd_wp_page(vmf: &mut Vmf, pmd: Slot) -> bool {
                 HPAGE_PMD_NR,
                 *address,
             );
+            pa.llc_stream(cx, pfn, HPAGE_PMD_NR as u64);
+            pa.llc_stream(cx, entry_pfn(e), HPAGE_PMD_NR as u64);
             let new = pa.mem.idx(pfn);
             pa.mem.set_refcount(new, HPAGE_PMD_NR);
             pa.mem.set_entire_mapcount(new, 1);
@@ -697,6 +720,12 @@ pub fn split_huge_pmd(pa: &mut PageAlloc, cx: &mut Cx, mm: &mut MmStruct, pmd: S
     if !special {
         let m = pa.mem.entire_mapcount(pfn);
         pa.mem.set_entire_mapcount(pfn, m - 1);
+        // folio_add_anon_rmap_ptes() of all the sub-pages writes each one's
+        // _mapcount: the lines become this CPU's (their cost is not
+        // charged: the split's per-PTE charge stands for it).
+        for i in 0..PTRS_PER_TABLE as u64 {
+            pa.touch_struct_page(cx, pfn.offset(i));
+        }
     }
     mm.pgt.set(pmd, mk_entry(table, PAGE_PRESENT | PAGE_RW));
     cx.unlock(ptl);
@@ -740,6 +769,7 @@ pub fn do_wp_page(vmf: &mut Vmf, pte: Slot) -> Result<(), VmFault> {
     let special = e & PAGE_SPECIAL != 0;
     let old_head = (!special).then(|| folio_head(pa, entry_pfn(e)));
     if let Some(h) = old_head {
+        wp_page_first_loads(pa, cx, entry_pfn(e), h);
         if e & PAGE_ANON_EXCLUSIVE != 0 || pa.mem.refcount(h) == 1 {
             let ptl = pte_lockptr(pte);
             cx.lock(ptl);
@@ -763,7 +793,9 @@ pub fn do_wp_page(vmf: &mut Vmf, pte: Slot) -> Result<(), VmFault> {
         cx.clear_page(pfn);
     } else {
         cx.copy_page(pfn, entry_pfn(e));
+        pa.llc_stream(cx, entry_pfn(e), 1);
     }
+    pa.llc_stream(cx, pfn, 1);
     pa.mem.set_refcount(pfn, 1);
     mmu_notifier_invalidate_range_start(mm);
     let ptl = pte_lockptr(pte);
@@ -791,6 +823,25 @@ pub fn do_wp_page(vmf: &mut Vmf, pte: Slot) -> Result<(), VmFault> {
     }
     g.lru_add.folio_add_lru(cx.cpu, false);
     Ok(())
+}
+
+/// The loads `do_wp_page()` makes of the old page's `struct page` before it
+/// decides between reuse and copy: `page_folio()` of `vm_normal_page()`'s
+/// page (the page's own line: its `compound_head`), then the folio's flags
+/// and counts (`folio_test_anon()`, `folio_ref_count()`; the head's line,
+/// the same one for a base page). Each waits for the line from its last
+/// writer, or from DRAM when nobody wrote it or its LLC has pushed it out
+/// since (fork wrote it; a region's worth of copies later it is gone: on
+/// this host `perf` puts 71 % of `do_wp_page()`'s own samples on the
+/// instruction after the first load). Charged: nothing else holds it
+/// (`pte_zap_ns`, the rmap removal's cost, is measured by `munmap`, whose
+/// loads of consecutive pages' `struct page`s overlap).
+fn wp_page_first_loads(pa: &mut PageAlloc, cx: &mut Cx, page: Pfn, head: Pfn) {
+    let mut ns = pa.touch_struct_page(cx, page);
+    if head != page {
+        ns += pa.touch_struct_page(cx, head);
+    }
+    cx.charge_ns(ns);
 }
 
 /// Models `folio_remove_rmap_pte()` of the old page in `wp_page_copy()`,
@@ -1031,6 +1082,9 @@ fn copy_pmd_range(
         let wp = e & !(PAGE_RW | PAGE_ANON_EXCLUSIVE);
         if e & PAGE_SPECIAL == 0 {
             let head = entry_pfn(e);
+            // The folio's counts are written: its line becomes the forking
+            // CPU's (the cost is inside pte_copy_ns, fitted on fork).
+            pa.touch_struct_page(cx, head);
             folio_get_refs(pa, head, HPAGE_PMD_NR);
             let m = pa.mem.entire_mapcount(head);
             pa.mem.set_entire_mapcount(head, m + 1);
@@ -1072,6 +1126,13 @@ fn copy_pmd_range(
             let wp = pe & !(PAGE_RW | PAGE_ANON_EXCLUSIVE);
             if pe & PAGE_SPECIAL == 0 {
                 let h = folio_head(pa, entry_pfn(pe));
+                // folio_try_dup_anon_rmap_pte() writes the page's mapcount
+                // and the folio's refcount: their lines become the forking
+                // CPU's (the cost is inside pte_copy_ns, fitted on fork).
+                pa.touch_struct_page(cx, entry_pfn(pe));
+                if h != entry_pfn(pe) {
+                    pa.touch_struct_page(cx, h);
+                }
                 folio_get_refs(pa, h, 1);
             }
             cx.charge(Cost::PteCopy);

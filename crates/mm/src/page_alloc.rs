@@ -38,7 +38,7 @@
 //!   point at their head); the kernel does so only with `__GFP_COMP`.
 //! - Deviation: no free page reporting, shuffling or page poisoning.
 
-use crate::cacheline::{CpuTopology, LineOwners};
+use crate::cacheline::{CpuTopology, LineOwners, PageData};
 use crate::cost::{Cost, Cx, LockClass, LockId};
 use crate::page::{
     FreeList, LazyRun, MemMap, PfnIdx, MT_MASK, MT_SHIFT, ORDER_MASK, PAGES_PER_SECTION,
@@ -260,14 +260,17 @@ pub struct Zone {
     pub idx: u32,
     /// Who last wrote the lines the zone lock protects (the `free_area[]`
     /// heads and the buddies' `struct page`s), when the machine's topology
-    /// is known ([`PageAlloc::set_cpu_topology`]).
+    /// is known ([`PageAlloc::set_cpu_topology`]), or the `struct page`
+    /// lines alone when only the LLC's size is ([`PageAlloc::set_llc_lines`]).
     lines: Option<Box<ZoneLines>>,
 }
 
 /// The last writers of a zone's lines under `zone->lock` ([`crate::cacheline`]).
 #[derive(Clone, Debug)]
 struct ZoneLines {
-    topo: CpuTopology,
+    /// The topology; `None`: only the LLC model's `struct page` lines are
+    /// kept, and free-list operations keep their whole-operation costs.
+    topo: Option<CpuTopology>,
     /// One line per order: the order's list heads and `nr_free`.
     free_area: LineOwners,
     /// One line per page: its `struct page` (64 bytes on x86-64).
@@ -282,7 +285,14 @@ struct PageLines {
     /// Per section of the zone (from the zone's first section): 0, or the
     /// index + 1 of its records in `sections`.
     slot: Vec<u32>,
-    sections: Vec<LineOwners>,
+    sections: Vec<SectionLines>,
+}
+
+/// One section's records: its `struct page` lines, and its pages' data.
+#[derive(Clone, Debug)]
+struct SectionLines {
+    owners: LineOwners,
+    data: Vec<PageData>,
 }
 
 impl PageLines {
@@ -297,11 +307,13 @@ impl PageLines {
 
     /// The records of `pfn`'s section, made on first use.
     #[inline]
-    fn section(&mut self, pfn: u64, zone_start_pfn: u64) -> &mut LineOwners {
+    fn section(&mut self, pfn: u64, zone_start_pfn: u64) -> &mut SectionLines {
         let i = (pfn / PAGES_PER_SECTION - zone_start_pfn / PAGES_PER_SECTION) as usize;
         if self.slot[i] == 0 {
-            self.sections
-                .push(LineOwners::new(PAGES_PER_SECTION as usize));
+            self.sections.push(SectionLines {
+                owners: LineOwners::new(PAGES_PER_SECTION as usize),
+                data: vec![0; PAGES_PER_SECTION as usize],
+            });
             self.slot[i] = self.sections.len() as u32;
         }
         &mut self.sections[self.slot[i] as usize - 1]
@@ -327,39 +339,66 @@ impl Zone {
         }
     }
 
+    /// True if free-list operations are charged per line they touch (the
+    /// ownership model is on: the topology is known).
+    #[inline]
+    fn charges_lines(&self) -> bool {
+        self.lines.as_ref().is_some_and(|l| l.topo.is_some())
+    }
+
     /// This CPU reads and writes the `free_area[order]` line: charges the
     /// transfer from its last writer (nothing without a topology).
     #[inline]
     fn touch_free_area(&mut self, cx: &mut Cx, order: u8) {
         if let Some(l) = self.lines.as_deref_mut() {
+            if l.topo.is_none() {
+                return;
+            }
+            let cpu = cx.cpu;
+            let (table, clocks) = cx.table_and_llc();
             let ns = l.free_area.touch(
                 order as usize,
-                cx.cpu,
+                cpu,
                 self.node.0 as u32,
-                &l.topo,
-                cx.table(),
+                l.topo.as_ref(),
+                clocks,
+                table,
             );
             cx.charge_ns(ns);
         }
     }
 
-    /// This CPU reads and writes `pfn`'s `struct page`: charges the
-    /// transfer from its last writer (nothing without a topology).
+    /// A free-list operation reads and writes `pfn`'s `struct page`:
+    /// charges the transfer from its last writer, or DRAM (nothing without
+    /// a topology: the operation's whole cost covers it).
     #[inline]
     fn touch_page(&mut self, cx: &mut Cx, pfn: u64) {
-        if let Some(l) = self.lines.as_deref_mut() {
-            let owners = l.pages.section(pfn, self.zone_start_pfn);
-            let i = (pfn % PAGES_PER_SECTION) as usize;
-            let ns = owners.touch(i, cx.cpu, self.node.0 as u32, &l.topo, cx.table());
+        if self.charges_lines() {
+            let ns = self.touch_struct_page(cx, pfn);
             cx.charge_ns(ns);
         }
+    }
+
+    /// This CPU reads and writes `pfn`'s `struct page` line (with the line
+    /// records on): the nanoseconds the read waits, not charged.
+    #[inline]
+    fn touch_struct_page(&mut self, cx: &mut Cx, pfn: u64) -> u64 {
+        let Some(l) = self.lines.as_deref_mut() else {
+            return 0;
+        };
+        let sec = l.pages.section(pfn, self.zone_start_pfn);
+        let i = (pfn % PAGES_PER_SECTION) as usize;
+        let cpu = cx.cpu;
+        let (table, clocks) = cx.table_and_llc();
+        sec.owners
+            .touch(i, cpu, self.node.0 as u32, l.topo.as_ref(), clocks, table)
     }
 
     /// One free-list operation's own work: its instructions and, without
     /// the line model, the miss on the `struct page` it charges as a whole.
     #[inline]
     fn charge_list_op(&self, cx: &mut Cx, whole: Cost) {
-        cx.charge(if self.lines.is_some() {
+        cx.charge(if self.charges_lines() {
             Cost::BuddyListInsn
         } else {
             whole
@@ -466,7 +505,7 @@ impl Zone {
         while high > low {
             high -= 1;
             let half = p.offset(1u32 << high);
-            if self.lines.is_some() {
+            if self.charges_lines() {
                 if let Some(head) =
                     self.free_area[high as usize][mt as usize].first_pfn(mem, 1 << high)
                 {
@@ -504,13 +543,13 @@ impl Zone {
             };
             // The head, the block's struct page, then its successor (whose
             // prev pointer the unlink rewrites): three dependent lines.
-            if self.lines.is_some() {
+            if self.charges_lines() {
                 self.charge_list_op(cx, Cost::BuddyListOp);
                 self.touch_free_area(cx, current);
                 self.touch_page(cx, mem.pfn(p).0);
             }
             self.del_from_free_list(mem, p, current);
-            if self.lines.is_some() {
+            if self.charges_lines() {
                 let list = &self.free_area[current as usize][mt as usize];
                 if let Some(next) = list.first_pfn(mem, 1 << current) {
                     self.touch_page(cx, next);
@@ -807,7 +846,7 @@ impl Zone {
             if !self.spans(pfn ^ (1u64 << order)) || !mem.is_buddy_of_order(buddy, order) {
                 break;
             }
-            if self.lines.is_some() {
+            if self.charges_lines() {
                 cx.charge(Cost::BuddyListInsn);
             } else {
                 cx.charge(Cost::BuddyMergeStep);
@@ -821,7 +860,7 @@ impl Zone {
         }
         let to_tail = self.buddy_merge_likely(mem, p, pfn, order);
         self.charge_list_op(cx, Cost::BuddyListOp);
-        if self.lines.is_some() {
+        if self.charges_lines() {
             let list = &self.free_area[order as usize][mt as usize];
             let neighbour = if to_tail {
                 list.last_pfn(mem)
@@ -1236,6 +1275,22 @@ impl PageAlloc {
     /// instructions (`buddy_list_insn_ns`) and a transfer of every line it
     /// touches that another CPU wrote last.
     pub fn set_cpu_topology(&mut self, topo: CpuTopology) {
+        self.set_lines(Some(topo));
+    }
+
+    /// Keeps the `struct page` line records without a topology, for the
+    /// LLC model ([`crate::cacheline::LlcClocks`], which the caller gives
+    /// the [`Cx`]): the touches the fault paths make
+    /// ([`PageAlloc::touch_struct_page`]) find a line cached or evicted;
+    /// free-list operations keep their whole-operation costs. Nothing if
+    /// the topology is already set.
+    pub fn set_llc_lines(&mut self) {
+        if self.zones.first().is_some_and(|z| z.lines.is_none()) {
+            self.set_lines(None);
+        }
+    }
+
+    fn set_lines(&mut self, topo: Option<CpuTopology>) {
         for z in &mut self.zones {
             z.lines = Some(Box::new(ZoneLines {
                 topo,
@@ -1247,7 +1302,50 @@ impl PageAlloc {
 
     /// The machine's CPU topology, if the cache-line model is on.
     pub fn cpu_topology(&self) -> Option<CpuTopology> {
-        self.zones.first()?.lines.as_ref().map(|l| l.topo)
+        self.zones.first()?.lines.as_ref().and_then(|l| l.topo)
+    }
+
+    /// CPU `cx.cpu` reads and writes `pfn`'s `struct page` outside the
+    /// zone lock (a fault's `page_folio()`, an rmap update): returns the
+    /// nanoseconds the first load waits (a transfer from the line's last
+    /// writer, or DRAM if nobody wrote it or its LLC has pushed it out;
+    /// [`crate::cacheline::LineOwners::touch`]), 0 without line records.
+    /// The caller charges it, or not where a fitted cost already holds it.
+    #[inline]
+    pub fn touch_struct_page(&mut self, cx: &mut Cx, pfn: Pfn) -> u64 {
+        if self.zones.first().is_none_or(|z| z.lines.is_none()) {
+            return 0;
+        }
+        let zi = self.page_zone(pfn);
+        self.zones[zi].touch_struct_page(cx, pfn.0)
+    }
+
+    /// CPU `cx.cpu` clears or copies the `nr` pages from `pfn` (a copy
+    /// calls this for the source and for the destination): their lines go
+    /// through its LLC, pushing older lines out (the LLC model's clock;
+    /// nothing without it). Charges nothing: the clear and copy costs are
+    /// the caller's.
+    pub fn llc_stream(&mut self, cx: &mut Cx, pfn: Pfn, nr: u64) {
+        if cx.llc_mut().is_none() || self.zones.first().is_none_or(|z| z.lines.is_none()) {
+            return;
+        }
+        let cpu = cx.cpu.0;
+        // A folio lies in one zone and one section.
+        let zi = self.page_zone(pfn);
+        let z = &mut self.zones[zi];
+        debug_assert!(z.spans(pfn.0 + nr - 1), "a stream across zones");
+        let (Some(l), Some(c)) = (z.lines.as_deref_mut(), cx.llc_mut()) else {
+            return;
+        };
+        let mut p = pfn.0;
+        while p < pfn.0 + nr {
+            let sec = l.pages.section(p, z.zone_start_pfn);
+            let end = (pfn.0 + nr).min((p / PAGES_PER_SECTION + 1) * PAGES_PER_SECTION);
+            for q in p..end {
+                c.stream_page(cpu, &mut sec.data[(q % PAGES_PER_SECTION) as usize]);
+            }
+            p = end;
+        }
     }
 
     /// `node_distance(a, b)`: 10 for a node to itself, larger further away.
@@ -1448,6 +1546,23 @@ impl PageAlloc {
         }
     }
 
+    /// `prep_new_page()` and `free_pages_prepare()` write the block's head
+    /// `struct page` (flags, count): with line records on, its line becomes
+    /// this CPU's. Not charged: the allocator's and the free path's fitted
+    /// costs hold these stores. Deviation: the tails' lines, which
+    /// `prep_compound_page()` and `free_tail_page_prepare()` also write,
+    /// keep their records (512 more records per THP would cost the model a
+    /// fifth of its speed; a tail's line is next read by a split, which
+    /// writes them all, or by the buddy code after the block is split).
+    #[inline]
+    fn block_written(&mut self, cx: &mut Cx, zi: usize, pfn: Pfn, order: u8) {
+        let _ = order;
+        let z = &mut self.zones[zi];
+        if z.lines.is_some() {
+            z.touch_struct_page(cx, pfn.0);
+        }
+    }
+
     /// Undoes [`PageAlloc::prep_new_page`] (`free_pages_prepare()`); returns
     /// the migratetype the block was allocated with.
     fn free_pages_prepare(&mut self, pfn: Pfn, p: PfnIdx, order: u8) -> MigrateType {
@@ -1587,6 +1702,7 @@ impl PageAlloc {
             return Err(AllocError::NoMem);
         };
         self.prep_new_page(p, order, gfp.migratetype());
+        self.block_written(cx, zi as usize, self.mem.pfn(p), order);
         let ev = match self.zones[zi as usize].zone_type {
             ZoneType::Dma32 => VmEvent::PGALLOC_DMA32,
             ZoneType::Normal => VmEvent::PGALLOC_NORMAL,
@@ -1603,6 +1719,7 @@ impl PageAlloc {
         cx.charge(Cost::FreePagesEntry);
         self.free_pages_prepare(pfn, p, order);
         let zi = self.page_zone(pfn);
+        self.block_written(cx, zi, pfn, order);
         // The kernel frees to the pageblock's current migratetype.
         let mt = pageblock_migratetype(&self.mem, p);
         self.vmstat.count(VmEvent::PGFREE, 1 << order);

@@ -330,6 +330,7 @@ impl PageTables {
     ) -> Result<u32, AllocError> {
         let pfn = pa.alloc_pages(cx, Gfp::KERNEL, 0)?;
         cx.clear_page(pfn);
+        pa.llc_stream(cx, pfn, 1);
         let meta = TableMeta {
             pfn,
             ptl: pa.mem.idx(pfn).0,

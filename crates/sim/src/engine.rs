@@ -697,6 +697,15 @@ impl Engine {
         self.cache.as_ref().map(|(c, _)| c)
     }
 
+    /// An engine whose kernel steps see `struct page` lines (and a copy's
+    /// or clear's pages) leave each LLC after an LLC's worth of traffic
+    /// ([`mm::cacheline::LlcClocks`]; the allocator must keep line records:
+    /// [`mm::page_alloc::PageAlloc::set_llc_lines`] or a topology).
+    pub fn with_llc(mut self, clocks: mm::cacheline::LlcClocks) -> Engine {
+        self.cx.set_llc(clocks);
+        self
+    }
+
     /// Uses `cfg` (a kernel's `KernelConfig.mm`) for the fault path instead
     /// of [`MmConfig::default`]. Call before spawning tasks.
     ///
@@ -1838,8 +1847,10 @@ impl Engine {
     fn continue_touch(&mut self, tid: TaskId, v: VcpuId, t: SimTime) -> bool {
         let pid = self.tasks[tid].pid;
         let mut cur = self.tasks[tid].touch.take().expect("a touch in progress");
-        let (n, fault) = self.record(v, t, |e| e.touch_chunk(tid, pid, &mut cur));
-        self.vcpus[v].user_ns += n * self.costs.get(Cost::Touch);
+        let mut nr_fresh = 0;
+        let (n, fault) = self.record(v, t, |e| e.touch_chunk(tid, pid, &mut cur, &mut nr_fresh));
+        self.vcpus[v].user_ns +=
+            n * self.costs.get(Cost::Touch) + nr_fresh * self.costs.get(Cost::FreshPteTouch);
         let Some(fault) = fault else {
             if cur.next < cur.end {
                 self.tasks[tid].touch = Some(cur);
@@ -1859,12 +1870,14 @@ impl Engine {
 
     /// Plays the accesses of `cur` into `self.cx`, up to and including the
     /// first one that faults, or [`TOUCH_CHUNK`] of them. Returns how many
-    /// it played and the fault that kills the process, if one does.
+    /// it played and the fault that kills the process, if one does; counts
+    /// in `nr_fresh` those charged [`Cost::FreshPteTouch`].
     fn touch_chunk(
         &mut self,
         tid: TaskId,
         pid: Pid,
         cur: &mut TouchCursor,
+        nr_fresh: &mut u64,
     ) -> (u64, Option<VmFault>) {
         let mut n = 0;
         while cur.next < cur.end && n < TOUCH_CHUNK {
@@ -1879,7 +1892,12 @@ impl Engine {
             let Some(mm) = self.procs[pid].mm.as_mut() else {
                 return (n, Some(VmFault::Sigsegv));
             };
-            if let Some(phys) = mm::memory::user_access(&mut self.pa, mm, Vaddr(addr), cur.write) {
+            let access = mm::memory::user_access_fresh(&mut self.pa, mm, Vaddr(addr), cur.write);
+            if let Some((phys, fresh)) = access {
+                if fresh {
+                    self.cx.charge(Cost::FreshPteTouch);
+                    *nr_fresh += 1;
+                }
                 self.cx.user_access(phys, len, cur.write);
                 continue;
             }

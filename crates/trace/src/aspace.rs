@@ -121,18 +121,26 @@
 //!
 //! # Threads, `fork` and `vfork`
 //!
-//! `sched_process_fork` does not say whether the child is a thread. The
-//! child is forked in the model at once (so that the parent's copy-on-write
-//! faults right after the fork are modelled) and the child's first event
-//! decides: if it belongs to the parent's thread group, it is a thread, and
-//! the copy is torn down again and the parent's entries that the fork
-//! write-protected are made writable again where nothing touched them
-//! since ([`memory::restore_fork_wrprotect`]): a thread's `clone()`
-//! write-protects nothing, and under large folios a page the replayed
-//! kernel mapped writable, left write-protected by the tentative fork,
-//! would take a fault where the recording (4 KiB) had the page's first
-//! touch (node under all sizes: +340 faults, 57-63 in each of V8's first
-//! 256 KiB pages, before this). A `vfork` or
+//! `sched_process_fork` does not say whether the child is a thread; the
+//! child's first event after the fork does (its thread group). The replay
+//! reads ahead to it at each fork ([`ForkLookahead`], at most
+//! [`FORK_LOOKAHEAD`] events), so that a thread's `clone()` (`copy_process()` with `CLONE_VM |
+//! CLONE_THREAD`, 6.18) copies and write-protects nothing in the model
+//! either, and a process's fork is modelled from its first moment (the
+//! parent's copy-on-write faults right after it). A child with no event
+//! within that reach is forked in the model at once, and should an event of
+//! it show it to be a thread after all, the copy is torn down again and
+//! the parent's entries that the fork write-protected are made writable
+//! again where nothing touched them since
+//! ([`memory::restore_fork_wrprotect`]). Deciding only at the child's
+//! first event left the other threads' writes in between on
+//! write-protected entries: under large folios a page the replayed kernel
+//! had mapped writable in a folio took a fault where the 4 KiB recording
+//! had the page's first touch (node under all sizes: +340 faults, 57-63 in
+//! each of V8's first 256 KiB pages, before the entries were put back;
+//! zstd under all sizes, perf recording: +14 faults of a worker's `read()`
+//! into a 132 KiB buffer while the main thread created the next two
+//! workers, before the decision moved to the fork). A `vfork` or
 //! `posix_spawn` child (`CLONE_VM` without `CLONE_THREAD`) is a process of
 //! its own that shares the parent's memory until it execs: the model gives
 //! it a copy instead. This needs the thread group of each event (the
@@ -146,7 +154,7 @@
 //! forks: it grows with live state, not with the trace's length.
 
 use mm::Vaddr;
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::path::Path;
 
 use mm::cost::{CostTable, Cx};
@@ -459,6 +467,9 @@ struct World {
     /// The trace lacks `mremap()`: a user fault outside every mapping
     /// infers one ([`World::moved_from_fault`]).
     infer_moved: bool,
+    /// The thread group of the child of the `Fork` event being applied,
+    /// as its next event shows ([`ForkLookahead`]); `None` when unknown.
+    fork_child_tgid: Option<i32>,
     out: AspaceModel,
 }
 
@@ -509,6 +520,7 @@ impl World {
             deferred: BTreeMap::new(),
             last_record: None,
             infer_moved: false,
+            fork_child_tgid: None,
             max_anon_bytes: (layout.nodes.iter().map(|n| n.nr_pages).sum::<u64>() * PAGE_SIZE)
                 .max(64 << 30),
             out: AspaceModel::default(),
@@ -769,6 +781,10 @@ impl World {
                 self.on_fault(pid, tid, *address, *error_code, true);
             }
             EventKind::Exit { pid: task } => self.exit(pid, *task),
+            EventKind::Fork { child, .. } => {
+                self.bind(pid, tid, rec, first);
+                self.fork(pid, *child, rec, first);
+            }
             EventKind::PageAlloc { .. }
             | EventKind::PageFree { .. }
             | EventKind::PageAllocZoneLocked { .. }
@@ -846,7 +862,6 @@ impl World {
             } if ret.is_none_or(|r| r == 0 || r == -12) => {
                 self.madvise(pid, *start, *len_in, *behavior)
             }
-            EventKind::Fork { child, .. } => self.fork(pid, *child),
             EventKind::Exec { .. } => self.exec(pid, tid),
             EventKind::ExecLayout { vmas, .. } => {
                 self.load_elf_binary(pid, vmas);
@@ -1710,7 +1725,18 @@ impl World {
             p.mm.madvise(&mut self.pa, &mut self.cx, Vaddr(start), len, advice);
     }
 
-    fn fork(&mut self, parent: i32, child: i32) {
+    fn fork(&mut self, parent: i32, child: i32, rec: &mut AspaceRecorded, first: bool) {
+        if child != parent && self.fork_child_tgid == Some(parent) {
+            // A thread (its next event is in the parent's thread group):
+            // `clone(CLONE_VM | CLONE_THREAD)` shares the address space.
+            if let Some(old) = self.procs.remove(&child) {
+                self.drop_proc(old);
+            }
+            if first {
+                rec.threads += 1;
+            }
+            return;
+        }
         if self.procs.contains_key(&child) {
             // A task id reused while the model still has it: the old one
             // has gone (its exit was lost).
@@ -1872,6 +1898,69 @@ fn lacks_mremap(path: &Path, header: &Header) -> Result<bool, TraceError> {
     }))
 }
 
+/// Events looked ahead for a fork's child at most: past this, the child's
+/// thread group is left unknown (the tentative fork decides, see the module
+/// doc). Bounds the memory the look-ahead holds.
+const FORK_LOOKAHEAD: usize = 1 << 16;
+
+/// The event stream with, for each `Fork` event, the thread group (`pid`)
+/// of the child's next event, found by reading ahead (at most
+/// [`FORK_LOOKAHEAD`] events, held until they are replayed): a child in its
+/// parent's thread group is a thread. `None` for other events, and for a
+/// child with no event within reach.
+struct ForkLookahead<E, I: Iterator<Item = Result<Event, E>>> {
+    inner: I,
+    ahead: VecDeque<Result<Event, E>>,
+}
+
+impl<E, I: Iterator<Item = Result<Event, E>>> ForkLookahead<E, I> {
+    fn new(inner: I) -> Self {
+        ForkLookahead {
+            inner,
+            ahead: VecDeque::new(),
+        }
+    }
+
+    fn child_tgid(&mut self, child: i32) -> Option<i32> {
+        let found = |ev: &Result<Event, E>| match ev {
+            Ok(e) if e.tid == child => Some(e.pid),
+            _ => None,
+        };
+        if let Some(t) = self.ahead.iter().find_map(found) {
+            return Some(t);
+        }
+        while self.ahead.len() < FORK_LOOKAHEAD {
+            let ev = self.inner.next()?;
+            let stop = ev.is_err();
+            let t = found(&ev);
+            self.ahead.push_back(ev);
+            if t.is_some() || stop {
+                return t;
+            }
+        }
+        None
+    }
+}
+
+impl<E, I: Iterator<Item = Result<Event, E>>> Iterator for ForkLookahead<E, I> {
+    type Item = (Result<Event, E>, Option<i32>);
+
+    fn next(&mut self) -> Option<Self::Item> {
+        let ev = match self.ahead.pop_front() {
+            Some(ev) => ev,
+            None => self.inner.next()?,
+        };
+        let tgid = match &ev {
+            Ok(Event {
+                kind: EventKind::Fork { child, .. },
+                ..
+            }) => self.child_tgid(*child),
+            _ => None,
+        };
+        Some((ev, tgid))
+    }
+}
+
 /// The replay loop over any stream of events; stops at the first error.
 fn replay_events<I: Iterator<Item = Result<Event, ReplayError>>>(
     events: I,
@@ -1893,7 +1982,7 @@ fn replay_events<I: Iterator<Item = Result<Event, ReplayError>>>(
     let mut t0: Option<u64> = None;
     let mut last = 0u64;
     let mut error = None;
-    for ev in events {
+    for (ev, tgid) in ForkLookahead::new(events) {
         let ev = match ev {
             Ok(ev) => ev,
             Err(e) => {
@@ -1925,6 +2014,9 @@ fn replay_events<I: Iterator<Item = Result<Event, ReplayError>>>(
             EventKind::Madvise { .. } => Some("madvise"),
             EventKind::Fork { .. } => {
                 rec.forks += 1;
+                for w in &mut worlds {
+                    w.fork_child_tgid = tgid;
+                }
                 None
             }
             EventKind::Exec { .. } => {
@@ -2095,17 +2187,21 @@ impl FuzzRecord<'_> {
 /// the events, the replay must not panic.
 #[doc(hidden)]
 pub fn replay_fuzz_input(bytes: &[u8]) -> AspaceRecorded {
-    let events = bytes.chunks_exact(24).enumerate().map(|(i, c)| {
-        let pid = 1 + (c[1] % 4) as i32;
-        let tid = if c[2] & 3 == 0 { pid + 100 } else { pid };
-        Ok(Event {
-            ts_ns: i as u64 * 100,
-            cpu: (c[7] % 2) as u32,
-            pid,
-            tid,
-            kind: FuzzRecord(c).kind(pid, tid),
+    let events: Vec<Event> = bytes
+        .chunks_exact(24)
+        .enumerate()
+        .map(|(i, c)| {
+            let pid = 1 + (c[1] % 4) as i32;
+            let tid = if c[2] & 3 == 0 { pid + 100 } else { pid };
+            Event {
+                ts_ns: i as u64 * 100,
+                cpu: (c[7] % 2) as u32,
+                pid,
+                tid,
+                kind: FuzzRecord(c).kind(pid, tid),
+            }
         })
-    });
+        .collect();
     let layout = MemoryLayout {
         nodes: vec![mm::page_alloc::NodeLayout {
             nr_cpus: 2,
@@ -2128,7 +2224,7 @@ pub fn replay_fuzz_input(bytes: &[u8]) -> AspaceRecorded {
         mm::knobs::Preset::Linux4_19.config(),
     ];
     let (rec, _) = replay_events(
-        events,
+        events.into_iter().map(Ok),
         &layout,
         &CostTable::uniform(1),
         &kernels,
@@ -2143,6 +2239,45 @@ pub fn replay_fuzz_input(bytes: &[u8]) -> AspaceRecorded {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn ev(pid: i32, tid: i32, kind: EventKind) -> Result<Event, ()> {
+        Ok(Event {
+            ts_ns: 0,
+            cpu: 0,
+            pid,
+            tid,
+            kind,
+        })
+    }
+
+    #[test]
+    fn fork_lookahead_finds_the_childs_thread_group_within_reach() {
+        let fork = || EventKind::Fork {
+            parent: 1,
+            child: 5,
+        };
+        let exit = |p| EventKind::Exit { pid: p };
+        // The child's next event, two events on: a thread of 1; every
+        // event comes out once, in order.
+        let evs = vec![ev(1, 1, fork()), ev(1, 1, exit(9)), ev(1, 5, exit(5))];
+        let out: Vec<_> = ForkLookahead::new(evs.into_iter()).collect();
+        assert_eq!(out.len(), 3);
+        assert_eq!(out[0].1, Some(1));
+        assert_eq!(out[1].1, None);
+        assert!(matches!(&out[2].0, Ok(e) if e.tid == 5));
+        // Beyond FORK_LOOKAHEAD events: unknown, and nothing is lost.
+        let mut evs = vec![ev(1, 1, fork())];
+        evs.extend((0..FORK_LOOKAHEAD).map(|_| ev(1, 1, exit(9))));
+        evs.push(ev(1, 5, exit(5)));
+        let out: Vec<_> = ForkLookahead::new(evs.into_iter()).collect();
+        assert_eq!(out.len(), FORK_LOOKAHEAD + 2);
+        assert_eq!(out[0].1, None);
+        // An error ends the look-ahead and comes out in its place.
+        let evs = vec![ev(1, 1, fork()), Err(()), ev(1, 5, exit(5))];
+        let out: Vec<_> = ForkLookahead::new(evs.into_iter()).collect();
+        assert_eq!(out[0].1, None);
+        assert!(out[1].0.is_err());
+    }
 
     #[test]
     fn ranges_trim_and_split() {

@@ -960,6 +960,56 @@ fn a_thread_leaves_the_parents_large_folios_writable() {
     assert_eq!(r.models[1].faults_absorbed, 3);
 }
 
+#[test]
+fn a_thread_is_known_at_its_fork_not_at_its_first_event() {
+    // As above, but the parent writes pages 1..2 between the clone and the
+    // new thread's first event (zstd's main thread creating workers while
+    // another writes): the replay knows at the fork, from the child's next
+    // event, that it is a thread, so nothing was write-protected and those
+    // writes do not fault under 16 KiB folios.
+    let mut t = Trace::new();
+    t.mmap(10, BASE, 4 * P, 3, ANON);
+    t.touch(10, 10, BASE, P, WRITE);
+    t.put(
+        10,
+        10,
+        EventKind::Fork {
+            parent: 10,
+            child: 11,
+        },
+    );
+    t.touch(10, 10, BASE + P, 2 * P, WRITE);
+    t.touch(10, 11, BASE + 3 * P, P, WRITE);
+    let k16 = kernel(&[
+        ("transparent_hugepage/enabled", "never"),
+        ("transparent_hugepage/hugepages-2048kB/enabled", "never"),
+        ("transparent_hugepage/hugepages-16kB/enabled", "always"),
+    ]);
+    let r = replay(&t, "thread-at-fork", &[kernel(&[]), k16]);
+    assert_eq!(r.recorded.threads, 1);
+    assert_eq!(r.models[0].faults_taken, 4);
+    assert_eq!(r.models[1].faults_taken, 1);
+    assert_eq!(r.models[1].faults_absorbed, 3);
+    // The same writes after a fork whose child is a process (its next
+    // event in its own thread group) are copy-on-write faults.
+    let mut t = Trace::new();
+    t.mmap(10, BASE, 4 * P, 3, ANON);
+    t.touch(10, 10, BASE, P, WRITE);
+    t.put(
+        10,
+        10,
+        EventKind::Fork {
+            parent: 10,
+            child: 11,
+        },
+    );
+    t.touch(10, 10, BASE + P, 2 * P, WRITE);
+    t.touch(11, 11, BASE + 3 * P, P, WRITE);
+    let r = replay(&t, "process-at-fork", &[k16]);
+    assert_eq!(r.recorded.threads, 0);
+    assert_eq!(r.models[0].faults_taken, 1 + 2 + 1);
+}
+
 /// A perf.data import's header (the replay infers what an import lacks).
 fn perf_header() -> Header {
     let mut h = Header::synthetic("aspace test");

@@ -44,6 +44,7 @@ pub mod names {
     pub const COPY_ISOLATED: &str = "copy_page cold, one at a time (COW)";
     pub const CONTEXT_SWITCH: &str = "two context switches on one CPU";
     pub const BUDDY_INSN: &str = "buddy free-list operation, instructions only";
+    pub const FRESH_PTE: &str = "first access to a 64K folio's other pages after its fault";
 }
 
 /// Back-to-back repeats of each micro-benchmark per round; the round keeps
@@ -445,6 +446,18 @@ pub static LOCK_WAIT_NS: AtomicU64 = AtomicU64::new(0);
 /// a run can only be slowed by this, never sped up, and the faster of two
 /// runs is the more likely to measure the guest kernel alone.
 pub fn run_pattern_runs(p: &LivePattern, runs: usize) -> Result<(Vec<f64>, u64), NativeError> {
+    run_pattern_runs_reported(p, runs).map(|(ns, faults, _)| (ns, faults))
+}
+
+/// [`run_pattern_runs`], and the KiB the guest's free page reporting handed
+/// back to the host between the warm-up (or the run before) and the end of
+/// each run (`None`: the kernel has no such counter). The counter is the
+/// whole guest's: memory another process freed counts too.
+#[allow(clippy::type_complexity)]
+pub fn run_pattern_runs_reported(
+    p: &LivePattern,
+    runs: usize,
+) -> Result<(Vec<f64>, u64, Vec<Option<u64>>), NativeError> {
     let t0 = std::time::Instant::now();
     let lock = LiveLock::acquire()?;
     LOCK_WAIT_NS.fetch_add(t0.elapsed().as_nanos() as u64, Ordering::Relaxed);
@@ -458,10 +471,17 @@ pub fn run_pattern_runs(p: &LivePattern, runs: usize) -> Result<(Vec<f64>, u64),
     // (kernel::warm_memory says why); twice the region for a fork's copies.
     let copies = 1 + p.pattern.steps.contains(&Step::ForkWriter) as usize;
     kernel::warm_memory(copies * p.pattern.len_bytes + (4 << 20))?;
-    let mut out = (Vec::new(), 0);
+    let mut out = (Vec::new(), 0, Vec::new());
     let mut r = Ok(());
+    // From the end of the warm-up (or of the run before) to the end of
+    // each run: memory reported then may be what the run faults.
+    let mut prev = kernel::reported_kib();
     for _ in 0..runs.max(1) {
-        match native::faults::run_locked(&p.pattern, &lock) {
+        let run = native::faults::run_locked(&p.pattern, &lock);
+        let now = kernel::reported_kib();
+        out.2.push(prev.zip(now).map(|(a, b)| b.saturating_sub(a)));
+        prev = now;
+        match run {
             Ok(rep) => {
                 let (ns, faults) = match p.timed {
                     Timed::Touch => (rep.touch.cpu_ns as f64, rep.touch.nr_minflt),
@@ -494,6 +514,11 @@ pub struct CheckLive {
     pub rerun: Vec<f64>,
     /// Faults of the last run.
     pub faults: u64,
+    /// KiB that free page reporting handed to the host during each first
+    /// run and each re-run (`None`: no counter on this kernel).
+    pub first_reported_kib: Vec<Option<u64>>,
+    /// The same for the re-runs.
+    pub rerun_reported_kib: Vec<Option<u64>>,
 }
 
 /// Each check pattern `reps` times, interleaved, each time twice back to
@@ -510,10 +535,12 @@ pub fn run_check_patterns(
             if r == 0 {
                 progress(&p.pattern.name);
             }
-            match run_pattern_runs(p, 2) {
-                Ok((ns, f)) => {
+            match run_pattern_runs_reported(p, 2) {
+                Ok((ns, f, kib)) => {
                     c.first.push(ns[0]);
                     c.rerun.push(ns[1]);
+                    c.first_reported_kib.push(kib[0]);
+                    c.rerun_reported_kib.push(kib[1]);
                     c.faults = f;
                 }
                 Err(e) => *o = Err(e.to_string()),
@@ -549,4 +576,53 @@ pub fn run_patterns(
         }
     }
     out
+}
+
+/// Size of the fresh-PTE probe's regions.
+const FRESH_PTE_BYTES: usize = 64 << 20;
+/// The folio size of the fresh-PTE probe: the middle of the mTHP sizes the
+/// fit and the check write (16K-128K all showed ~85-100 ns per page).
+const FRESH_PTE_FOLIO_KB: u32 = 64;
+
+/// The fresh-PTE probe (`native::calibrate::kernel::fresh_pte_touch_ns`),
+/// `rounds` rounds, under the live-kernel lock with only 64K folios
+/// allowed (`madvise`), the knobs put back after.
+pub fn run_fresh_pte(rounds: usize) -> Outcome {
+    let name = names::FRESH_PTE;
+    let how = format!(
+        "{} MiB written in {FRESH_PTE_FOLIO_KB}K folios (MADV_HUGEPAGE, hugepages-{FRESH_PTE_FOLIO_KB}kB/enabled = madvise) one byte per folio and one byte per page, alternately, {MICRO_REPEATS} pairs per round, the faster of each; the difference per page that did not fault, thread CPU time",
+        FRESH_PTE_BYTES >> 20
+    );
+    let run = || -> Result<Vec<f64>, NativeError> {
+        let lock = LiveLock::acquire()?;
+        let mut guard = KnobGuard::new(&lock);
+        guard.set_thp(&ThpKnobs::only(FRESH_PTE_FOLIO_KB, ThpEnabled::Madvise))?;
+        let r = (|| {
+            kernel::warm_memory(FRESH_PTE_BYTES + (4 << 20))?;
+            (0..rounds.max(1))
+                .map(|_| {
+                    kernel::fresh_pte_touch_ns(
+                        FRESH_PTE_BYTES,
+                        (FRESH_PTE_FOLIO_KB as usize) << 10,
+                        MICRO_REPEATS,
+                    )
+                })
+                .collect()
+        })();
+        guard.restore()?;
+        r
+    };
+    match run() {
+        Ok(samples) => match native::stats::Summary::of(&samples) {
+            Some(summary) => Outcome::Measured(Measurement {
+                name: name.into(),
+                unit: "ns/page",
+                how,
+                summary,
+                samples,
+            }),
+            None => skipped(name, "no samples"),
+        },
+        Err(e) => skipped(name, e.to_string()),
+    }
 }

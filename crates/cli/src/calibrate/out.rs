@@ -90,7 +90,10 @@ pub fn report(c: &Calibration) -> String {
     s += "\nclosing check: the calibrated model's CPU time against the live kernel's. Each repetition\n\
           warms the memory, then runs the pattern twice back to back; \"live\" is the median over the\n\
           repetitions of the faster of the two (a run on memory the host's free page reporting took\n\
-          back faults in the host too, which only slows it). First runs and re-runs: median (min-max).\n";
+          back faults in the host too, which only slows it). First runs and re-runs: median (min-max).\n\
+          Slow runs: those 1.5x the pattern's fastest or more, and in how many of them the guest's free\n\
+          page reporting had handed memory back to the host since the warm-up or the run before (its\n\
+          first touch then faults in the host too: the host's cost, not the model's).\n";
     s += &native::table::format(&c.check_rows);
     s += &format!(
         "calibration took {:.0} s, of which {:.0} s waiting for the live-kernel lock\n",

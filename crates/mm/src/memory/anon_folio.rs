@@ -23,15 +23,24 @@
 //! # Mapping a large folio
 //!
 //! One fault maps all N pages: N PTEs are written at once (`set_ptes()`),
-//! charged as N × [`Cost::PteSet`]: for a PTE-mapped large folio
+//! charged as one [`Cost::PteSet`] (the first PTE and the folio-wide part:
+//! the large mapcount, the LRU add, the counters) and N − 1 ×
+//! [`Cost::SetPtesPage`]: for a PTE-mapped large folio
 //! `folio_add_new_anon_rmap()` of 6.18 initialises every page's `_mapcount`
 //! and sets its `PageAnonExclusive` (one `struct page` line per page, as
-//! well as its PTE), so the work grows with N; the folio-wide part (the
-//! large mapcount, the LRU add, the counters) is inside the first. `mmlab
-//! calibrate` measured it on the live kernel: write faults of 16K-128K
-//! folios cost 100-200 ns per page more than a PMD-mapped THP's, whose
-//! rmap update is per folio (one [`Cost::PteSet`] for its PMD). Before
-//! 2026-11 the model charged one [`Cost::PteSet`] per folio here.
+//! well as its PTE), so the work grows with N. A PMD-mapped THP's rmap
+//! update is per folio (one [`Cost::PteSet`] for its PMD).
+//!
+//! History: write faults of 16K-128K folios cost 100-200 ns per page more
+//! than a PMD-mapped THP's on this project's host, which the model charged
+//! as N × [`Cost::PteSet`] (session 5; one per folio before). Timing the
+//! faults without the program's accesses to the folio's other pages
+//! (2026-11-24) put almost all of that outside the kernel: the first
+//! access to each of those pages right after the fault costs ~90 ns
+//! ([`crate::cost::Cost::FreshPteTouch`], charged by the engine on the
+//! access), while the fault itself costs ~195 ns per page against ~175
+//! for a THP's (`perf`: `set_ptes()`, `native_set_pte()` and
+//! `folio_add_new_anon_rmap()` ~4 % of a 64K fault loop's samples).
 //! The folio gets N references, one per PTE
 //! (the convention of `page.rs`), and no entire mapcount. It is zeroed per
 //! 4 KiB page by [`super::huge_order::folio_zero_user`], in the order of
@@ -368,11 +377,13 @@ pub fn map_anon_folio(vmf: &mut super::Vmf, pte: Slot, pfn: Pfn, order: u8) {
     let addr = address.0;
     let nr = 1u32 << order;
     super::huge_order::folio_zero_user(cx, g.cfg.clear_order, pfn, nr, *address);
+    pa.llc_stream(cx, pfn, nr as u64);
     pa.mem.set_refcount(pfn, nr);
     let first = crate::pgtable::Level::Pte.index(addr & !((PAGE_SIZE << order) - 1));
     let ptl = super::pte_lockptr(pte);
     cx.lock(ptl);
-    cx.charge_n(Cost::PteSet, nr as u64);
+    cx.charge(Cost::PteSet);
+    cx.charge_n(Cost::SetPtesPage, nr as u64 - 1);
     let t = mm.pgt.entries_mut(pte);
     for (i, e) in t[first..first + nr as usize].iter_mut().enumerate() {
         *e = mk_entry(
