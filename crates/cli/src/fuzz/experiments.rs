@@ -172,7 +172,46 @@ pub fn generate(rng: &mut Rng) -> Value {
         t.insert("report".into(), Value::Table(report(rng, nk)));
     }
     bound_big_machine_work(&mut t);
+    bound_big_sizes(&mut t);
     Value::Table(t)
+}
+
+/// The most memory a generated workload parameter may ask for when the
+/// machine can hold it: 1.5 GiB written once in 4 KiB pages is about
+/// 400 000 faults, well within the event budget.
+const BIG_SIZE: &str = "1536MiB";
+
+/// Brings a workload size the machine can hold but that is larger than
+/// [`BIG_SIZE`] (an odd size, `1TiB` or `16TiB`, drawn on one of the rare
+/// machines of terabytes) down to it: anon-w-seq writing 1 TiB on a
+/// 16 TiB node (input 834335 of `--seed 5000000`) is 268 M faults and
+/// about 4 minutes of CPU, a long run that the event budget calls endless.
+/// A size larger than the machine stays, so validation's error is still
+/// exercised.
+fn bound_big_sizes(t: &mut Table) {
+    let size = |v: Option<&Value>| {
+        v.and_then(Value::as_str)
+            .and_then(|s| crate::experiment::parse_size(s).ok())
+    };
+    let m = t.get("machine");
+    let nodes = m.and_then(|m| m.get("nodes")).and_then(Value::as_integer);
+    let machine = size(m.and_then(|m| m.get("memory_per_node")))
+        .zip(nodes)
+        .map_or(0, |(b, n)| b.saturating_mul(n.max(0) as u64));
+    let big = crate::experiment::parse_size(BIG_SIZE).expect("a size");
+    each_workload_params(t.get_mut("workload"), |def, p| {
+        for spec in def.params {
+            if !matches!(
+                spec.kind,
+                ParamKind::Size { .. } | ParamKind::OptSize { .. }
+            ) {
+                continue;
+            }
+            if size(p.get(spec.name)).is_some_and(|b| b > big && b <= machine) {
+                p.insert(spec.name.to_string(), Value::String(BIG_SIZE.into()));
+            }
+        }
+    });
 }
 
 /// CPUs beyond which per-CPU defaults are bounded (the generator's usual
@@ -497,6 +536,7 @@ pub fn mutate_builtin(rng: &mut Rng) -> Value {
     bound_work(&mut v);
     if let Some(t) = v.as_table_mut() {
         bound_big_machine_work(t);
+        bound_big_sizes(t);
     }
     v
 }
@@ -712,6 +752,29 @@ mod tests {
             .find(|(kind, k, _)| kind == "anon-cow-seq" && k == "children")
             .map(|x| x.2);
         assert_eq!(children, Some(BIG_MACHINE_TASKS), "{params:?}");
+    }
+
+    #[test]
+    fn input_5834335_no_longer_writes_1_tib() {
+        // The machine and workloads of input 834335 of `--seed 5000000`
+        // (at 4a7d0fc): anon-w-seq of 1 TiB on a 16 TiB node; a size larger
+        // than the machine is kept.
+        let mut t: Table = "[machine]\nname = \"m\"\nnodes = 1\ncpus_per_node = 4\n\
+             memory_per_node = \"16TiB\"\n[[workload]]\nname = \"w0\"\n\
+             type = \"anon-w-seq\"\nparams = { size = \"2048KiB\" }\n[[workload]]\n\
+             name = \"w1\"\ntype = \"anon-w-seq\"\nparams = { size = \"1TiB\" }\n\
+             [[workload]]\nname = \"w2\"\ntype = \"anon-w-seq\"\n\
+             params = { size = \"32TiB\" }\n"
+            .parse()
+            .unwrap();
+        bound_big_sizes(&mut t);
+        let sizes: Vec<&str> = t["workload"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|w| w["params"]["size"].as_str().unwrap())
+            .collect();
+        assert_eq!(sizes, ["2048KiB", BIG_SIZE, "32TiB"]);
     }
 
     #[test]
