@@ -88,8 +88,19 @@ fn compile_and_speedometer_run_under_every_policy_and_large_folios_cut_faults() 
         let mut large = Vec::new();
         for pol in ["v1", "v2", "simple"] {
             let (st, v) = run(w, &p, policy(pol), &m);
-            // The same program: the same user time, less kernel time.
-            assert_eq!(st.user_ns, base.user_ns, "{w} {pol}");
+            // The same program: the same user time but for the first access
+            // to each page of a PTE-mapped large folio other than the one
+            // that faulted (fresh_pte_touch_ns, 10 ns in this uniform
+            // table); less kernel time.
+            let large_pages: u64 = (1..mm::vmstat::MTHP_NR_ORDERS as u8)
+                .map(|o| v.mthp(o, MthpStat::AnonFaultAlloc) << o)
+                .sum();
+            assert!(
+                st.user_ns >= base.user_ns && st.user_ns - base.user_ns <= 10 * large_pages,
+                "{w} {pol}: user {} against {} with {large_pages} pages in large folios",
+                st.user_ns,
+                base.user_ns
+            );
             assert!(st.sys_ns < base.sys_ns, "{w} {pol}");
             assert!(faults(&v) < faults(&vb), "{w} {pol}");
             assert!(
