@@ -159,6 +159,32 @@ fn kernel(knobs: &[(&str, &str)]) -> KernelConfig {
     c
 }
 
+/// 16 KiB anonymous folios only (THP and every other size `never`).
+fn only_16k() -> KernelConfig {
+    kernel(&[
+        ("transparent_hugepage/enabled", "never"),
+        ("transparent_hugepage/hugepages-2048kB/enabled", "never"),
+        ("transparent_hugepage/hugepages-16kB/enabled", "always"),
+    ])
+}
+
+/// AAAA (one 16 KiB block) with page 0 written by task 10, which then
+/// forks task 11.
+fn written_then_forked() -> Trace {
+    let mut t = Trace::new();
+    t.mmap(10, BASE, 4 * P, 3, ANON);
+    t.touch(10, 10, BASE, P, WRITE);
+    t.put(
+        10,
+        10,
+        EventKind::Fork {
+            parent: 10,
+            child: 11,
+        },
+    );
+    t
+}
+
 fn replay(t: &Trace, name: &str, kernels: &[KernelConfig]) -> AspaceReplay {
     let path = t.write(name);
     let layout = MemoryLayout {
@@ -881,11 +907,7 @@ fn without_brk_exits_the_heap_starts_at_its_first_fault() {
     // FF  HHHHHHHHHHHHHHHH  the heap, written from its first page (glibc's
     //                       sysmalloc() writes the top chunk's header there)
     t.touch(10, 10, heap, 16 * P, WRITE);
-    let k16 = kernel(&[
-        ("transparent_hugepage/enabled", "never"),
-        ("transparent_hugepage/hugepages-2048kB/enabled", "never"),
-        ("transparent_hugepage/hugepages-16kB/enabled", "always"),
-    ]);
+    let k16 = only_16k();
     let r = replay(&t, "brk-first-fault", &[kernel(&[]), k16]);
     for m in &r.models {
         assert_eq!(
@@ -936,24 +958,10 @@ fn a_thread_leaves_the_parents_large_folios_writable() {
     // them. Under 16 KiB folios the first fault mapped all four pages
     // writable; a thread's clone() write-protects nothing, so pages 1..3
     // do not fault (the tentative fork's write protection is undone).
-    let mut t = Trace::new();
-    t.mmap(10, BASE, 4 * P, 3, ANON);
-    t.touch(10, 10, BASE, P, WRITE);
-    t.put(
-        10,
-        10,
-        EventKind::Fork {
-            parent: 10,
-            child: 11,
-        },
-    );
+    let mut t = written_then_forked();
     t.touch(10, 11, BASE + 3 * P, P, WRITE);
     t.touch(10, 10, BASE + P, 2 * P, WRITE);
-    let k16 = kernel(&[
-        ("transparent_hugepage/enabled", "never"),
-        ("transparent_hugepage/hugepages-2048kB/enabled", "never"),
-        ("transparent_hugepage/hugepages-16kB/enabled", "always"),
-    ]);
+    let k16 = only_16k();
     let r = replay(&t, "thread-wp", &[kernel(&[]), k16]);
     assert_eq!(r.models[0].faults_taken, 4);
     assert_eq!(r.models[1].faults_taken, 1);
@@ -967,24 +975,10 @@ fn a_thread_is_known_at_its_fork_not_at_its_first_event() {
     // another writes): the replay knows at the fork, from the child's next
     // event, that it is a thread, so nothing was write-protected and those
     // writes do not fault under 16 KiB folios.
-    let mut t = Trace::new();
-    t.mmap(10, BASE, 4 * P, 3, ANON);
-    t.touch(10, 10, BASE, P, WRITE);
-    t.put(
-        10,
-        10,
-        EventKind::Fork {
-            parent: 10,
-            child: 11,
-        },
-    );
+    let mut t = written_then_forked();
     t.touch(10, 10, BASE + P, 2 * P, WRITE);
     t.touch(10, 11, BASE + 3 * P, P, WRITE);
-    let k16 = kernel(&[
-        ("transparent_hugepage/enabled", "never"),
-        ("transparent_hugepage/hugepages-2048kB/enabled", "never"),
-        ("transparent_hugepage/hugepages-16kB/enabled", "always"),
-    ]);
+    let k16 = only_16k();
     let r = replay(&t, "thread-at-fork", &[kernel(&[]), k16]);
     assert_eq!(r.recorded.threads, 1);
     assert_eq!(r.models[0].faults_taken, 4);
@@ -992,17 +986,7 @@ fn a_thread_is_known_at_its_fork_not_at_its_first_event() {
     assert_eq!(r.models[1].faults_absorbed, 3);
     // The same writes after a fork whose child is a process (its next
     // event in its own thread group) are copy-on-write faults.
-    let mut t = Trace::new();
-    t.mmap(10, BASE, 4 * P, 3, ANON);
-    t.touch(10, 10, BASE, P, WRITE);
-    t.put(
-        10,
-        10,
-        EventKind::Fork {
-            parent: 10,
-            child: 11,
-        },
-    );
+    let mut t = written_then_forked();
     t.touch(10, 10, BASE + P, 2 * P, WRITE);
     t.touch(11, 11, BASE + 3 * P, P, WRITE);
     let r = replay(&t, "process-at-fork", &[k16]);
