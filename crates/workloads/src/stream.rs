@@ -17,6 +17,20 @@
 //! `mbps`), not modelled; only the page allocations and frees are. Sizes
 //! are synthetic.
 //!
+//! # The receiver's copy
+//!
+//! In a one-way stream the receiver's `read()`/`recvmsg()` copies each
+//! message out of the socket buffer's pages (`skb_copy_datagram_iter()`)
+//! before `consume_skb()` frees them. With `recv_copy_mbps` set, the
+//! receiver spends the message's bytes at that rate between receiving the
+//! message and freeing its blocks (charged as [`Op::Compute`]: the engine
+//! has no kernel-mode compute, so it lands in `user_ns`, though the kernel
+//! does it). The rate is the experiment's, with its source: the lines were
+//! last written by the sender's CPU, so they arrive by core-to-core
+//! transfers, as many at a time as the core's line fill buffers allow.
+//! Its other work per message (the system call, socket locking, the skb
+//! head's slab free, the sender's wake-up) is not charged: a lower bound.
+//!
 //! # Throughput
 //!
 //! `mbps` sets the time per message from a measured per-pair throughput:
@@ -83,6 +97,13 @@ pub(crate) const DEF: WorkloadDef = WorkloadDef {
             N(10_000_000),
             "if not 0: the sender's time per message is its bytes at this many Mbit/s (instead of work_ns)",
         ),
+        P::int(
+            "recv_copy_mbps",
+            N(0),
+            0,
+            N(100_000_000),
+            "if not 0: the receiver copies each message's bytes out at this many Mbit/s before freeing its blocks",
+        ),
         P::flag(
             "pingpong",
             false,
@@ -100,6 +121,7 @@ struct StreamParams {
     high_order_pct: u32,
     work_ns: u64,
     mbps: u64,
+    recv_copy_mbps: u64,
     pingpong: bool,
 }
 
@@ -113,6 +135,7 @@ fn build(a: &Args) -> Result<Vec<TaskSpec>, ParamError> {
         high_order_pct: a.int("high_order_pct")? as u32,
         work_ns: a.int("work_ns")? as u64,
         mbps: a.int("mbps")? as u64,
+        recv_copy_mbps: a.int("recv_copy_mbps")? as u64,
         pingpong: a.flag("pingpong")?,
     };
     let mut tasks = Vec::new();
@@ -136,7 +159,13 @@ enum Phase {
     Work,
     Send,
     Recv,
+    RecvCopy,
     Free,
+}
+
+/// Bytes of a message's blocks.
+fn message_bytes(blocks: &[Block]) -> u64 {
+    blocks.iter().map(|b| mm::PAGE_SIZE << b.1).sum()
 }
 
 /// One side of a pair.
@@ -220,10 +249,7 @@ impl Program for Side {
                     self.phase = Phase::Send;
                     let ns = match self.p.mbps {
                         0 => self.p.work_ns,
-                        mbps => {
-                            let bytes: u64 = self.buf.iter().map(|b| mm::PAGE_SIZE << b.1).sum();
-                            bytes * 8000 / mbps
-                        }
+                        mbps => message_bytes(&self.buf) * 8000 / mbps,
                     };
                     if ns > 0 {
                         return Some(Op::Compute { ns });
@@ -250,8 +276,17 @@ impl Program for Side {
                         self.phase = Phase::Alloc;
                         continue;
                     }
-                    self.phase = Phase::Free;
+                    self.phase = Phase::RecvCopy;
                     return Some(Op::Recv { chan: self.me });
+                }
+                Phase::RecvCopy => {
+                    self.phase = Phase::Free;
+                    if self.p.recv_copy_mbps > 0 {
+                        let ns = message_bytes(&self.rx) * 8000 / self.p.recv_copy_mbps;
+                        if ns > 0 {
+                            return Some(Op::Compute { ns });
+                        }
+                    }
                 }
                 Phase::Free => {
                     if let Some(b) = self.rx.pop() {

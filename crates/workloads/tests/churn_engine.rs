@@ -129,3 +129,37 @@ fn stream_at_a_throughput_spends_the_bytes_time() {
     assert!(pages > 50, "{pages} pages");
     assert_eq!(stats.user_ns, pages * 4096);
 }
+
+/// `stream` with `recv_copy_mbps`: the receiver copies every message's
+/// bytes out at that rate before freeing its blocks, so the user time is
+/// the sender's and the receiver's bytes' time; without it, the sender's
+/// alone (the receiver only frees).
+#[test]
+fn stream_receiver_copies_the_bytes_out_before_freeing() {
+    let run = |recv_copy_mbps: i64| {
+        let m = machine(2);
+        let pa = PageAlloc::new(
+            &m.memory_layout(),
+            VmSysctl::default(),
+            PcpPolicy::default(),
+        );
+        let mut eng = Engine::new(pa, CostTable::uniform(0), 5);
+        let mut p = Params::default();
+        p.0.insert("pairs".into(), ParamValue::Int(1));
+        p.0.insert("messages".into(), ParamValue::Int(50));
+        p.0.insert("mbps".into(), ParamValue::Int(8000));
+        // 16000 Mbit/s: two bytes per nanosecond.
+        p.0.insert("recv_copy_mbps".into(), ParamValue::Int(recv_copy_mbps));
+        for t in workloads::build("stream", &p, &m).unwrap() {
+            eng.spawn(t);
+        }
+        let stats = eng.run();
+        (stats, eng.pa.vmstat.get(VmEvent::PGFREE))
+    };
+    let (without, pages) = run(0);
+    assert_eq!(without.user_ns, pages * 4096);
+    let (with, pages2) = run(16_000);
+    assert_eq!(pages2, pages, "the same messages are drawn");
+    assert_eq!(with.user_ns, pages * 4096 + pages * 4096 / 2);
+    assert!(with.busy_ns > without.busy_ns);
+}
