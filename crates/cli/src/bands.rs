@@ -396,10 +396,11 @@ pub fn central(name: &str, results: &[RunResult]) -> Vec<HeadlineResult> {
         .collect()
 }
 
-/// One uncertain input of a profile: its key and band.
+/// One uncertain input of a profile or a workload: its key and band.
 #[derive(Clone, Debug)]
 pub struct Input {
-    /// `costs.x` or `numa.x`.
+    /// `costs.x`, `numa.x`, or `params.<workload>.<parameter>` (a
+    /// workload parameter the experiment file gives a band).
     pub key: String,
     /// Low end of the band.
     pub lo: u64,
@@ -407,7 +408,8 @@ pub struct Input {
     pub hi: u64,
 }
 
-/// The banded inputs of `exp`'s profile.
+/// The banded inputs of `exp`'s profile, then its workloads' banded
+/// parameters.
 pub fn inputs(exp: &Experiment) -> Vec<Input> {
     let mut v: Vec<Input> = exp
         .profile
@@ -437,12 +439,34 @@ pub fn inputs(exp: &Experiment) -> Vec<Input> {
             }
         }
     }
+    for w in &exp.workloads {
+        for (p, lo, hi) in &w.bands {
+            if lo < hi {
+                v.push(Input {
+                    key: format!("params.{}.{p}", w.name),
+                    lo: *lo,
+                    hi: *hi,
+                });
+            }
+        }
+    }
     v
 }
 
-/// Sets input `key` of `exp`'s profile to `value`.
+/// Sets input `key` of `exp`'s profile (or of one of its workloads) to
+/// `value`.
 fn set(exp: &mut Experiment, key: &str, value: u64) {
-    if let Some(k) = key.strip_prefix("costs.") {
+    if let Some(wp) = key.strip_prefix("params.") {
+        for w in &mut exp.workloads {
+            if let Some(p) = wp.strip_prefix(&format!("{}.", w.name)) {
+                if w.bands.iter().any(|(b, _, _)| b == p) {
+                    w.params
+                        .0
+                        .insert(p.to_string(), workloads::ParamValue::Int(value as i64));
+                }
+            }
+        }
+    } else if let Some(k) = key.strip_prefix("costs.") {
         if let Some(e) = exp.profile.entries.get_mut(k) {
             e.ns = value;
         }
@@ -696,5 +720,65 @@ mod tests {
         old.as_object_mut().unwrap().remove("band_seeds");
         let back: HeadlineResult = serde_json::from_value(old).unwrap();
         assert_eq!(back.band_seeds, None);
+    }
+
+    /// A workload parameter the experiment file bands is an input, and
+    /// setting it changes that workload's parameter and nothing else.
+    #[test]
+    fn a_banded_workload_parameter_is_an_input() {
+        let hs: Vec<&Headline> = HEADLINES
+            .iter()
+            .filter(|h| h.experiment == "pcp-autotune-netperf")
+            .collect();
+        let mut exp = load("pcp-autotune-netperf", &hs).unwrap();
+        let key = "params.netperf.recv_copy_mbps";
+        let i = inputs(&exp).into_iter().find(|i| i.key == key).unwrap();
+        assert!(i.lo < 120_470 && 120_470 < i.hi, "{i:?}");
+        let before = exp.workloads[0].params.clone();
+        set(&mut exp, key, i.lo);
+        let after = &exp.workloads[0].params;
+        assert_eq!(
+            after.0.get("recv_copy_mbps"),
+            Some(&workloads::ParamValue::Int(i.lo as i64))
+        );
+        let others = |p: &workloads::Params| {
+            let mut p = p.clone();
+            p.0.remove("recv_copy_mbps");
+            p
+        };
+        assert_eq!(others(after), others(&before));
+    }
+
+    /// A band must name an integer parameter that is given, and hold it.
+    #[test]
+    fn a_bad_parameter_band_is_refused_with_its_name() {
+        let base = BUILTIN_EXPERIMENTS
+            .iter()
+            .find(|(n, _)| *n == "pcp-autotune-netperf")
+            .unwrap()
+            .1;
+        let path = Path::new("x.toml");
+        for (from, to, says) in [
+            (
+                "band = [73140, 182040]",
+                "band = [1, 2]",
+                "must hold the value 120470",
+            ),
+            (
+                "bands = { recv_copy_mbps",
+                "bands = { messages_x",
+                "expected an integer parameter",
+            ),
+            (
+                "source = \"profiles/icx",
+                "source = \" \", extra = \"profiles/icx",
+                "extra",
+            ),
+        ] {
+            let text = base.replacen(from, to, 1);
+            assert_ne!(text, base, "{from}");
+            let err = format!("{:#}", Experiment::parse(&text, path).unwrap_err());
+            assert!(err.contains(says), "{err}");
+        }
     }
 }

@@ -120,6 +120,20 @@ pub struct WorkloadFile {
     /// The baseline of this workload's table, instead of `report.baseline`.
     #[serde(default)]
     pub baseline: Option<String>,
+    /// Estimated integer parameters with their plausible range, which
+    /// `reproduce --bands` moves as it moves a profile's banded costs.
+    #[serde(default)]
+    pub bands: BTreeMap<String, ParamBandFile>,
+}
+
+/// An estimated workload parameter's range and where it comes from.
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ParamBandFile {
+    /// Low and high ends.
+    pub band: [u64; 2],
+    /// Where the range comes from.
+    pub source: String,
 }
 
 /// How values are shown.
@@ -247,6 +261,8 @@ pub struct Workload {
     pub kernels: Option<Vec<String>>,
     /// Its table's baseline kernel, if not `report.baseline`.
     pub baseline: Option<String>,
+    /// Banded integer parameters: (name, low, high), in name order.
+    pub bands: Vec<(String, u64, u64)>,
 }
 
 impl Workload {
@@ -895,12 +911,14 @@ fn workloads_of(
                 }
             }
         }
+        let bands = param_bands(w, origin, &params, machine)?;
         let wl = Workload {
             name: w.name.clone(),
             kind: w.kind.clone(),
             params,
             kernels: w.kernels.clone(),
             baseline: w.baseline.clone(),
+            bands,
         };
         if let Some(b) = &w.baseline {
             if !wl.runs_on(b) {
@@ -920,4 +938,36 @@ fn workloads_of(
         wls.push(wl);
     }
     Ok(wls)
+}
+
+/// Workload `w`'s banded parameters, checked: each names an integer
+/// parameter given in `params`, its band holds the value, and the workload
+/// builds at both ends.
+fn param_bands(
+    w: &WorkloadFile,
+    origin: &str,
+    params: &workloads::Params,
+    machine: &Machine,
+) -> Result<Vec<(String, u64, u64)>> {
+    let mut out = Vec::new();
+    for (k, b) in &w.bands {
+        let ctx = format!("{origin}: workload \"{}\": bands.{k}", w.name);
+        let Some(workloads::ParamValue::Int(v)) = params.0.get(k) else {
+            bail!("{ctx}: expected an integer parameter given in params");
+        };
+        let [lo, hi] = b.band;
+        if !(lo as i128 <= *v as i128 && *v as i128 <= hi as i128) {
+            bail!("{ctx}: band [{lo}, {hi}] must hold the value {v}");
+        }
+        if b.source.trim().is_empty() {
+            bail!("{ctx}: source is empty; expected where the range comes from");
+        }
+        for end in [lo, hi] {
+            let mut p = params.clone();
+            p.0.insert(k.clone(), workloads::ParamValue::Int(end as i64));
+            workloads::build(&w.kind, &p, machine).map_err(|e| anyhow!("{ctx}: at {end}: {e}"))?;
+        }
+        out.push((k.clone(), lo, hi));
+    }
+    Ok(out)
 }

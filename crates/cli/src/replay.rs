@@ -149,6 +149,7 @@ pub fn replay_experiment_on(
         params: workloads::Params::default(),
         kernels: None,
         baseline: None,
+        bands: Vec::new(),
     };
     let report = ReportFile {
         metrics: REPLAY_METRICS.iter().map(|s| s.to_string()).collect(),

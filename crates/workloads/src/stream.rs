@@ -8,9 +8,10 @@
 //!   larger skb heads and fragments) on its CPU and queues them; the receiver
 //!   on another CPU consumes and frees them there. Pages move one way, so the
 //!   sender's lists run empty and the receiver's overflow.
-//! - `lmbench3 AF_UNIX` (16 pairs): a ping-pong where each side sends a
-//!   buffer and waits for the other's (`pingpong = 1`): high-order buffer
-//!   pages bounce between two CPUs.
+//! - `lmbench3 AF_UNIX` (16 pairs): `bw_unix`, a one-way stream of 64 KiB
+//!   writes (`pingpong = 0`); `pingpong = 1` is `lat_unix`, where each side
+//!   sends a buffer and waits for the other's, so high-order buffer pages
+//!   bounce between two CPUs.
 //!
 //! Deviation: the network stack itself (protocol processing, copies) is a
 //! time per message (`work_ns`, or the time the message's bytes take at
