@@ -282,11 +282,9 @@ impl Program for Side {
                 }
                 Phase::RecvCopy => {
                     self.phase = Phase::Free;
-                    if self.p.recv_copy_mbps > 0 {
-                        let ns = message_bytes(&self.rx) * 8000 / self.p.recv_copy_mbps;
-                        if ns > 0 {
-                            return Some(Op::Compute { ns });
-                        }
+                    let copy = (message_bytes(&self.rx) * 8000).checked_div(self.p.recv_copy_mbps);
+                    if let Some(ns) = copy.filter(|&ns| ns > 0) {
+                        return Some(Op::Compute { ns });
                     }
                 }
                 Phase::Free => {
