@@ -10,6 +10,9 @@ and print predicted vs live for every (program, configuration).
         counts in scripts/corpus/live.json (with the spread, date, kernel);
         the first 4k run of each program is kept as its recording in
         scripts/corpus/traces/ (not in git: regenerate with this command).
+        With --append the runs are added to those stored (a program whose
+        own runs spread, measured again on another day) and the recording
+        is kept.
     scripts/corpus.py predict
         replays each recording under examples/replay-folio-configs.toml and
         stores the model's counts in scripts/corpus/predictions.json.
@@ -241,15 +244,22 @@ def measure(args):
             with LiveKernel():
                 apply_config(cfg)
                 for p in progs:
+                    old = live["programs"].get(p[0], {}).get(cfg) if args.append else None
+                    if old and old.get("kernel") != kernel:
+                        sys.exit(f"{p[0]} {cfg}: --append to runs of kernel {old.get('kernel')}, "
+                                 f"this is {kernel}")
                     runs = []
                     for i in range(args.runs):
                         t = os.path.join(inputs, "run.mmtrace")
                         runs.append(run_once(p, inputs, python, t, args.no_aslr))
-                        if cfg == "4k" and i == 0:
+                        # The first 4k run is the recording, unless runs
+                        # are added to a configuration that has one.
+                        if cfg == "4k" and i == 0 and not (old and recording(p[0], sfx)):
                             keep_recording(p[0], t, sfx)
                         os.unlink(t)
-                    entry = summarize(runs)
-                    entry["date"] = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%MZ")
+                    now = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%MZ")
+                    entry = summarize((old["runs"] if old else []) + runs)
+                    entry["date"] = f"{old['date']} + {now}" if old else now
                     entry["kernel"] = kernel
                     live["programs"].setdefault(p[0], {})[cfg] = entry
                     store(f"live{sfx}.json", live)
@@ -699,6 +709,8 @@ def main():
     m.add_argument("--programs", default="")
     m.add_argument("--configs", default="")
     m.add_argument("--no-aslr", action="store_true")
+    m.add_argument("--append", action="store_true",
+                   help="add the runs to those stored (same kernel) and keep the recording")
     pr = sub.add_parser("predict", help="replay the 4k recordings under every configuration")
     pr.add_argument("--no-aslr", action="store_true")
     pr.add_argument("--source", default="mmlab", choices=SOURCES,
