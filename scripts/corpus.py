@@ -610,10 +610,11 @@ def snapshot_after_buffers(perf, snap, timeout=30.0):
     through the PCP lists, whose refills raise `high` under auto-tuning),
     synthesizes the existing tasks and enables its events. A snapshot taken
     before perf starts describes lists that perf has emptied and re-tuned
-    by the first recorded event. Returns where the snapshot was taken:
-    "after perf's buffers", or "before perf" (no -m size to wait for, or
-    the command ran before the buffers were seen: then the snapshot is
-    taken anyway, before anything else, and says so)."""
+    by the first recorded event. Returns where the snapshot was taken
+    (perf-recordings*.json keeps it): "after perf's buffers"; "before
+    perf" when PERF_EXTRA gives no -m size to wait for; "late" when the
+    command had started before the buffers were seen (or perf ended, or
+    30 s passed): the snapshot is then taken at once and says so."""
     size = perf_buffer_bytes()
     if size is None:
         snapshot(snap)
