@@ -303,6 +303,7 @@ pub fn user_access(pa: &mut PageAlloc, mm: &mut MmStruct, addr: Vaddr, write: bo
 /// [`user_access`], and whether the access is the first to reach a page of
 /// a large folio through its own PTE ([`crate::cost::Cost::FreshPteTouch`]:
 /// the folio's other pages after the fault that mapped them all).
+#[inline(always)]
 pub fn user_access_fresh(
     pa: &mut PageAlloc,
     mm: &mut MmStruct,
@@ -310,18 +311,19 @@ pub fn user_access_fresh(
     write: bool,
 ) -> Option<(u64, bool)> {
     let (e, phys) = access_entry(mm, addr.0, write)?;
-    let mut fresh = false;
-    if e & PAGE_SPECIAL == 0 {
-        let p = pa.mem.idx(Pfn(phys >> crate::types::PAGE_SHIFT));
-        let f = pa.mem.flags(p);
-        if f & PG_UTOUCHED == 0 {
-            pa.mem.set_flags(p, f | PG_UTOUCHED);
+    if e & PAGE_SPECIAL != 0 {
+        return Some((phys, false));
+    }
+    // The flags before the access if it is the page's first.
+    let fresh = pa
+        .mem
+        .test_and_set_flag(Pfn(phys >> crate::types::PAGE_SHIFT), PG_UTOUCHED)
+        .is_some_and(|f| {
             // A page of a large folio (a tail, or a head of order > 0)
             // mapped by a PTE, not a PMD leaf.
-            let large = f & crate::page::PG_TAIL != 0 || pa.mem.order(p) > 0;
-            fresh = e & PAGE_PSE == 0 && large;
-        }
-    }
+            let large = f & crate::page::PG_TAIL != 0 || f & crate::page::ORDER_MASK != 0;
+            e & PAGE_PSE == 0 && large
+        });
     Some((phys, fresh))
 }
 
@@ -329,15 +331,16 @@ pub fn user_access_fresh(
 /// physical address the access reaches (the hardware's page walk), with the
 /// accessed and dirty bits set as the hardware sets them; `None` if the
 /// access must fault.
-#[inline]
+#[inline(always)]
 fn access_entry(mm: &mut MmStruct, addr: u64, write: bool) -> Option<(u64, u64)> {
-    let (slot, _, e) = mm.pgt.leaf(addr)?;
+    let entry = mm.pgt.leaf_entry_mut(addr)?;
+    let e = *entry;
     if !present(e) || e & PAGE_PROTNONE != 0 || (write && e & PAGE_RW == 0) {
         return None;
     }
     let bits = PAGE_ACCESSED | if write { PAGE_DIRTY } else { 0 };
     if e & bits != bits {
-        mm.pgt.set(slot, e | bits);
+        *entry = e | bits;
     }
     let page_mask = if e & PAGE_PSE != 0 {
         PMD_SIZE - 1

@@ -391,6 +391,22 @@ impl MemMap {
         self.pages[i].flags = flags;
     }
 
+    /// Sets `flag` in `pfn`'s flags word if it is clear, and then returns
+    /// the word as it was (`TestSetPage*()`, with the other flags, which
+    /// the caller would read next); `None` if the flag was already set. One
+    /// section lookup for both.
+    #[inline]
+    pub fn test_and_set_flag(&mut self, pfn: Pfn, flag: u32) -> Option<u32> {
+        let i = self.idx(pfn).0 as usize;
+        let page = &mut self.pages[i];
+        let f = page.flags;
+        if f & flag != 0 {
+            return None;
+        }
+        page.flags = f | flag;
+        Some(f)
+    }
+
     /// The private word of a page.
     #[inline]
     pub fn private(&self, p: impl PageRef) -> u32 {

@@ -1325,10 +1325,18 @@ impl PageAlloc {
     /// through its LLC, pushing older lines out (the LLC model's clock;
     /// nothing without it). Charges nothing: the clear and copy costs are
     /// the caller's.
+    #[inline]
     pub fn llc_stream(&mut self, cx: &mut Cx, pfn: Pfn, nr: u64) {
         if cx.llc_mut().is_none() || self.zones.first().is_none_or(|z| z.lines.is_none()) {
             return;
         }
+        self.llc_stream_lines(cx, pfn, nr);
+    }
+
+    /// [`PageAlloc::llc_stream`] with the LLC model on (out of line: every
+    /// fault calls the check, which is all there is without the model).
+    #[inline(never)]
+    fn llc_stream_lines(&mut self, cx: &mut Cx, pfn: Pfn, nr: u64) {
         let cpu = cx.cpu.0;
         // A folio lies in one zone and one section.
         let zi = self.page_zone(pfn);
@@ -1555,11 +1563,11 @@ impl PageAlloc {
     /// fifth of its speed; a tail's line is next read by a split, which
     /// writes them all, or by the buddy code after the block is split).
     #[inline]
-    fn block_written(&mut self, cx: &mut Cx, zi: usize, pfn: Pfn, order: u8) {
+    fn block_written(&mut self, cx: &mut Cx, zi: usize, p: PfnIdx, order: u8) {
         let _ = order;
-        let z = &mut self.zones[zi];
-        if z.lines.is_some() {
-            z.touch_struct_page(cx, pfn.0);
+        if self.zones[zi].lines.is_some() {
+            let pfn = self.mem.pfn(p);
+            self.zones[zi].touch_struct_page(cx, pfn.0);
         }
     }
 
@@ -1702,7 +1710,7 @@ impl PageAlloc {
             return Err(AllocError::NoMem);
         };
         self.prep_new_page(p, order, gfp.migratetype());
-        self.block_written(cx, zi as usize, self.mem.pfn(p), order);
+        self.block_written(cx, zi as usize, p, order);
         let ev = match self.zones[zi as usize].zone_type {
             ZoneType::Dma32 => VmEvent::PGALLOC_DMA32,
             ZoneType::Normal => VmEvent::PGALLOC_NORMAL,
@@ -1719,7 +1727,7 @@ impl PageAlloc {
         cx.charge(Cost::FreePagesEntry);
         self.free_pages_prepare(pfn, p, order);
         let zi = self.page_zone(pfn);
-        self.block_written(cx, zi, pfn, order);
+        self.block_written(cx, zi, p, order);
         // The kernel frees to the pageblock's current migratetype.
         let mt = pageblock_migratetype(&self.mem, p);
         self.vmstat.count(VmEvent::PGFREE, 1 << order);

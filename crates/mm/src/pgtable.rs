@@ -526,6 +526,25 @@ impl PageTables {
     /// a user access.)
     #[inline(always)]
     pub fn leaf(&self, addr: u64) -> Option<(Slot, Level, u64)> {
+        let (id, i, l) = self.leaf_pos(addr)?;
+        Some((self.slot_at(id, i), l, self.slab[id as usize].entries[i]))
+    }
+
+    /// The entry [`PageTables::leaf`] finds, to read and update in place as
+    /// the hardware's walk sets a leaf's accessed and dirty bits. Only for
+    /// such updates: writing a leaf's other bits through it would bypass
+    /// [`PageTables::set`] (which, for a PTE or a PMD leaf that stays a
+    /// leaf, keeps nothing else: no child index, no hint).
+    #[inline(always)]
+    pub fn leaf_entry_mut(&mut self, addr: u64) -> Option<&mut u64> {
+        let (id, i, _) = self.leaf_pos(addr)?;
+        Some(&mut self.slab[id as usize].entries[i])
+    }
+
+    /// Where [`PageTables::leaf`]'s entry is: the table's slab index, the
+    /// index in it and its level.
+    #[inline(always)]
+    fn leaf_pos(&self, addr: u64) -> Option<(u32, usize, Level)> {
         // The common case straight-line: the PMD hint covers `addr`, and the
         // walk is two fixed steps (host speed only; the same answer as the
         // loop of `leaf_walk`, which `check_leaf_paths` tests).
@@ -541,35 +560,30 @@ impl PageTables {
             return None;
         }
         if e & PAGE_PSE != 0 {
-            return Some((self.slot_at(id, i), Level::Pmd, e));
+            return Some((id, i, Level::Pmd));
         }
         let c = t.child[i];
         debug_assert!(c != NO_TABLE, "table pointer without a table");
-        let j = Level::Pte.index(addr);
-        Some((
-            self.slot_at(c, j),
-            Level::Pte,
-            self.slab[c as usize].entries[j],
-        ))
+        Some((c, Level::Pte.index(addr), Level::Pte))
     }
 
-    /// [`PageTables::leaf`] by a walk level by level from where
+    /// [`PageTables::leaf_pos`] by a walk level by level from where
     /// [`PageTables::walk_start`] says.
     #[inline(never)]
-    fn leaf_walk(&self, addr: u64) -> Option<(Slot, Level, u64)> {
+    fn leaf_walk(&self, addr: u64) -> Option<(u32, usize, Level)> {
         let (mut id, mut l) = self.walk_start(addr, Level::Pte);
         loop {
             let index = l.index(addr);
             let t = &self.slab[id as usize];
-            let e = t.entries[index];
             if l == Level::Pte {
-                return Some((self.slot_at(id, index), l, e));
+                return Some((id, index, l));
             }
+            let e = t.entries[index];
             if !present(e) {
                 return None;
             }
             if e & PAGE_PSE != 0 {
-                return Some((self.slot_at(id, index), l, e));
+                return Some((id, index, l));
             }
             id = t.child[index];
             debug_assert!(id != NO_TABLE, "table pointer without a table");
@@ -1007,7 +1021,13 @@ mod tests {
         for a in addrs {
             // Through the hint (walk once so that it covers `a`'s GiB)...
             let _ = pt.lookup(base, Level::Pmd);
-            let hinted = pt.leaf(a);
+            let hinted = pt.leaf_pos(a);
+            let entry = pt.leaf(a).map(|(_, _, e)| e);
+            assert_eq!(
+                pt.leaf_entry_mut(a).map(|e| *e),
+                entry,
+                "leaf_entry_mut({a:#x})"
+            );
             // ...and with it forgotten, from the PGD.
             pt.pmd_hint.set((NO_HINT, NO_TABLE));
             let walked = pt.leaf_walk(a);

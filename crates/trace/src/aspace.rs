@@ -1851,9 +1851,8 @@ pub fn replay_aspace(
         source,
     };
     let mut reader = TraceReader::open(path).map_err(terr)?;
-    let header = reader.header().clone();
-    let kfaults = KernelFaultEstimator::new(header.kmem_system_wide);
-    let infer_moved = lacks_mremap(path, &header).map_err(terr)?;
+    let kfaults = KernelFaultEstimator::new(reader.header().kmem_system_wide);
+    let infer_moved = lacks_mremap(path, reader.header()).map_err(terr)?;
     let (recorded, models) = replay_events(
         reader.by_ref().map(|e| e.map_err(terr)),
         layout,
@@ -1871,9 +1870,10 @@ pub fn replay_aspace(
             path: path.to_path_buf(),
         });
     }
+    let (header, trailer) = reader.into_header_trailer();
     Ok(AspaceReplay {
         header,
-        trailer: reader.trailer().cloned(),
+        trailer,
         recorded,
         models,
     })

@@ -541,6 +541,12 @@ impl Cursor<'_> {
                 return Ok(b as u64);
             }
         }
+        // Up to eight bytes from one word, inline as well (addresses, pfns
+        // and times are several bytes; a call per field cost the replay
+        // ~10 % of its instructions).
+        if let Some(v) = self.varint_word() {
+            return Ok(v);
+        }
         self.varint_long(what)
     }
 
@@ -605,25 +611,38 @@ impl Cursor<'_> {
         Some(x)
     }
 
+    #[inline(always)]
     fn signed(&mut self, what: &str) -> Result<i64, TraceError> {
         Ok(unzigzag(self.varint(what)?))
     }
 
+    #[inline(always)]
     fn u32(&mut self, what: &str) -> Result<u32, TraceError> {
         let v = self.varint(what)?;
-        u32::try_from(v).map_err(|_| self.corrupt(format!("{what} {v} does not fit in 32 bits")))
+        u32::try_from(v).map_err(|_| self.too_wide(what, v as i128))
     }
 
+    #[inline(always)]
     fn i32(&mut self, what: &str) -> Result<i32, TraceError> {
         let v = self.signed(what)?;
-        i32::try_from(v).map_err(|_| self.corrupt(format!("{what} {v} does not fit in 32 bits")))
+        i32::try_from(v).map_err(|_| self.too_wide(what, v as i128))
     }
 
+    /// The error of a 32-bit field whose value `v` is wider (out of line:
+    /// the decoders inline the fields' fast paths).
+    #[cold]
+    #[inline(never)]
+    fn too_wide(&self, what: &str, v: i128) -> TraceError {
+        self.corrupt(format!("{what} {v} does not fit in 32 bits"))
+    }
+
+    #[inline]
     fn pfn(&mut self, st: &mut DeltaState) -> Result<u64, TraceError> {
         st.pfn = st.pfn.wrapping_add(self.signed("pfn")? as u64);
         Ok(st.pfn)
     }
 
+    #[inline]
     fn addr(&mut self, st: &mut DeltaState, what: &str) -> Result<u64, TraceError> {
         st.address = st.address.wrapping_add(self.signed(what)? as u64);
         Ok(st.address)
@@ -674,30 +693,37 @@ pub(crate) struct FieldReader<'c, 'b> {
 }
 
 impl FieldReader<'_, '_> {
+    #[inline]
     pub(crate) fn pfn(&mut self, _what: &str) -> Result<u64, TraceError> {
         self.cur.pfn(self.st)
     }
 
+    #[inline]
     pub(crate) fn addr(&mut self, what: &str) -> Result<u64, TraceError> {
         self.cur.addr(self.st, what)
     }
 
+    #[inline]
     pub(crate) fn u64(&mut self, what: &str) -> Result<u64, TraceError> {
         self.cur.varint(what)
     }
 
+    #[inline]
     pub(crate) fn u32(&mut self, what: &str) -> Result<u32, TraceError> {
         self.cur.u32(what)
     }
 
+    #[inline]
     pub(crate) fn i32(&mut self, what: &str) -> Result<i32, TraceError> {
         self.cur.i32(what)
     }
 
+    #[inline]
     pub(crate) fn i64(&mut self, what: &str) -> Result<i64, TraceError> {
         self.cur.signed(what)
     }
 
+    #[inline]
     pub(crate) fn bool(&mut self, what: &str) -> Result<bool, TraceError> {
         Ok(self.cur.varint(what)? != 0)
     }
@@ -932,6 +958,12 @@ impl<R: Read> TraceReader<R> {
     /// The trailer, once the iterator has reached the end of a whole file.
     pub fn trailer(&self) -> Option<&Trailer> {
         self.trailer.as_ref()
+    }
+
+    /// The header and the trailer (if the end was reached), taking the
+    /// reader apart (no copy of their counters).
+    pub fn into_header_trailer(self) -> (Header, Option<Trailer>) {
+        (self.header, self.trailer)
     }
 
     /// Events yielded so far.
