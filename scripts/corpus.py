@@ -10,6 +10,9 @@ and print predicted vs live for every (program, configuration).
         counts in scripts/corpus/live.json (with the spread, date, kernel);
         the first 4k run of each program is kept as its recording in
         scripts/corpus/traces/ (not in git: regenerate with this command).
+        With --append the runs are added to those stored (a program whose
+        own runs spread, measured again on another day) and the recording
+        is kept.
     scripts/corpus.py predict
         replays each recording under examples/replay-folio-configs.toml and
         stores the model's counts in scripts/corpus/predictions.json.
@@ -50,6 +53,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 DATA = os.path.join(ROOT, "scripts", "corpus")
@@ -241,15 +245,22 @@ def measure(args):
             with LiveKernel():
                 apply_config(cfg)
                 for p in progs:
+                    old = live["programs"].get(p[0], {}).get(cfg) if args.append else None
+                    if old and old.get("kernel") != kernel:
+                        sys.exit(f"{p[0]} {cfg}: --append to runs of kernel {old.get('kernel')}, "
+                                 f"this is {kernel}")
                     runs = []
                     for i in range(args.runs):
                         t = os.path.join(inputs, "run.mmtrace")
                         runs.append(run_once(p, inputs, python, t, args.no_aslr))
-                        if cfg == "4k" and i == 0:
+                        # The first 4k run is the recording, unless runs
+                        # are added to a configuration that has one.
+                        if cfg == "4k" and i == 0 and not (old and recording(p[0], sfx)):
                             keep_recording(p[0], t, sfx)
                         os.unlink(t)
-                    entry = summarize(runs)
-                    entry["date"] = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%MZ")
+                    now = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%MZ")
+                    entry = summarize((old["runs"] if old else []) + runs)
+                    entry["date"] = f"{old['date']} + {now}" if old else now
                     entry["kernel"] = kernel
                     live["programs"].setdefault(p[0], {})[cfg] = entry
                     store(f"live{sfx}.json", live)
@@ -543,6 +554,8 @@ PERF_SETS = {
 # Extra `perf record` options for every line (MMLAB_PERF_EXTRA, split on
 # spaces), e.g. "-m 64M" for larger ring buffers.
 PERF_EXTRA = os.environ.get("MMLAB_PERF_EXTRA", "").split()
+# The comm of perf's child while it waits to exec the command.
+PERF_EXEC = "perf-exec"
 
 
 def perf_argv(kind, out):
@@ -564,6 +577,68 @@ def snapshot(d, after=False):
     shutil.copy(FRACTION, os.path.join(d, "percpu_pagelist_high_fraction"))
 
 
+def perf_buffer_bytes():
+    """The ring-buffer size `-m` asks for in PERF_EXTRA, in bytes (None
+    when not given)."""
+    for i, a in enumerate(PERF_EXTRA):
+        v = a[2:] if a.startswith("-m") and len(a) > 2 else \
+            PERF_EXTRA[i + 1] if a in ("-m", "--mmap-pages") and i + 1 < len(PERF_EXTRA) else None
+        if v:
+            unit = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}.get(v[-1].upper())
+            return int(v[:-1]) * unit if unit else int(v) * 4096
+    return None
+
+
+def perf_buffers_mapped(pid, size):
+    """How many of perf's ring buffers of at least `size` bytes process
+    `pid` has mapped (`anon_inode:[perf_event]` in its maps; the pages are
+    allocated in perf_mmap(), before the mapping shows)."""
+    n = 0
+    with open(f"/proc/{pid}/maps") as f:
+        for line in f:
+            if "perf_event" in line:
+                lo, hi = (int(x, 16) for x in line.split()[0].split("-"))
+                n += hi - lo >= size
+    return n
+
+
+def snapshot_after_buffers(perf, snap, timeout=30.0):
+    """Takes the snapshot (zoneinfo, vmstat, THP knobs) once `perf record`
+    has allocated its ring buffers and before its command runs: perf forks
+    the command's process (comm `perf-exec`), which waits on a pipe while
+    perf maps one buffer per CPU (`-m 128M`: 32 768 pages each, allocated
+    through the PCP lists, whose refills raise `high` under auto-tuning),
+    synthesizes the existing tasks and enables its events. A snapshot taken
+    before perf starts describes lists that perf has emptied and re-tuned
+    by the first recorded event. Returns where the snapshot was taken
+    (perf-recordings*.json keeps it): "after perf's buffers"; "before
+    perf" when PERF_EXTRA gives no -m size to wait for; "late" when the
+    command had started before the buffers were seen (or perf ended, or
+    30 s passed): the snapshot is then taken at once and says so."""
+    size = perf_buffer_bytes()
+    if size is None:
+        snapshot(snap)
+        return "before perf (no -m size to wait for)"
+    # One buffer per CPU, with -a and for a command alike (perf opens its
+    # events per CPU, inherited by the command's threads).
+    want = os.cpu_count()
+    deadline = time.monotonic() + timeout
+    while perf.poll() is None and time.monotonic() < deadline:
+        try:
+            kids = open(f"/proc/{perf.pid}/task/{perf.pid}/children").read().split()
+            waiting = bool(kids) and open(f"/proc/{kids[0]}/comm").read().strip() == PERF_EXEC
+            if perf_buffers_mapped(perf.pid, size) >= want:
+                if not waiting:
+                    break
+                snapshot(snap)
+                return "after perf's buffers"
+        except OSError:
+            pass
+        time.sleep(0.0005)
+    snapshot(snap)
+    return "late: the command had started (the snapshot is not the recording's start)"
+
+
 def perf_once(p, kind, inputs, python, no_aslr, trace, keep=None):
     """Records `p` with the plain `perf record` line of `kind` under 4 KiB
     folios and imports it into `trace`; returns import's summary. With
@@ -574,18 +649,24 @@ def perf_once(p, kind, inputs, python, no_aslr, trace, keep=None):
     work = tempfile.mkdtemp(prefix="mmlab-perf-")
     try:
         data, snap = os.path.join(work, "perf.data"), os.path.join(work, "snap")
-        snapshot(snap)
         env = dict(os.environ, PYTHONHASHSEED="0")
-        r = subprocess.run(perf_argv(kind, data) + argv_of(p, python, no_aslr), cwd=inputs, env=env,
-                           stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+        with tempfile.TemporaryFile(mode="w+") as err:
+            perf = subprocess.Popen(perf_argv(kind, data) + argv_of(p, python, no_aslr), cwd=inputs,
+                                    env=env, stdout=subprocess.DEVNULL, stderr=err, text=True)
+            try:
+                when = snapshot_after_buffers(perf, snap)
+            finally:
+                rc = perf.wait()
+            err.seek(0)
+            if rc != 0:
+                raise RuntimeError(f"{p[0]}: perf record failed: {err.read().strip()[-400:]}")
         snapshot(snap, after=True)
-        if r.returncode != 0:
-            raise RuntimeError(f"{p[0]}: perf record failed: {r.stderr.strip()[-400:]}")
         imp = subprocess.run([mmlab(), "import", data, "-o", trace, "--snapshot", snap],
                              capture_output=True, text=True)
         if imp.returncode != 0:
             raise RuntimeError(f"{p[0]}: mmlab import failed: {imp.stderr.strip()[-400:]}")
-        res = {"perf_data_bytes": os.path.getsize(data), "import": imp.stderr.strip().splitlines()}
+        res = {"perf_data_bytes": os.path.getsize(data), "import": imp.stderr.strip().splitlines(),
+               "snapshot": when}
         if keep:
             shutil.rmtree(keep, ignore_errors=True)
             shutil.move(work, keep)
@@ -699,6 +780,8 @@ def main():
     m.add_argument("--programs", default="")
     m.add_argument("--configs", default="")
     m.add_argument("--no-aslr", action="store_true")
+    m.add_argument("--append", action="store_true",
+                   help="add the runs to those stored (same kernel) and keep the recording")
     pr = sub.add_parser("predict", help="replay the 4k recordings under every configuration")
     pr.add_argument("--no-aslr", action="store_true")
     pr.add_argument("--source", default="mmlab", choices=SOURCES,

@@ -32,7 +32,11 @@ pub const AFTER_HELP: &str = concat!(
      was killed (its header never finished) is read to the end of the file, as perf report does.\n\n",
     "Fewer events work too: import says, per missing event, what the replay loses. --zoneinfo is what \
      `mmlab validate` needs (the zones, watermarks and each CPU's PCP count/high/batch); without it, \
-     give `mmlab replay` the machine with --experiment."
+     give `mmlab replay` the machine with --experiment.\n\n",
+    "A zoneinfo taken before perf starts predates perf's own ring buffers (-m 128M: 32768 pages per \
+     CPU, taken through the PCP lists, raising each list's high under auto-tuning), so validate's PCP \
+     counters start from lists perf then changed; scripts/corpus.py perf-record takes it once perf has \
+     mapped its buffers, while the command still waits to exec (comm perf-exec)."
 );
 
 /// `mmlab import`'s arguments.

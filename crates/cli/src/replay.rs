@@ -262,6 +262,8 @@ pub fn replay_one(
         prep.warm_pcp(&mut pa, exp.machine.nr_cpus());
     }
     let mut eng = Engine::new(pa, exp.profile.table(), seed);
+    // The recorded counters end with the recording.
+    eng.stop_with_last_task();
     if let Some(t) = timeline {
         eng = eng.with_timeline(t);
     }

@@ -291,6 +291,12 @@ pub struct PageTables {
     /// that it always names the table a full walk would reach. Not the
     /// kernel's (it walks from the PGD every time); it changes no result.
     pmd_hint: Cell<(u64, u32)>,
+    /// The same for the last user access's PTE table:
+    /// `(addr >> PMD_SHIFT, id of the PTE table for that 2 MiB)`, or
+    /// [`NO_HINT`]. Set by [`PageTables::leaf`]'s walk, forgotten whenever
+    /// an entry above the PTE level is set and whenever a table is freed.
+    /// Not the kernel's; it changes no result.
+    pte_hint: Cell<(u64, u32)>,
 }
 
 /// The key of an empty [`PageTables::pmd_hint`] (no address has it).
@@ -308,6 +314,7 @@ impl PageTables {
             by_pfn: BTreeMap::new(),
             deposited: BTreeMap::new(),
             pmd_hint: Cell::new((NO_HINT, NO_TABLE)),
+            pte_hint: Cell::new((NO_HINT, NO_TABLE)),
         };
         pt.pgd_id = pt.alloc_table(pa, cx, Level::Pgd)?;
         pt.pgd = pt.meta[pt.pgd_id as usize].pfn;
@@ -362,6 +369,7 @@ impl PageTables {
         self.meta[id as usize].pfn = Pfn(0);
         self.free_ids.push(id);
         self.pmd_hint.set((NO_HINT, NO_TABLE));
+        self.pte_hint.set((NO_HINT, NO_TABLE));
         pa.free_pages(cx, table, 0);
     }
 
@@ -417,6 +425,7 @@ impl PageTables {
             if level != Level::Pmd {
                 self.pmd_hint.set((NO_HINT, NO_TABLE));
             }
+            self.pte_hint.set((NO_HINT, NO_TABLE));
             let child = if present(e) && e & PAGE_PSE == 0 {
                 self.id_of(entry_pfn(e))
             } else {
@@ -545,7 +554,13 @@ impl PageTables {
     /// index in it and its level.
     #[inline(always)]
     fn leaf_pos(&self, addr: u64) -> Option<(u32, usize, Level)> {
-        // The common case straight-line: the PMD hint covers `addr`, and the
+        // The most common case: the same PTE table as the last access.
+        let (key, id) = self.pte_hint.get();
+        if key == addr >> PMD_SHIFT {
+            debug_assert_eq!(self.pte_table_uncached(addr), Some(id), "stale PTE hint");
+            return Some((id, Level::Pte.index(addr), Level::Pte));
+        }
+        // Then straight-line: the PMD hint covers `addr`, and the
         // walk is two fixed steps (host speed only; the same answer as the
         // loop of `leaf_walk`, which `check_leaf_paths` tests).
         let (key, id) = self.pmd_hint.get();
@@ -564,7 +579,19 @@ impl PageTables {
         }
         let c = t.child[i];
         debug_assert!(c != NO_TABLE, "table pointer without a table");
+        self.pte_hint.set((addr >> PMD_SHIFT, c));
         Some((c, Level::Pte.index(addr), Level::Pte))
+    }
+
+    /// The PTE table of `addr` by a full walk that ignores both hints (for
+    /// checks).
+    fn pte_table_uncached(&self, addr: u64) -> Option<u32> {
+        let id = self.pmd_table_uncached(addr)?;
+        let e = self.slab[id as usize].entries[Level::Pmd.index(addr)];
+        if !present(e) || e & PAGE_PSE != 0 {
+            return None;
+        }
+        Some(self.child_of(id, Level::Pmd.index(addr)))
     }
 
     /// [`PageTables::leaf_pos`] by a walk level by level from where
@@ -576,6 +603,7 @@ impl PageTables {
             let index = l.index(addr);
             let t = &self.slab[id as usize];
             if l == Level::Pte {
+                self.pte_hint.set((addr >> PMD_SHIFT, id));
                 return Some((id, index, l));
             }
             let e = t.entries[index];
@@ -885,6 +913,16 @@ impl PageTables {
                 key << PUD_SHIFT
             );
         }
+        let (key, hint) = self.pte_hint.get();
+        if key != NO_HINT {
+            let full = self.pte_table_uncached(key << PMD_SHIFT);
+            assert_eq!(
+                full,
+                Some(hint),
+                "PTE-table hint for {:#x} is stale",
+                key << PMD_SHIFT
+            );
+        }
         for &id in &self.free_ids {
             assert_eq!(
                 self.meta[id as usize].pfn,
@@ -1030,6 +1068,7 @@ mod tests {
             );
             // ...and with it forgotten, from the PGD.
             pt.pmd_hint.set((NO_HINT, NO_TABLE));
+            pt.pte_hint.set((NO_HINT, NO_TABLE));
             let walked = pt.leaf_walk(a);
             assert_eq!(hinted, walked, "leaf({a:#x})");
         }

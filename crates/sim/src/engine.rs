@@ -555,6 +555,8 @@ pub struct Engine {
     pcp_sample_every: u64,
     live_tasks: usize,
     idle_tail_ns: u64,
+    /// See [`Engine::stop_with_last_task`].
+    stop_with_last_task: bool,
     /// When an operation last started, on any vCPU.
     last_op_start: SimTime,
     /// Per pageset (`PageAlloc::pcp_index`): the `(count, high)` of its last
@@ -642,6 +644,7 @@ impl Engine {
             pcp_sample_every: 64,
             live_tasks: 0,
             idle_tail_ns: 0,
+            stop_with_last_task: false,
             last_op_start: SimTime::default(),
             last_pcp_sample: Vec::new(),
             timers_paused: Vec::new(),
@@ -754,6 +757,16 @@ impl Engine {
     /// idle machine.
     pub fn set_idle_tail_ns(&mut self, ns: u64) {
         self.idle_tail_ns = ns;
+    }
+
+    /// Runs no periodic kernel work (the vmstat timer) once the last task
+    /// has ended, where the timer armed while tasks ran would otherwise
+    /// fire once more: a trace replay's counters are compared with a
+    /// recording that stopped at its last event, which cannot hold a
+    /// `vmstat_update()` (and its `decay_pcp_high()` drain) after it.
+    /// Without an idle tail only.
+    pub fn stop_with_last_task(&mut self) {
+        self.stop_with_last_task = self.idle_tail_ns == 0;
     }
 
     /// Adds a task; it starts at time 0 on its vCPU.
@@ -1178,6 +1191,9 @@ impl Engine {
     /// only when `refresh_cpu_vm_stats()` did work; `vmstat_shepherd()`
     /// restarts it). The idle tail after the last task is sampled as before.
     fn vmstat_timer(&mut self, v: VcpuId, t: SimTime) {
+        if self.stop_with_last_task && self.live_tasks == 0 && t > self.last_task_end {
+            return;
+        }
         let nz = self.pa.zones.len();
         if self.last_pcp_sample.len() < self.pa.pcp.len() {
             self.last_pcp_sample.resize(self.pa.pcp.len(), None);

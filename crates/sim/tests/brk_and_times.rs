@@ -159,3 +159,34 @@ fn kernel_work_is_system_time_only() {
     assert_eq!(with.sys_ns, plain.sys_ns + 70_000);
     assert_eq!(with.runtime_ns, plain.runtime_ns + 70_000);
 }
+
+/// The vmstat timer armed while a task ran fires once more after the last
+/// task ended (one PCP sample at 1 s for a task that ended at 0.3 s);
+/// `stop_with_last_task` (trace replays: the recording ended there) runs
+/// no kernel work after the end.
+#[test]
+fn stop_with_last_task_runs_no_vmstat_work_after_the_end() {
+    let samples_after_end = |stop: bool| {
+        let (mut eng, _) = engine();
+        if stop {
+            eng.stop_with_last_task();
+        }
+        let (p, _) = playlist(vec![Op::Compute { ns: 300_000_000 }]);
+        eng.spawn(TaskSpec {
+            program: Box::new(p),
+            cpu: VcpuId(0),
+            process: None,
+        });
+        let run = eng.run();
+        assert!(run.runtime_ns >= 300_000_000 && run.runtime_ns < 1_000_000_000);
+        run.pcp_series
+            .iter()
+            .filter(|s| s.time_ns > run.runtime_ns)
+            .count()
+    };
+    assert!(
+        samples_after_end(false) > 0,
+        "the timer fires after the end"
+    );
+    assert_eq!(samples_after_end(true), 0);
+}

@@ -646,7 +646,8 @@ impl Prepared {
             };
             for ps in &z.pagesets {
                 let v = VcpuId(ps.cpu % nr_cpus.max(1));
-                let room = start_high(pa, pa.pcp_index(v, zi), ps);
+                let pi = pa.pcp_index(v, zi);
+                let room = start_high(pa, pi, ps);
                 // A list never holds more than its zone's pages: the
                 // model's zone of that name may be larger than the
                 // recorded one (fuzz input 761763 of seed 6000000).
@@ -654,6 +655,11 @@ impl Prepared {
                 let lists = self.start_lists(ps.cpu, zh, want);
                 cx.begin(v, SimTime(0));
                 put_on_lists(pa, &mut cx, zone_gfp, &lists);
+                // Allocating those pages refilled the lists, and under
+                // auto-tuning each refill raised `high` by a batch
+                // (`nr_pcp_alloc()`): the recorded `high` again, not the
+                // warm-up's (server: 33 811 recorded, 58 192 after it).
+                start_high(pa, pi, ps);
             }
         }
         pa.vmstat = mm::vmstat::VmStat::default();

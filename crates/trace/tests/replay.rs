@@ -335,6 +335,47 @@ fn warm_pcp_puts_the_recorded_pages_on_the_lists_and_resets_the_counters() {
     pa.check_invariants();
 }
 
+/// The warm-up allocates the recorded pages and frees them onto the lists;
+/// under auto-tuning each refill on the way raises `high` by a batch, so
+/// `high` is set to the recorded one again afterwards.
+#[test]
+fn warm_pcp_keeps_the_recorded_high() {
+    let layout = MemoryLayout {
+        nodes: vec![NodeLayout {
+            nr_cpus: 2,
+            nr_pages: 1 << 18,
+        }],
+        dma32_pages: 0,
+    };
+    let mut h = header(2);
+    // 6.18: high auto-tuned between high_min and high_max.
+    let cfg = mm::knobs::Preset::Linux6_18.config();
+    let mut pa = PageAlloc::new(&layout, cfg.sysctl, cfg.pcp);
+    let zi = pa
+        .zones
+        .iter()
+        .position(|z| z.zone_type.name() == h.machine.zones[0].name)
+        .expect("zone");
+    let pi = pa.pcp_index(mm::VcpuId(1), zi);
+    let (lo, hi) = (pa.pcp[pi].high_min, pa.pcp[pi].high_max);
+    assert!(hi - lo > 1000, "bounds {lo}..{hi}");
+    // A recorded high between the bounds, the list nearly full.
+    let high = (lo + hi) / 2;
+    h.machine.zones[0].pagesets[1].count = (high - 200) as u64;
+    h.machine.zones[0].pagesets[1].high = high as u64;
+    let p = tmp("warm-high.mmtrace");
+    write(&p, &h, &synthetic(2, 10));
+    let prep = Prepared::open(&p).expect("prepare");
+    prep.warm_pcp(&mut pa, 2);
+    assert_eq!(pa.pcp[pi].high, high);
+    assert!(
+        pa.pcp[pi].count >= high - 200 - 63,
+        "{} on the list",
+        pa.pcp[pi].count
+    );
+    pa.check_invariants();
+}
+
 /// A free of a page allocated before the recording is replayed with a
 /// block set aside before the run: the model frees every recorded block.
 #[test]
