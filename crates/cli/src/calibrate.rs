@@ -144,17 +144,7 @@ struct HostMemory {
 
 /// The size of CPU 0's level-3 cache from sysfs (`32768K`), 0 if unknown.
 fn host_llc_bytes() -> u64 {
-    let s = std::fs::read_to_string("/sys/devices/system/cpu/cpu0/cache/index3/size")
-        .unwrap_or_default();
-    let s = s.trim();
-    let (num, unit) = s.split_at(s.find(|c: char| !c.is_ascii_digit()).unwrap_or(s.len()));
-    let n: u64 = num.parse().unwrap_or(0);
-    match unit {
-        "K" => n << 10,
-        "M" => n << 20,
-        "" => n,
-        _ => 0,
-    }
+    native::sys::llc_bytes()
 }
 
 fn host_memory() -> HostMemory {
@@ -266,6 +256,8 @@ pub struct Calibration {
     check_pass_first: (usize, usize),
     /// The same on the immediate re-runs' medians.
     check_pass_rerun: (usize, usize),
+    /// How the model's LLC was sized ([`effective_llc`]).
+    llc: String,
     secs: f64,
 }
 
@@ -281,7 +273,7 @@ pub fn run(opts: &Opts) -> Result<()> {
             .with_context(|| format!("cannot write {}", path.display()))?;
     }
     let host = HostInfo::probe();
-    let mem = if opts.host_sized_model {
+    let mut mem = if opts.host_sized_model {
         host_memory()
     } else {
         HostMemory {
@@ -300,6 +292,8 @@ pub fn run(opts: &Opts) -> Result<()> {
         }
     };
     let mut micro = live::run_micro(opts.rounds, &mut progress).context("micro-benchmarks")?;
+    let (llc_bytes, llc) = effective_llc(&micro, mem.llc_bytes);
+    mem.llc_bytes = llc_bytes;
     // The PCP patterns change vm.percpu_pagelist_high_fraction, and putting
     // it back resets the lists' auto-tuned high: they run in rounds of their
     // own, so that the other patterns meet the lists as the check's do.
@@ -343,6 +337,7 @@ pub fn run(opts: &Opts) -> Result<()> {
         check_pass,
         check_pass_first,
         check_pass_rerun,
+        llc,
         secs: t0.elapsed().as_secs_f64(),
     };
     print!("{}", out::report(&cal));
@@ -355,6 +350,55 @@ pub fn run(opts: &Opts) -> Result<()> {
         eprintln!("mmlab calibrate: wrote {}", path.display());
     }
     Ok(())
+}
+
+/// The last-level cache this guest gets, for the model's LLC
+/// ([`ModelOpts::llc_bytes`]), from the chases over growing working sets
+/// (`live::CHASE_MIB`): the largest working set whose dependent-load
+/// latency is still nearer the smallest set's (a cache's) than DRAM's
+/// (the 256 MiB chase), each set up to it passing too. When every set
+/// sysfs allows passes, or the chases did not run, the LLC is sysfs's
+/// (`sysfs_bytes`). Returns the bytes and a sentence saying how.
+fn effective_llc(micro: &Micro, sysfs_bytes: u64) -> (u64, String) {
+    let mib = |b: u64| {
+        if b.is_multiple_of(1 << 20) {
+            (b >> 20).to_string()
+        } else {
+            fmt_num(b as f64 / (1 << 20) as f64)
+        }
+    };
+    let chases: Vec<(usize, f64)> = live::CHASE_MIB
+        .iter()
+        .filter_map(|&m| Some((m, micro.get(&names::chase(m))?.median())))
+        .collect();
+    let (Some(dram), Some(&(small, hit))) = (micro.get(names::DRAM), chases.first()) else {
+        return (
+            sysfs_bytes,
+            format!(
+                "model's LLC: {} MiB (sysfs; the working-set chases did not run)",
+                mib(sysfs_bytes)
+            ),
+        );
+    };
+    let dram = dram.median();
+    let mid = (hit + dram) / 2.0;
+    let all = chases
+        .iter()
+        .map(|(m, ns)| format!("{m} MiB {} ns", fmt_num(*ns)))
+        .collect::<Vec<_>>()
+        .join(", ");
+    let fit = chases.iter().take_while(|(_, ns)| *ns <= mid).last();
+    let beyond = chases.iter().find(|(_, ns)| *ns > mid);
+    match (fit, beyond) {
+        (Some(&(m, _)), Some(_)) if ((m as u64) << 20) < sysfs_bytes || sysfs_bytes == 0 => (
+            (m as u64) << 20,
+            format!("model's LLC: {m} MiB of the {} MiB sysfs gives: the largest working set whose dependent loads ({all}) are nearer the {small} MiB set's latency than DRAM's ({} ns, 256 MiB): this guest's share of the host's L3", mib(sysfs_bytes), fmt_num(dram)),
+        ),
+        _ => (
+            sysfs_bytes,
+            format!("model's LLC: {} MiB (sysfs; dependent loads {all}, DRAM {} ns: no working set up to it was nearer DRAM's latency than the {small} MiB set's)", mib(sysfs_bytes), fmt_num(dram)),
+        ),
+    }
 }
 
 /// Appends `new` to `derived`; the measured or fitted ones also become
@@ -920,13 +964,13 @@ fn tlb(micro: &Micro, base: &Profile, host: &HostInfo, known: &CostTable) -> Vec
             i.median(),
             &[i],
             host,
-            "one remote CPU in a TLB shootdown, on the initiator's CPU time: mprotect() of one populated page with a thread of the process running on another CPU less without it, per IPI that CPU took",
+            "one remote CPU in a TLB shootdown, the initiator's wait: an mprotect() of one populated page (RW -> R) that sent a thread of the process on another CPU an IPI less one that sent none (the guest's paravirtual flush skips a preempted vCPU), each call timed by itself",
         )),
         Some(i) => v.push(estimate(
             Cost::TlbFlushIpi,
             base,
             &format!(
-                "mprotect() with a thread of the process on another CPU was not slower than without ({} ns per IPI)",
+                "an mprotect() that sent another CPU an IPI was not slower than one that sent none ({} ns per IPI)",
                 fmt_num(i.median())
             ),
         )),
@@ -1491,6 +1535,55 @@ mod tests {
             summary: Summary::of(samples).expect("samples"),
             samples: samples.to_vec(),
         }
+    }
+
+    /// A micro phase with the DRAM chase at `dram` ns and the working-set
+    /// chases at `chases` (MiB, ns).
+    fn chases(dram: f64, chases: &[(usize, f64)]) -> Micro {
+        let m = |name: String, ns: f64| {
+            native::calibrate::Outcome::Measured(Measurement {
+                name,
+                unit: "ns",
+                how: "chase".into(),
+                summary: Summary::of(&[ns]).expect("a sample"),
+                samples: vec![ns],
+            })
+        };
+        let mut outcomes = vec![m(names::DRAM.into(), dram)];
+        outcomes.extend(chases.iter().map(|&(mib, ns)| m(names::chase(mib), ns)));
+        Micro {
+            outcomes,
+            few_vmas: 0,
+            many_vmas: 0,
+            pairs: Vec::new(),
+        }
+    }
+
+    #[test]
+    fn the_models_llc_is_the_largest_working_set_nearer_the_caches_latency() {
+        let sysfs = 32 << 20;
+        // This guest: 1 and 2 MiB from a cache, 4 MiB on from DRAM.
+        let here = chases(
+            190.0,
+            &[(1, 6.0), (2, 60.0), (4, 129.0), (8, 140.0), (16, 149.0)],
+        );
+        let (bytes, why) = effective_llc(&here, sysfs);
+        assert_eq!(bytes, 2 << 20, "{why}");
+        assert!(why.contains("2 MiB of the 32 MiB"), "{why}");
+        // A set nearer DRAM's latency ends the LLC even if a larger one is
+        // not (noise): the sets up to it must all pass.
+        let noisy = chases(190.0, &[(1, 6.0), (2, 120.0), (4, 90.0)]);
+        assert_eq!(effective_llc(&noisy, sysfs).0, 1 << 20);
+        // Every set a cache's: the LLC is what sysfs says.
+        let big = chases(
+            190.0,
+            &[(1, 6.0), (2, 7.0), (4, 9.0), (8, 12.0), (16, 20.0)],
+        );
+        assert_eq!(effective_llc(&big, sysfs).0, sysfs);
+        // No chases (not run): sysfs, and the sentence says so.
+        let (bytes, why) = effective_llc(&chases(190.0, &[]), sysfs);
+        assert_eq!(bytes, sysfs);
+        assert!(why.contains("did not run"), "{why}");
     }
 
     #[test]

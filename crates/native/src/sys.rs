@@ -328,6 +328,23 @@ pub fn self_faults() -> (u64, u64) {
     (ru.ru_minflt as u64, ru.ru_majflt as u64)
 }
 
+/// The size of CPU 0's level-3 cache as sysfs gives it
+/// (`/sys/devices/system/cpu/cpu0/cache/index3/size`, e.g. `32768K`), in
+/// bytes; 0 if the host does not say.
+pub fn llc_bytes() -> u64 {
+    let s = std::fs::read_to_string("/sys/devices/system/cpu/cpu0/cache/index3/size")
+        .unwrap_or_default();
+    let s = s.trim();
+    let (num, unit) = s.split_at(s.find(|c: char| !c.is_ascii_digit()).unwrap_or(s.len()));
+    let n: u64 = num.parse().unwrap_or(0);
+    match unit {
+        "K" => n << 10,
+        "M" => n << 20,
+        "" => n,
+        _ => 0,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -45,7 +45,18 @@ pub mod names {
     pub const CONTEXT_SWITCH: &str = "two context switches on one CPU";
     pub const BUDDY_INSN: &str = "buddy free-list operation, instructions only";
     pub const FRESH_PTE: &str = "first access to a 64K folio's other pages after its fault";
+
+    /// The dependent-load chase over a working set of `mib` MiB.
+    pub fn chase(mib: usize) -> String {
+        format!("dependent load, {mib} MiB working set")
+    }
 }
+
+/// Working sets of the cache-capacity chases, MiB (those up to the LLC
+/// sysfs gives run): where their latency turns from a cache's to DRAM's
+/// is the LLC this guest actually gets ([`crate::calibrate`]'s
+/// `effective_llc`).
+pub const CHASE_MIB: [usize; 5] = [1, 2, 4, 8, 16];
 
 /// Back-to-back repeats of each micro-benchmark per round; the round keeps
 /// the fastest (`native::calibrate::run_interleaved` says why).
@@ -107,6 +118,12 @@ pub fn run_micro(rounds: usize, progress: &mut dyn FnMut(&str)) -> Result<Micro,
     page_buf.dont_fork()?;
     let page_buf = RefCell::new(page_buf);
     let chase = hw::Chase::new(256 << 20, 7)?;
+    let llc = native::sys::llc_bytes();
+    let chases = CHASE_MIB
+        .iter()
+        .filter(|&&m| llc == 0 || (m << 20) as u64 <= llc)
+        .map(|&m| Ok((m, hw::Chase::new(m << 20, 11)?)))
+        .collect::<Result<Vec<_>, NativeError>>()?;
     let mut touch_buf = kernel::Region::new(64 << 20, libc_rw(), true)?;
     touch_buf.dont_fork()?;
     let few_vmas = kernel::nr_vmas()?;
@@ -121,6 +138,9 @@ pub fn run_micro(rounds: usize, progress: &mut dyn FnMut(&str)) -> Result<Micro,
         || Ok(hw::locked_pair_ns()),
     ));
     probes.push(Probe::new(names::DRAM, "ns", "500000 dependent loads through a random cyclic permutation of the lines of a 256 MiB THP-backed buffer, thread CPU time", || Ok(chase.run(500_000))));
+    for (mib, c) in &chases {
+        probes.push(Probe::new(names::chase(*mib), "ns", format!("the dependent loads through a random cyclic permutation of the lines of a {mib} MiB THP-backed buffer, walked once, then timed on a second walk, thread CPU time"), move || Ok(c.cycle_ns())));
+    }
     probes.push(Probe::new(
         names::TOUCH,
         "ns/page",
@@ -162,13 +182,17 @@ pub fn run_micro(rounds: usize, progress: &mut dyn FnMut(&str)) -> Result<Micro,
 }
 
 /// More rounds of the cross-CPU probes (the cache-line transfer of each
-/// CPU pair and the lock hand-off), their samples added to the micro
+/// CPU pair, the lock hand-off and the TLB shootdown IPI), their samples
+/// added to the micro
 /// phase's: called between the later phases of a calibration, so that the
 /// samples span the run rather than its first minute. The hypervisor moves
 /// the two vCPUs between host placements that hold for tens of seconds to
 /// minutes (one-way transfer ~20-45 ns or ~190 ns here), and a phase of
 /// samples ~40 s long often meets one of them only (`CrossCpuModes` in the
-/// derivation splits the modes). Needs no lock: nothing system-wide.
+/// derivation splits the modes; the IPI probe finds no IPI to time in
+/// some placements). Needs no lock: nothing system-wide is changed (the
+/// IPI probe reads `/proc/interrupts`; another process's shootdown there
+/// can only misclass one call).
 pub fn resample_cross_cpu(micro: &mut Micro, rounds: usize) -> Result<(), NativeError> {
     let Some((a, b)) = micro.pairs.iter().find_map(|p| p.1) else {
         return Ok(());
@@ -180,22 +204,33 @@ pub fn resample_cross_cpu(micro: &mut Micro, rounds: usize) -> Result<(), Native
         .filter_map(|&(kind, pair)| pair.map(|(a, b)| hw::c2c_probe(kind, a, b)))
         .collect();
     probes.push(hw::handoff_probe(a, b).renamed(names::HANDOFF));
+    probes.push(kernel::mprotect_ipi_probe(a, b).renamed(names::MPROTECT1_IPI));
     for new in run_interleaved(probes, rounds, MICRO_REPEATS, |_| {}) {
         let Outcome::Measured(new) = new else {
             continue;
         };
-        let old = micro.outcomes.iter_mut().find_map(|o| match o {
-            Outcome::Measured(m) if m.name == new.name => Some(m),
-            _ => None,
-        });
-        if let Some(old) = old {
+        merge_samples(&mut micro.outcomes, new);
+    }
+    Ok(())
+}
+
+/// Adds a later phase's samples of a probe to its outcome: to its samples
+/// if it measured before, in place of the reason it did not if it did
+/// not (the TLB shootdown IPI needs the other vCPU running, which one
+/// placement of the two often denies for a whole phase).
+fn merge_samples(outcomes: &mut [Outcome], new: Measurement) {
+    let Some(o) = outcomes.iter_mut().find(|o| o.name() == new.name) else {
+        return;
+    };
+    match o {
+        Outcome::Measured(old) => {
             old.samples.extend(new.samples);
             if let Some(s) = native::stats::Summary::of(&old.samples) {
                 old.summary = s;
             }
         }
+        Outcome::Skipped { .. } => *o = Outcome::Measured(new),
     }
-    Ok(())
 }
 
 /// The probes of single operations among other work

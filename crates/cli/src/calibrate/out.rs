@@ -95,6 +95,7 @@ pub fn report(c: &Calibration) -> String {
           page reporting had handed memory back to the host since the warm-up or the run before (its\n\
           first touch then faults in the host too: the host's cost, not the model's).\n";
     s += &native::table::format(&c.check_rows);
+    s += &format!("{}\n", c.llc);
     s += &format!(
         "calibration took {:.0} s, of which {:.0} s waiting for the live-kernel lock\n",
         c.secs,
@@ -197,7 +198,8 @@ pub fn profile_toml(c: &Calibration, name: &str, check_mib: usize) -> String {
          # calibration check: {}/{} within 10 % (median of each repetition's faster\n\
          # of two back-to-back runs; on the first runs' medians {}/{}, the re-runs' {}/{}).\n\
          # Columns: pattern | live ms | p10-p90 | first runs ms | re-runs ms |\n\
-         # model ms | error | vs first | vs re-run | faults live/model.\n",
+         # model ms | error | vs first | vs re-run | faults live/model.\n\
+         # {}.\n",
         today(),
         c.host.kernel,
         c.host.cpu,
@@ -212,6 +214,7 @@ pub fn profile_toml(c: &Calibration, name: &str, check_mib: usize) -> String {
         c.check_pass_first.1,
         c.check_pass_rerun.0,
         c.check_pass_rerun.1,
+        wrap_comment(&c.llc),
     );
     for row in c.check_rows.iter().skip(1) {
         s += &format!("#   {}\n", row.join(" | "));

@@ -464,14 +464,17 @@ fn wake_ns(a: usize, b: usize, side: WakeSide) -> Result<f64, NativeError> {
 /// lines of a THP-backed buffer (no TLB misses to speak of): ns per load.
 pub struct Chase {
     buf: HugeBuf,
+    /// Lines in the chain.
+    lines: usize,
 }
 
 impl Chase {
-    /// Builds the chain over `bytes` (rounded to 2 MiB).
+    /// Builds the chain over the first `bytes` of a THP-backed buffer
+    /// (the buffer rounded to 2 MiB).
     pub fn new(bytes: usize, seed: u64) -> Result<Chase, NativeError> {
         let mut buf = HugeBuf::new(bytes, 0)?;
         buf.dont_fork()?;
-        let lines = buf.len() / CACHE_LINE;
+        let lines = bytes.min(buf.len()) / CACHE_LINE;
         let mut order: Vec<u32> = (0..lines as u32).collect();
         SplitMix64::new(seed).shuffle(&mut order);
         let s = buf.as_mut_slice();
@@ -480,7 +483,16 @@ impl Chase {
             let to = order[(w + 1) % lines] as u64 * CACHE_LINE as u64;
             s[from..from + 8].copy_from_slice(&to.to_ne_bytes());
         }
-        Ok(Chase { buf })
+        Ok(Chase { buf, lines })
+    }
+
+    /// ns per load over the whole chain, walked once to bring it into
+    /// whatever cache holds it and timed on the second walk: the latency of
+    /// a working set of the chain's size.
+    pub fn cycle_ns(&self) -> f64 {
+        let lines = self.lines as u64;
+        self.run(lines);
+        self.run(lines)
     }
 
     /// ns per load over `loads` dependent loads (thread CPU time).

@@ -224,25 +224,39 @@ pub fn tlb_shootdowns(cpu: usize) -> Result<u64, NativeError> {
         .ok_or_else(bad)
 }
 
-/// Calls of [`tlb_ipi_ns`] per phase.
-const IPI_CALLS: u64 = 2000;
+/// Flushing calls (read-write to read-only) of [`tlb_ipi_ns`] per batch.
+const IPI_CALLS: usize = 250;
 
-/// The initiator's cost of one TLB-shootdown IPI: `mprotect` of one
-/// populated page (as [`mprotect_page_probe`]) on CPU `a`, first alone,
-/// then while another thread of this process spins in user space on CPU
-/// `b`, which makes every change of the page's protection flush that
-/// CPU's TLB too (`flush_tlb_mm_range()` sends an IPI and waits for it).
-/// On a shared host the spinner is not always on its CPU (another task
-/// runs there, and the mm is then not loaded on it), so the extra time is
-/// divided by the IPIs CPU `b` actually took, counted in
-/// `/proc/interrupts` (a shootdown of another process there meanwhile
-/// counts too, which can only lower the figure). ns per IPI.
+/// Batches a sample of [`tlb_ipi_ns`] may take to find [`IPI_MIN_CALLS`]
+/// calls of each kind (~0.15 s each here).
+const IPI_MAX_BATCHES: usize = 8;
+
+/// Fewest calls of each kind (with an IPI, without) a sample needs.
+const IPI_MIN_CALLS: usize = 10;
+
+/// The initiator's wait for one TLB-shootdown IPI: `mprotect` of one
+/// populated page from read-write to read-only on CPU `a` while another
+/// thread of this process spins in user space on CPU `b`, so the flush
+/// must reach that CPU's TLB too (`flush_tlb_mm_range()` sends an IPI and
+/// waits for its acknowledgement). Not every such call sends one: a KVM
+/// guest's `kvm_flush_tlb_multi()` skips a vCPU the host has preempted
+/// (the host flushes it on its next entry), and on a shared host the
+/// spinner is not always on its CPU. So each call is timed by itself
+/// (wall clock) and classed by the "TLB shootdowns" count of CPU `b` in
+/// `/proc/interrupts` read before and after it: the figure is the median
+/// call with one IPI less the median call with none (the same rewrite and
+/// local flush). A call that met two shootdowns (another process's too) is
+/// left out. ns per IPI.
 pub fn tlb_ipi_ns(a: usize, b: usize) -> Result<f64, NativeError> {
     use std::sync::atomic::{AtomicBool, Ordering};
     crate::sys::pin_to_cpu(a)?;
-    let alone = mprotect_loop_ns(IPI_CALLS)?;
+    let guard = Region::new(3 * PAGE_SIZE, libc::PROT_NONE, false)?;
+    let page = guard.addr() + PAGE_SIZE;
+    mprotect(page, PAGE_SIZE, RW)?;
+    // SAFETY: the page was just made writable.
+    unsafe { std::ptr::write_volatile(page as *mut u8, 1) };
     let stop = AtomicBool::new(false);
-    let (with, ipis) = std::thread::scope(|s| {
+    let calls = std::thread::scope(|s| {
         let spinner = s.spawn(|| -> Result<(), NativeError> {
             crate::sys::pin_to_cpu(b)?;
             while !stop.load(Ordering::Relaxed) {
@@ -252,51 +266,68 @@ pub fn tlb_ipi_ns(a: usize, b: usize) -> Result<f64, NativeError> {
         });
         // Let the spinner reach its CPU before timing.
         std::thread::sleep(std::time::Duration::from_millis(2));
-        let r = (|| {
-            let n0 = tlb_shootdowns(b)?;
-            let ns = mprotect_loop_ns(IPI_CALLS)?;
-            Ok::<_, NativeError>((ns, tlb_shootdowns(b)? - n0))
-        })();
+        let mut r: Result<Vec<(f64, u64)>, NativeError> = Ok(Vec::new());
+        for _ in 0..IPI_MAX_BATCHES {
+            r = r.and_then(|mut v| {
+                v.extend(timed_flushes(page, b)?);
+                Ok(v)
+            });
+            match &r {
+                Ok(v) if enough_of_each(v) => break,
+                Ok(_) => {}
+                Err(_) => break,
+            }
+        }
         stop.store(true, Ordering::Relaxed);
         spinner.join().map_err(|_| NativeError::ThreadPanicked {
             what: "TLB spinner",
         })??;
         r
     })?;
-    // Fewer than one call in ten with an IPI leaves the difference to the
-    // noise (the spinner rarely on its CPU, or a paravirtual flush: a KVM
-    // guest's kvm_flush_tlb_multi() sends no IPI to a preempted vCPU and
-    // has the host flush it on its next entry instead).
-    if ipis < IPI_CALLS / 10 {
+    ipi_difference(calls, b)
+}
+
+/// [`IPI_CALLS`] read-write to read-only `mprotect` calls of `page` (each
+/// followed by an untimed one back): each call's wall ns and how many TLB
+/// shootdowns CPU `b` took meanwhile.
+fn timed_flushes(page: usize, b: usize) -> Result<Vec<(f64, u64)>, NativeError> {
+    let mut calls = Vec::with_capacity(IPI_CALLS);
+    for _ in 0..IPI_CALLS {
+        let n0 = tlb_shootdowns(b)?;
+        let t0 = std::time::Instant::now();
+        mprotect(page, PAGE_SIZE, libc::PROT_READ)?;
+        let ns = t0.elapsed().as_nanos() as f64;
+        calls.push((ns, tlb_shootdowns(b)? - n0));
+        mprotect(page, PAGE_SIZE, RW)?;
+    }
+    Ok(calls)
+}
+
+/// Whether `calls` has [`IPI_MIN_CALLS`] with one IPI and as many with none.
+fn enough_of_each(calls: &[(f64, u64)]) -> bool {
+    let n = |k: u64| calls.iter().filter(|c| c.1 == k).count();
+    n(1) >= IPI_MIN_CALLS && n(0) >= IPI_MIN_CALLS
+}
+
+/// The median call with one IPI less the median call with none.
+fn ipi_difference(calls: Vec<(f64, u64)>, b: usize) -> Result<f64, NativeError> {
+    let median = |mut v: Vec<f64>| {
+        v.sort_by(f64::total_cmp);
+        v[v.len() / 2]
+    };
+    let of = |n: u64| -> Vec<f64> { calls.iter().filter(|c| c.1 == n).map(|c| c.0).collect() };
+    let (with, without) = (of(1), of(0));
+    if with.len() < IPI_MIN_CALLS || without.len() < IPI_MIN_CALLS {
         return Err(NativeError::InvalidConfig {
             what: format!(
-                "only {ipis} of {IPI_CALLS} flushes sent CPU {b} an IPI (/proc/interrupts): too few to time one (a KVM guest's paravirtual TLB flush skips preempted vCPUs; the spinner may be off its CPU)"
+                "only {} of {} flushes sent CPU {b} one IPI and {} none (/proc/interrupts): too few of either to time one (a KVM guest's paravirtual TLB flush skips preempted vCPUs; the spinner may be off its CPU)",
+                with.len(),
+                calls.len(),
+                without.len()
             ),
         });
     }
-    Ok(((with - alone) * IPI_CALLS as f64 / ipis.min(IPI_CALLS) as f64).max(0.0))
-}
-
-/// Mean ns of `n` `mprotect` calls of one populated page between
-/// read-write and read-only (`PROT_NONE` guards, as
-/// [`mprotect_page_probe`]).
-fn mprotect_loop_ns(n: u64) -> Result<f64, NativeError> {
-    let guard = Region::new(3 * PAGE_SIZE, libc::PROT_NONE, false)?;
-    let page = guard.addr() + PAGE_SIZE;
-    mprotect(page, PAGE_SIZE, RW)?;
-    // SAFETY: the page was just made writable.
-    unsafe { std::ptr::write_volatile(page as *mut u8, 1) };
-    let mut r = Ok(());
-    let ns = cpu_ns_of(|| {
-        for i in 0..n {
-            let prot = if i % 2 == 0 { libc::PROT_READ } else { RW };
-            if let Err(e) = mprotect(page, PAGE_SIZE, prot) {
-                r = Err(e);
-                break;
-            }
-        }
-    });
-    r.map(|()| ns as f64 / n as f64)
+    Ok((median(with) - median(without)).max(0.0))
 }
 
 /// [`tlb_ipi_ns`] as a probe.
@@ -304,7 +335,7 @@ pub fn mprotect_ipi_probe<'a>(a: usize, b: usize) -> Probe<'a> {
     Probe::new(
         "TLB shootdown IPI",
         "ns",
-        format!("{IPI_CALLS} x mprotect of one populated page (RW <-> R) on CPU {a} while a thread of the process spins on CPU {b}, less {IPI_CALLS} without it, thread CPU time, over the TLB shootdowns CPU {b} took (/proc/interrupts)"),
+        format!("batches of {IPI_CALLS} x mprotect of one populated page RW -> R on CPU {a} while a thread of the process spins on CPU {b} (up to {IPI_MAX_BATCHES} batches, until {IPI_MIN_CALLS} calls of each kind), each call timed (wall) and classed by the TLB shootdowns CPU {b} took meanwhile (/proc/interrupts): median with one IPI less median with none"),
         move || tlb_ipi_ns(a, b),
     )
 }
@@ -657,4 +688,33 @@ pub fn reported_kib() -> Option<u64> {
         .trim()
         .parse()
         .ok()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_ipi_is_the_median_call_with_one_less_the_median_call_with_none() {
+        let mut calls: Vec<(f64, u64)> = (0..30).map(|i| (1500.0 + i as f64, 0)).collect();
+        calls.extend((0..12).map(|i| (13_000.0 + i as f64, 1)));
+        // A call that met another process's shootdown too is left out.
+        calls.push((90_000.0, 2));
+        assert!(enough_of_each(&calls));
+        let ns = ipi_difference(calls, 1).unwrap();
+        assert_eq!(ns, 13_006.0 - 1_515.0);
+    }
+
+    #[test]
+    fn too_few_calls_with_an_ipi_say_why() {
+        let mut calls: Vec<(f64, u64)> = (0..249).map(|_| (1500.0, 0)).collect();
+        calls.push((13_000.0, 1));
+        assert!(!enough_of_each(&calls));
+        let e = ipi_difference(calls, 1).unwrap_err().to_string();
+        assert!(
+            e.contains("only 1 of 250 flushes sent CPU 1 one IPI"),
+            "{e}"
+        );
+        assert!(e.contains("paravirtual"), "{e}");
+    }
 }
