@@ -49,6 +49,11 @@ impl Trace {
         });
     }
 
+    /// `parent` (a thread group leader) forks `child`.
+    fn fork(&mut self, parent: i32, child: i32) {
+        self.put(parent, parent, EventKind::Fork { parent, child });
+    }
+
     fn mmap(&mut self, pid: i32, at: u64, len: u64, prot: u64, flags: u64) {
         self.put(
             pid,
@@ -174,14 +179,7 @@ fn written_then_forked() -> Trace {
     let mut t = Trace::new();
     t.mmap(10, BASE, 4 * P, 3, ANON);
     t.touch(10, 10, BASE, P, WRITE);
-    t.put(
-        10,
-        10,
-        EventKind::Fork {
-            parent: 10,
-            child: 11,
-        },
-    );
+    t.fork(10, 11);
     t
 }
 
@@ -325,24 +323,10 @@ fn fork_gives_cow_faults_and_a_thread_shares_the_address_space() {
     t.touch(10, 10, BASE, 8 * P, WRITE);
     // A thread (its events carry the parent's thread group) writes the
     // pages the parent mapped: already there, nothing to copy.
-    t.put(
-        10,
-        10,
-        EventKind::Fork {
-            parent: 10,
-            child: 11,
-        },
-    );
+    t.fork(10, 11);
     t.touch(10, 11, BASE, 8 * P, WRITE | 1);
     // A process: its writes copy.
-    t.put(
-        10,
-        10,
-        EventKind::Fork {
-            parent: 10,
-            child: 20,
-        },
-    );
+    t.fork(10, 20);
     t.touch(20, 20, BASE, 8 * P, WRITE | 1);
     t.put(20, 20, EventKind::Exit { pid: 20 });
     let r = replay(&t, "fork", &[kernel(&[])]);
@@ -670,14 +654,7 @@ fn replays_are_deterministic() {
     let mut t = Trace::new();
     t.mmap(10, BASE, 2 * MIB, 3, ANON);
     t.touch(10, 10, BASE, 2 * MIB, WRITE);
-    t.put(
-        10,
-        10,
-        EventKind::Fork {
-            parent: 10,
-            child: 20,
-        },
-    );
+    t.fork(10, 20);
     t.touch(20, 20, BASE, MIB, WRITE | 1);
     let k = [kernel(&[(
         "transparent_hugepage/hugepages-16kB/enabled",
@@ -759,14 +736,7 @@ fn an_anonymous_reservation_larger_than_the_machine_is_not_modelled() {
     let mut t = Trace::new();
     t.mmap(10, 0x1000_0000_0000, 1 << 40, 3, ANON);
     t.touch(10, 10, 0x1000_0000_0000, 4 * P, WRITE);
-    t.put(
-        10,
-        10,
-        EventKind::Fork {
-            parent: 10,
-            child: 20,
-        },
-    );
+    t.fork(10, 20);
     t.put(20, 20, EventKind::Exit { pid: 20 });
     t.put(10, 10, EventKind::Exit { pid: 10 });
     let r = replay(&t, "huge", &[kernel(&[])]);

@@ -105,10 +105,10 @@ fn smaller_high_means_more_zone_lock_traffic() {
     );
 }
 
-/// `stream` with `mbps`: the sender's user time is its messages' bytes at
-/// that rate, and every block it sent is freed by the receiver.
-#[test]
-fn stream_at_a_throughput_spends_the_bytes_time() {
+/// One pair streaming 50 messages at 8000 Mbit/s (one byte per
+/// nanosecond), with the receiver's copy-out rate if given: the run's
+/// stats and the pages the receiver freed.
+fn run_stream(recv_copy_mbps: Option<i64>) -> (RunStats, u64) {
     let m = machine(2);
     let pa = PageAlloc::new(
         &m.memory_layout(),
@@ -119,13 +119,22 @@ fn stream_at_a_throughput_spends_the_bytes_time() {
     let mut p = Params::default();
     p.0.insert("pairs".into(), ParamValue::Int(1));
     p.0.insert("messages".into(), ParamValue::Int(50));
-    // 8000 Mbit/s: one byte per nanosecond.
     p.0.insert("mbps".into(), ParamValue::Int(8000));
+    if let Some(rate) = recv_copy_mbps {
+        p.0.insert("recv_copy_mbps".into(), ParamValue::Int(rate));
+    }
     for t in workloads::build("stream", &p, &m).unwrap() {
         eng.spawn(t);
     }
     let stats = eng.run();
-    let pages = eng.pa.vmstat.get(VmEvent::PGFREE);
+    (stats, eng.pa.vmstat.get(VmEvent::PGFREE))
+}
+
+/// `stream` with `mbps`: the sender's user time is its messages' bytes at
+/// that rate, and every block it sent is freed by the receiver.
+#[test]
+fn stream_at_a_throughput_spends_the_bytes_time() {
+    let (stats, pages) = run_stream(None);
     assert!(pages > 50, "{pages} pages");
     assert_eq!(stats.user_ns, pages * 4096);
 }
@@ -136,28 +145,10 @@ fn stream_at_a_throughput_spends_the_bytes_time() {
 /// alone (the receiver only frees).
 #[test]
 fn stream_receiver_copies_the_bytes_out_before_freeing() {
-    let run = |recv_copy_mbps: i64| {
-        let m = machine(2);
-        let pa = PageAlloc::new(
-            &m.memory_layout(),
-            VmSysctl::default(),
-            PcpPolicy::default(),
-        );
-        let mut eng = Engine::new(pa, CostTable::uniform(0), 5);
-        let mut p = Params::default();
-        p.0.insert("pairs".into(), ParamValue::Int(1));
-        p.0.insert("messages".into(), ParamValue::Int(50));
-        p.0.insert("mbps".into(), ParamValue::Int(8000));
-        // 16000 Mbit/s: two bytes per nanosecond.
-        p.0.insert("recv_copy_mbps".into(), ParamValue::Int(recv_copy_mbps));
-        for t in workloads::build("stream", &p, &m).unwrap() {
-            eng.spawn(t);
-        }
-        let stats = eng.run();
-        (stats, eng.pa.vmstat.get(VmEvent::PGFREE))
-    };
+    let run = |rate: i64| run_stream(Some(rate));
     let (without, pages) = run(0);
     assert_eq!(without.user_ns, pages * 4096);
+    // 16000 Mbit/s: two bytes per nanosecond.
     let (with, pages2) = run(16_000);
     assert_eq!(pages2, pages, "the same messages are drawn");
     assert_eq!(with.user_ns, pages * 4096 + pages * 4096 / 2);
