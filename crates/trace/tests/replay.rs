@@ -409,3 +409,59 @@ fn frees_of_pages_from_before_the_recording_are_replayed() {
     assert_eq!(st.frees, r.frees);
     assert_eq!(st.frees_of_failed, 0);
 }
+
+/// The per-CPU vmstat work of a trace that recorded it runs where it was
+/// recorded, in its CPU's order among the allocator events, and the engine
+/// runs no timer of its own; without it (or told to leave it out), the
+/// engine's one-second timer runs as before.
+#[test]
+fn recorded_vmstat_work_replaces_the_model_timer() {
+    let mut events = vec![alloc(10, 0, 1000, 0), free(20, 0, 1000, 0)];
+    events.push(ev(300_000_000, 0, EventKind::VmstatWork {}));
+    events.push(alloc(1_500_000_000, 0, 2000, 0));
+    events.push(free(1_500_000_010, 0, 2000, 0));
+    let p = tmp("vmstat-work.mmtrace");
+    write(&p, &header(1), &events);
+    let mut prep = Prepared::open(&p).expect("prepare");
+    assert_eq!(prep.recorded.vmstat_works, 1);
+    assert_eq!(
+        prep.recorded.span_ns, 1_500_000_000,
+        "the work does not move the span"
+    );
+    assert!(prep.replays_vmstat());
+    let sample_times = |prep: &Prepared, from_workload: bool| -> Vec<u64> {
+        let layout = MemoryLayout {
+            nodes: vec![NodeLayout {
+                nr_cpus: 1,
+                nr_pages: 1 << 16,
+            }],
+            dma32_pages: 0,
+        };
+        let cfg = mm::knobs::Preset::Linux6_18.config();
+        let pa = PageAlloc::new(&layout, cfg.sysctl, cfg.pcp);
+        let mut eng = Engine::new(pa, CostTable::uniform(20), 1);
+        eng.stop_with_last_task();
+        if from_workload {
+            eng.vmstat_work_from_workload();
+        }
+        let (tasks, _) = prep.tasks(1);
+        for t in tasks {
+            eng.spawn(t);
+        }
+        let run = eng.run();
+        let mut t: Vec<u64> = run.pcp_series.iter().map(|s| s.time_ns).collect();
+        t.dedup();
+        t
+    };
+    let recorded = sample_times(&prep, true);
+    assert_eq!(recorded.len(), 1, "{recorded:?}");
+    // Recorded 0.3 s after the first event; the model's operations add
+    // their (uniform 20 ns) costs on top of the recorded gaps.
+    assert!(
+        (300_000_000..300_010_000).contains(&recorded[0]),
+        "{recorded:?}"
+    );
+    prep.use_recorded_vmstat = false;
+    assert!(!prep.replays_vmstat());
+    assert_eq!(sample_times(&prep, false), vec![1_000_000_000]);
+}
