@@ -702,7 +702,7 @@ impl Prepared {
                 let want = ps.count.min(room).min(z.managed);
                 let lists = self.start_lists(ps.cpu, zh, want);
                 cx.begin(v, SimTime(0));
-                put_on_lists(pa, &mut cx, zone_gfp, &lists);
+                put_on_lists(pa, &mut cx, pi, zone_gfp, &lists);
                 // Allocating those pages refilled the lists, and under
                 // auto-tuning each refill raised `high` by a batch
                 // (`nr_pcp_alloc()`): the recorded `high` again, not the
@@ -754,8 +754,22 @@ fn start_high(pa: &mut PageAlloc, pi: usize, ps: &crate::event::Pageset) -> u64 
 }
 
 /// Allocates the blocks of each (order, migratetype, blocks) on the vCPU
-/// `cx` runs on, then frees them there: they land on its lists.
-fn put_on_lists(pa: &mut PageAlloc, cx: &mut Cx, zone_gfp: Gfp, lists: &[(u8, u8, u64)]) {
+/// `cx` runs on, then frees them there: they land on its lists (pageset
+/// `pi`).
+///
+/// The warm-up's frees rebuild a state, not a history: before each one the
+/// pageset's free-burst detection is cleared ([`forget_warm_up_frees`]),
+/// else thousands of frees without an allocation saturate `free_count`
+/// and the first high-order block freed after them is a `free_high` that
+/// drains the whole list and lowers `high` (sqlite's full recording of
+/// 2026-11-24 23:17: 13 885 pages warmed, 0 left, `high` 100 348 → 39 868).
+fn put_on_lists(
+    pa: &mut PageAlloc,
+    cx: &mut Cx,
+    pi: usize,
+    zone_gfp: Gfp,
+    lists: &[(u8, u8, u64)],
+) {
     let mut held = Vec::new();
     for &(order, mt, blocks) in lists {
         let mt_gfp = [Gfp::KERNEL, Gfp::MOVABLE, Gfp::RECLAIMABLE][mt.min(2) as usize];
@@ -771,8 +785,23 @@ fn put_on_lists(pa: &mut PageAlloc, cx: &mut Cx, zone_gfp: Gfp, lists: &[(u8, u8
     }
     for (p, order) in held {
         cx.begin(cx.cpu, SimTime(0));
+        forget_warm_up_frees(&mut pa.pcp[pi]);
         pa.free_pages(cx, p, order);
     }
+    forget_warm_up_frees(&mut pa.pcp[pi]);
+}
+
+/// Clears a pageset's record of recent frees and allocations: `free_count`
+/// (pages freed without an allocation between), `free_factor`,
+/// `alloc_factor` and the `PCPF_*` flags (the last free's order). The
+/// kernel's at the recording's start are not in /proc/zoneinfo; the
+/// warm-up's own would be its artefact. Zero is an ESTIMATE: the state a
+/// list reaches after a few allocations (each halves `free_count`).
+fn forget_warm_up_frees(p: &mut mm::pcp::PerCpuPages) {
+    p.free_count = 0;
+    p.free_factor = 0;
+    p.alloc_factor = 0;
+    p.flags = 0;
 }
 
 /// What a slot holds for one allocation number.
