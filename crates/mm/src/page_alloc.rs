@@ -843,7 +843,13 @@ impl Zone {
         self.nr_free_pages += 1 << order;
         while order < MAX_ORDER {
             let buddy = p.buddy(order);
-            if !self.spans(pfn ^ (1u64 << order)) || !mem.is_buddy_of_order(buddy, order) {
+            if !self.spans(pfn ^ (1u64 << order)) {
+                break;
+            }
+            if !mem.is_buddy_of_order(buddy, order) {
+                // find_buddy_page_pfn() read the buddy's struct page to
+                // learn that it is not free: a line its user last wrote.
+                self.touch_page(cx, pfn ^ (1u64 << order));
                 break;
             }
             if self.charges_lines() {
@@ -859,6 +865,14 @@ impl Zone {
             order += 1;
         }
         let to_tail = self.buddy_merge_likely(mem, p, pfn, order);
+        if order < MAX_ORDER - 1 {
+            // buddy_merge_likely() read the parent block's buddy's struct
+            // page (inside the zone: the model keeps no lines outside it).
+            let higher_buddy_pfn = (pfn & !(1u64 << order)) ^ (1u64 << (order + 1));
+            if self.spans(higher_buddy_pfn) {
+                self.touch_page(cx, higher_buddy_pfn);
+            }
+        }
         self.charge_list_op(cx, Cost::BuddyListOp);
         if self.charges_lines() {
             let list = &self.free_area[order as usize][mt as usize];
@@ -1985,6 +1999,7 @@ mod tests {
     use super::*;
     use crate::cost::CostTable;
     use crate::rng::SplitMix64;
+    use crate::types::SimTime;
     use crate::types::VcpuId;
 
     /// A one-zone machine whose buddy lists hold blocks of many orders: a
@@ -2076,5 +2091,58 @@ mod tests {
             }
         }
         assert!(runs_longer_than_one > 10, "the runs were all single blocks");
+    }
+
+    /// `__free_one_page()` reads the struct page of the buddy that ends its
+    /// merging (`find_buddy_page_pfn()` finds it in use) and that of the
+    /// parent block's buddy (`buddy_merge_likely()`): each read costs a
+    /// transfer when another CPU wrote the line last, nothing when the
+    /// freeing CPU did.
+    ///
+    /// ```text
+    ///   pfn   P   P^1  P+2 P+3
+    ///         A   A    [ free ]    CPU 0 takes P and P^1 (one split)
+    ///         .   A    [ free ]    CPU 1 frees P: P^1 is in use (read),
+    ///                              and the order-1 block at P+2 (read)
+    /// ```
+    #[test]
+    fn a_free_reads_the_buddy_that_stops_it_and_the_parent_buddy() {
+        const XFER: u64 = 1000;
+        let layout = MemoryLayout {
+            nodes: vec![NodeLayout {
+                nr_cpus: 2,
+                nr_pages: 2 * PAGES_PER_SECTION,
+            }],
+            dma32_pages: 0,
+        };
+        let mut table = CostTable::uniform(0);
+        table.set(Cost::C2cSameLlc, XFER);
+        let mut base = PageAlloc::new(&layout, VmSysctl::default(), Default::default());
+        base.set_cpu_topology(CpuTopology {
+            cpus_per_node: 2,
+            threads_per_core: 1,
+            cores_per_llc: 2,
+        });
+        let mut cx = Cx::new(VcpuId(0), table.clone());
+        let mt = MigrateType::Movable;
+        let p = base.rmqueue_buddy(&mut cx, 0, 0, mt).expect("free memory");
+        let q = base.rmqueue_buddy(&mut cx, 0, 0, mt).expect("free memory");
+        assert_eq!(q, p.buddy(0), "the second page is the first one's buddy");
+        let (buddy, higher) = (base.mem.pfn(q), Pfn(base.mem.pfn(p).0 + 2));
+        // CPU 1 frees P after making the given lines its own first.
+        let free_cost = |own: &[Pfn]| {
+            let mut pa = base.clone();
+            let mut cx = Cx::new(VcpuId(1), table.clone());
+            for &pfn in own {
+                pa.touch_struct_page(&mut cx, pfn);
+            }
+            cx.begin(VcpuId(1), SimTime(0));
+            pa.free_one_page(&mut cx, 0, p, 0, mt);
+            cx.compute_ns()
+        };
+        let all_remote = free_cost(&[]);
+        assert_eq!(all_remote - free_cost(&[buddy]), XFER);
+        assert_eq!(all_remote - free_cost(&[higher]), XFER);
+        assert_eq!(all_remote - free_cost(&[buddy, higher]), 2 * XFER);
     }
 }
