@@ -534,6 +534,17 @@ fn range(xs: impl Iterator<Item = f64>) -> Option<[f64; 2]> {
     })
 }
 
+/// Keeps in `widest` the input that moved a headline most, one at a time:
+/// `name()` replaces it when `swing` (the headline's range over the input's
+/// two ends) is wider than the widest so far. Starting from `(0.0, None)`,
+/// an input that does not move the headline at all is never named, so a
+/// headline no input moves has no widest input.
+fn widen(widest: &mut (f64, Option<String>), swing: f64, name: impl FnOnce() -> String) {
+    if swing.is_finite() && swing > widest.0 {
+        *widest = (swing, Some(name()));
+    }
+}
+
 /// Fills in the bands of `results` (the headlines of one or more
 /// experiments, as [`central`] made them): each experiment's runs again with
 /// every banded input at either end of its band, one at a time, at each
@@ -564,18 +575,14 @@ pub fn fill_bands(results: &mut [HeadlineResult], jobs: usize, quiet: bool) -> R
         };
         let run = |values: &[(usize, u64)]| run_seed(values, 0);
         let mut oat: Vec<Vec<f64>> = vec![Vec::new(); hs.len()];
-        let mut widest: Vec<(f64, Option<String>)> = vec![(-1.0, None); hs.len()];
+        let mut widest: Vec<(f64, Option<String>)> = vec![(0.0, None); hs.len()];
         for (i, input) in ins.iter().enumerate() {
             let (a, b) = (run(&[(i, input.lo)])?, run(&[(i, input.hi)])?);
             for k in 0..hs.len() {
                 oat[k].extend([a[k], b[k]]);
-                let swing = (a[k] - b[k]).abs();
-                if swing.is_finite() && swing > widest[k].0 {
-                    widest[k] = (
-                        swing,
-                        Some(format!("{} [{}, {}]", input.key, input.lo, input.hi)),
-                    );
-                }
+                widen(&mut widest[k], (a[k] - b[k]).abs(), || {
+                    format!("{} [{}, {}]", input.key, input.lo, input.hi)
+                });
             }
         }
         let mut sample: Vec<Vec<f64>> = vec![Vec::new(); hs.len()];
@@ -686,6 +693,23 @@ mod tests {
             .any(|p| (p[0] / 10) as usize != ((p[1] - 100) / 20) as usize));
         // Deterministic.
         assert_eq!(lhs(&ins), pts);
+    }
+
+    #[test]
+    fn the_widest_input_is_the_one_that_moved_the_headline_most_and_none_if_none_did() {
+        let mut w = (0.0, None);
+        widen(&mut w, 0.0, || "a".into());
+        widen(&mut w, f64::NAN, || "b".into());
+        assert_eq!(w, (0.0, None), "no input moved it: none is named");
+        widen(&mut w, 0.5, || "c".into());
+        widen(&mut w, 2.0, || "d".into());
+        widen(&mut w, 1.0, || "e".into());
+        widen(&mut w, 2.0, || "f".into());
+        assert_eq!(
+            w,
+            (2.0, Some("d".to_string())),
+            "the widest, the first of a tie"
+        );
     }
 
     #[test]

@@ -42,6 +42,7 @@ use fit::{Equation, RegionOp, Unknown};
 use live::{names, LivePattern, Micro};
 use mm::cost::{Cost, CostTable};
 use mm::knobs::{KnobValue, Preset};
+use native::calibrate::hw::CpuPair;
 use native::calibrate::{fmt_num, HostInfo, Measurement};
 use native::stats::Summary;
 use sim::profile::Profile;
@@ -258,12 +259,133 @@ pub struct Calibration {
     check_pass_rerun: (usize, usize),
     /// How the model's LLC was sized ([`effective_llc`]).
     llc: String,
+    /// Where the time went, phase by phase.
+    phases: Phases,
     secs: f64,
+}
+
+/// One phase of a calibration: its name, wall seconds, of which seconds
+/// waiting for the live-kernel lock, and the 1-minute load average at
+/// its end (a timing means little without the load it was taken at).
+#[derive(Clone, Debug)]
+pub struct Phase {
+    name: &'static str,
+    secs: f64,
+    lock_wait_secs: f64,
+    load_at_end: String,
+}
+
+/// The phases of a calibration as they end ([`Phases::end`]).
+#[derive(Clone, Debug)]
+pub struct Phases {
+    last: Instant,
+    last_wait_ns: u64,
+    list: Vec<Phase>,
+}
+
+impl Phases {
+    fn new() -> Phases {
+        Phases {
+            last: Instant::now(),
+            last_wait_ns: live::LOCK_WAIT_NS.load(std::sync::atomic::Ordering::Relaxed),
+            list: Vec::new(),
+        }
+    }
+
+    /// Ends the phase running since the last call (or since `new`).
+    fn end(&mut self, name: &'static str) {
+        let now = Instant::now();
+        let wait = live::LOCK_WAIT_NS.load(std::sync::atomic::Ordering::Relaxed);
+        let load = native::calibrate::load_average();
+        self.list.push(Phase {
+            name,
+            secs: (now - self.last).as_secs_f64(),
+            lock_wait_secs: wait.saturating_sub(self.last_wait_ns) as f64 / 1e9,
+            load_at_end: load.split(' ').next().unwrap_or("?").to_string(),
+        });
+        self.last = now;
+        self.last_wait_ns = wait;
+    }
+
+    /// The table: phase, seconds, lock wait, load at its end.
+    fn rows(&self) -> Rows {
+        let mut rows = vec![vec![
+            "phase".to_string(),
+            "s".into(),
+            "waiting for the lock s".into(),
+            "load at its end".into(),
+        ]];
+        for p in &self.list {
+            rows.push(vec![
+                p.name.to_string(),
+                format!("{:.1}", p.secs),
+                format!("{:.1}", p.lock_wait_secs),
+                p.load_at_end.clone(),
+            ]);
+        }
+        rows
+    }
+}
+
+/// The live measurements before the fit: the micro-benchmarks, the fit's
+/// fault patterns, the fresh-PTE probe, the PCP churns, and two more
+/// phases of the cross-CPU probes between them.
+struct LiveData {
+    micro: Micro,
+    fit_live: Vec<Result<(Vec<f64>, u64), String>>,
+    pcp_live: Vec<Result<(Vec<f64>, u64), String>>,
+}
+
+fn measure(
+    opts: &Opts,
+    fit_pats: &[LivePattern],
+    pcp_pats: &[LivePattern],
+    phases: &mut Phases,
+    progress: &mut dyn FnMut(&str),
+) -> Result<LiveData> {
+    let mut micro = live::run_micro(opts.rounds, progress).context("micro-benchmarks")?;
+    phases.end("micro-benchmarks");
+    // The PCP patterns change vm.percpu_pagelist_high_fraction, and putting
+    // it back resets the lists' auto-tuned high: they run in rounds of their
+    // own, so that the other patterns meet the lists as the check's do.
+    let fit_live = live::run_patterns(fit_pats, opts.rounds, progress);
+    phases.end("fit fault patterns");
+    progress(names::FRESH_PTE);
+    micro.outcomes.push(live::run_fresh_pte(opts.rounds));
+    phases.end("fresh-PTE probe");
+    progress("cross-CPU probes again");
+    live::resample_cross_cpu(&mut micro, opts.rounds).context("cross-CPU probes")?;
+    phases.end("cross-CPU probes, 2nd phase");
+    let pcp_live = live::run_patterns(pcp_pats, opts.rounds, progress);
+    phases.end("PCP churns (small and large lists)");
+    progress("cross-CPU probes again");
+    live::resample_cross_cpu(&mut micro, opts.rounds).context("cross-CPU probes")?;
+    phases.end("cross-CPU probes, 3rd phase");
+    Ok(LiveData {
+        micro,
+        fit_live,
+        pcp_live,
+    })
+}
+
+/// The host's memory as the model should see it for this run.
+fn model_memory(opts: &Opts) -> HostMemory {
+    if opts.host_sized_model {
+        host_memory()
+    } else {
+        HostMemory {
+            nr_pages: 0,
+            dma32_pages: 0,
+            min_free_kbytes: 0,
+            llc_bytes: host_llc_bytes(),
+        }
+    }
 }
 
 /// Runs a calibration and prints it; writes the profile if asked.
 pub fn run(opts: &Opts) -> Result<()> {
     let t0 = Instant::now();
+    let mut phases = Phases::new();
     if opts.base.validate().is_err() {
         bail!("the base profile is not complete");
     }
@@ -273,16 +395,7 @@ pub fn run(opts: &Opts) -> Result<()> {
             .with_context(|| format!("cannot write {}", path.display()))?;
     }
     let host = HostInfo::probe();
-    let mut mem = if opts.host_sized_model {
-        host_memory()
-    } else {
-        HostMemory {
-            nr_pages: 0,
-            dma32_pages: 0,
-            min_free_kbytes: 0,
-            llc_bytes: host_llc_bytes(),
-        }
-    };
+    let mut mem = model_memory(opts);
     let mut progress = |what: &str| {
         if !opts.quiet {
             eprintln!(
@@ -291,21 +404,14 @@ pub fn run(opts: &Opts) -> Result<()> {
             );
         }
     };
-    let mut micro = live::run_micro(opts.rounds, &mut progress).context("micro-benchmarks")?;
+    let (fit_pats, pcp_pats) = fit_patterns(opts.fit_mib);
+    let LiveData {
+        micro,
+        mut fit_live,
+        pcp_live,
+    } = measure(opts, &fit_pats, &pcp_pats, &mut phases, &mut progress)?;
     let (llc_bytes, llc) = effective_llc(&micro, mem.llc_bytes);
     mem.llc_bytes = llc_bytes;
-    // The PCP patterns change vm.percpu_pagelist_high_fraction, and putting
-    // it back resets the lists' auto-tuned high: they run in rounds of their
-    // own, so that the other patterns meet the lists as the check's do.
-    let (fit_pats, pcp_pats) = fit_patterns(opts.fit_mib);
-    let mut fit_live = live::run_patterns(&fit_pats, opts.rounds, &mut progress);
-    progress(names::FRESH_PTE);
-    micro.outcomes.push(live::run_fresh_pte(opts.rounds));
-    progress("cross-CPU probes again");
-    live::resample_cross_cpu(&mut micro, opts.rounds).context("cross-CPU probes")?;
-    let pcp_live = live::run_patterns(&pcp_pats, opts.rounds, &mut progress);
-    progress("cross-CPU probes again");
-    live::resample_cross_cpu(&mut micro, opts.rounds).context("cross-CPU probes")?;
     let base = opts.base.table();
     let mut known = base.clone();
     let mut derived = measured_costs(&micro, &opts.base, &host, &mut known);
@@ -322,11 +428,21 @@ pub fn run(opts: &Opts) -> Result<()> {
     add_derived(&mut derived, &mut known, tlb);
     add_unmeasured(&mut derived, &opts.base);
     annotate(&mut derived, &micro, regression.as_deref());
+    phases.end("fit (the model)");
     let check_pats = check_patterns(opts.check_mib);
-    let check_live = live::run_check_patterns(&check_pats, opts.check_reps, &mut progress);
+    let mut check_live = live::run_check_patterns(&check_pats, opts.check_reps, &mut progress);
+    live::retry_slow_reps(
+        &check_pats,
+        &mut check_live,
+        SLOW_RUN,
+        opts.check_reps,
+        &mut progress,
+    );
+    phases.end("closing check, live runs");
     progress("predicting the check patterns");
     let (check_rows, [check_pass, check_pass_first, check_pass_rerun]) =
         check(&mem, &known, &check_pats, &check_live)?;
+    phases.end("closing check, the model");
     let cal = Calibration {
         host,
         micro,
@@ -338,6 +454,7 @@ pub fn run(opts: &Opts) -> Result<()> {
         check_pass_first,
         check_pass_rerun,
         llc,
+        phases,
         secs: t0.elapsed().as_secs_f64(),
     };
     print!("{}", out::report(&cal));
@@ -642,118 +759,127 @@ fn fresh_pte_touch(micro: &Micro, base: &Profile, host: &HostInfo, known: &CostT
     d
 }
 
+/// `zone_lock_handoff_ns`: the hand-off's near placement less the
+/// uncontended lock round. A run that met only the far placement keeps
+/// the far figure, said so in its source, with a band from the base
+/// profile's figure to it (the near figure is not known; the far one
+/// bounds it from above).
 fn handoff(micro: &Micro, base: &Profile, host: &HostInfo) -> Derived {
-    match (micro.get(names::HANDOFF), micro.get(names::LOCK)) {
-        (Some(h), Some(l)) => {
-            let modal = CrossCpuModes::of(h);
-            let mut d = measured(
-                Cost::ZoneLockHandoff,
-                (modal.kept - l.median()).max(1.0),
-                &[h, l],
-                host,
-                &format!("a spin lock (and two lines written under it) handed to another CPU, less the uncontended lock round; {}", modal.text),
-            );
-            d.spread = Some(modal.spread_of(modal.kept - l.median(), l));
-            d
-        }
-        _ => estimate(
+    let (Some(h), Some(l)) = (micro.get(names::HANDOFF), micro.get(names::LOCK)) else {
+        return estimate(
             Cost::ZoneLockHandoff,
             base,
             &micro.why_not(names::HANDOFF).unwrap_or_default(),
-        ),
+        );
+    };
+    let pl = Placements::of(h, dram_ns(micro));
+    let (kept, far_only) = match (pl.near, pl.far) {
+        (Some(n), _) => (n, false),
+        (None, Some(f)) => (f, true),
+        (None, None) => unreachable!("a measurement has samples"),
+    };
+    let figure = (kept.median - l.median()).max(1.0);
+    let mut d = measured(
+        Cost::ZoneLockHandoff,
+        figure,
+        &[h, l],
+        host,
+        &format!("a spin lock (and two lines written under it) handed to another CPU, less the uncontended lock round; {}", pl.text),
+    );
+    d.spread =
+        Some((Placements::spread(&kept) * kept.median + l.rel_spread() * l.median()) / figure);
+    if far_only {
+        let b = base.entries[Cost::ZoneLockHandoff.key()].ns;
+        d.band = Some((b.min(d.ns), d.ns.max(b)));
     }
+    d
+}
+
+/// The DRAM chase's median, if it ran: the yardstick of [`Placements`].
+fn dram_ns(micro: &Micro) -> Option<f64> {
+    micro.get(names::DRAM).map(|m| m.median())
 }
 
 /// Consecutive sorted samples of a cross-CPU probe more than this far
-/// apart start a new mode. The placements seen here give ~20 and ~40 ns
-/// (near: kept together, their difference is then the kept figure's
-/// spread) and ~190 ns (far, 4-9x the near ones); the scatter within one
-/// placement is a few per cent.
+/// apart start a new mode, where no DRAM latency is known to tell the
+/// placements apart ([`Placements::of`]). The placements seen here give
+/// ~20 and ~40 ns (near) and ~170-190 ns (far, 4-9x the near ones); the
+/// scatter within one placement is a few per cent.
 const MODE_GAP: f64 = 3.0;
 
-/// A cross-CPU probe's rounds split into modes, the one the profile keeps
-/// and why.
+/// A cross-CPU probe's rounds between two vCPUs that the guest's topology
+/// says share their last-level cache, split by the host placement each
+/// round met.
 ///
 /// Two vCPUs of a guest run on host cores the hypervisor picks, and it
 /// moves them: the same cache-line ping-pong between CPUs 0 and 1 gave
-/// ~20 ns, ~40 ns or ~190 ns one way here (2026-11-24, load 2-10), each
-/// level holding for tens of seconds to minutes, with the guest's steal
-/// time at 0 throughout. Whether both vCPUs run at once does not explain
-/// it: each sample
-/// keeps the fastest tenth of 200 short batches, and in every mode under
-/// 3 % of batches stalled (a thread descheduled); a side test (two pinned
-/// threads marking the 1 us slots of 20 ms in which they ran) found them
-/// both running in 0-60 % of the slots in either mode. The profile keeps
-/// the fastest mode: the cost is a transfer between two cores that share
-/// their last-level cache, which is what the guest's topology says its
-/// vCPUs do, and the fastest placement the run met is the nearest to it;
-/// the slower modes are placements the guest cannot see (presumably host
-/// cores on different CCDs). Each mode's share of the rounds is recorded.
-/// The samples come from three phases of the run (`live::resample_cross_cpu`),
-/// so that a run of a few minutes meets more than one placement.
-struct CrossCpuModes {
-    /// The kept mode's median.
-    kept: f64,
-    /// The kept mode's relative spread (half its p10-p90 range).
-    kept_spread: f64,
-    /// For the source.
+/// ~20-45 ns or ~170-190 ns one way here (2026-11-24, two hosts, load
+/// 2-17), each level holding for tens of seconds to minutes, with the
+/// guest's steal time at 0 throughout. Whether both vCPUs run at once does
+/// not explain it: each sample keeps the fastest tenth of 200 short
+/// batches, and in every mode under 3 % of batches stalled. A round is
+/// *near* when it is faster than half the DRAM latency the run measured: a
+/// line served from a cache both cores share is several times faster
+/// than DRAM, while on AMD's chiplets a line moved between two LLCs
+/// crosses the I/O die as a DRAM access does (here 170-190 ns against
+/// DRAM's 153-193). Without a DRAM figure the fastest mode
+/// ([`MODE_GAP`]) is near. The near rounds are the pair the topology
+/// describes; the far ones are a placement on cores of different LLCs,
+/// which the guest cannot see.
+struct Placements {
+    /// The near rounds, if any.
+    near: Option<Summary>,
+    /// The far rounds, if any.
+    far: Option<Summary>,
+    /// For the source: the rounds of each, and which the run met.
     text: String,
 }
 
-impl CrossCpuModes {
-    fn of(m: &Measurement) -> CrossCpuModes {
-        let modes = native::stats::modes(&m.samples, MODE_GAP);
-        let sums: Vec<Summary> = modes.iter().filter_map(|v| Summary::of(v)).collect();
-        let Some(first) = sums.first() else {
-            return CrossCpuModes {
-                kept: m.median(),
-                kept_spread: m.rel_spread(),
-                text: "no samples".into(),
-            };
+impl Placements {
+    fn of(m: &Measurement, dram_ns: Option<f64>) -> Placements {
+        let split = match dram_ns {
+            Some(d) if d > 0.0 => d / 2.0,
+            _ => {
+                let modes = native::stats::modes(&m.samples, MODE_GAP);
+                modes
+                    .first()
+                    .and_then(|v| v.last())
+                    .map_or(f64::INFINITY, |&x| x * 1.0001)
+            }
         };
-        let kept_spread = if first.median > 0.0 {
-            (first.p90 - first.p10) / 2.0 / first.median
-        } else {
-            0.0
-        };
-        let text = if sums.len() == 1 {
+        let (near, far): (Vec<f64>, Vec<f64>) = m.samples.iter().partition(|&&x| x < split);
+        let (near, far) = (Summary::of(&near), Summary::of(&far));
+        let n = m.samples.len();
+        let desc = |s: &Summary, what: &str| {
             format!(
-                "one mode over the {} rounds, taken in three phases of the run (modes are split where one round's figure is over {MODE_GAP}x the next lower; a run on this guest can meet ~20-45 or ~190 ns as the hypervisor moves the vCPUs, and this run met one of them only)",
-                first.nr_samples
-            )
-        } else {
-            let list: Vec<String> = sums
-                .iter()
-                .map(|s| {
-                    format!(
-                        "{} of {} rounds at median {} ns ({}-{})",
-                        s.nr_samples,
-                        m.samples.len(),
-                        fmt_num(s.median),
-                        fmt_num(s.min),
-                        fmt_num(s.max)
-                    )
-                })
-                .collect();
-            format!(
-                "{} modes over the rounds, taken in three phases of the run: {}; kept: the fastest, the nearest placement of the two vCPUs the run met (the slower ones are the hypervisor running them on host cores farther apart, which the guest's topology cannot show; not whether both run at once: every sample is the fastest tenth of 200 short batches)",
-                sums.len(),
-                list.join(", ")
+                "{} of {n} rounds {what} at median {} ns ({}-{})",
+                s.nr_samples,
+                fmt_num(s.median),
+                fmt_num(s.min),
+                fmt_num(s.max)
             )
         };
-        CrossCpuModes {
-            kept: first.median,
-            kept_spread,
-            text,
+        let rule = match dram_ns {
+            Some(d) if d > 0.0 => format!("a round faster than half the DRAM latency ({} ns) is near: the two vCPUs on cores sharing an LLC, as the guest's topology says; a slower one is far: the hypervisor ran them on cores of different LLCs, which the guest cannot see", fmt_num(d)),
+            _ => format!("no DRAM latency measured: the fastest mode (rounds within {MODE_GAP}x of each other) is near"),
+        };
+        let met = match (&near, &far) {
+            (Some(a), Some(b)) => format!("{}, {}; kept: the near ones", desc(a, "near"), desc(b, "far")),
+            (Some(a), None) => format!("{}; this run did not meet the far placement", desc(a, "near")),
+            (None, Some(b)) => format!("{}; this run did not meet the near placement: the figure is the far one, an upper bound of the near one", desc(b, "far")),
+            (None, None) => "no samples".into(),
+        };
+        Placements {
+            near,
+            far,
+            text: format!("taken in three phases of the run; {rule}: {met}"),
         }
     }
 
-    /// The relative spread of `figure`, the kept mode less `less`: the
-    /// two half-ranges over the figure.
-    fn spread_of(&self, figure: f64, less: &Measurement) -> f64 {
-        let abs = self.kept_spread * self.kept + less.rel_spread() * less.median().abs();
-        if figure.abs() > 0.0 {
-            abs / figure.abs()
+    /// Half the p10-p90 range over the median.
+    fn spread(s: &Summary) -> f64 {
+        if s.median > 0.0 {
+            (s.p90 - s.p10) / 2.0 / s.median
         } else {
             0.0
         }
@@ -865,8 +991,14 @@ fn vmacache(micro: &Micro, base: &Profile, host: &HostInfo) -> Vec<Derived> {
     vec![p, e]
 }
 
+/// The cache-line transfer costs of every kind of CPU pair the topology
+/// has, and `dram_remote_ns` (an estimate on one node). A pair that
+/// shares its LLC keeps its near rounds ([`Placements`]); its far rounds,
+/// where the topology has no pair of other LLCs, measure
+/// `c2c_other_llc_ns` (a line moved between two LLCs of the host).
 fn c2c(micro: &Micro, base: &Profile, host: &HostInfo) -> Vec<Derived> {
     let mut v = Vec::new();
+    let mut far_llc = None;
     for &(kind, pair) in &micro.pairs {
         let cost = Cost::from_key(kind.cost_key()).expect("a c2c cost");
         let m = micro
@@ -874,21 +1006,31 @@ fn c2c(micro: &Micro, base: &Profile, host: &HostInfo) -> Vec<Derived> {
             .iter()
             .filter_map(|o| o.measured())
             .find(|m| m.name.contains(kind.cost_key()));
+        let shares_llc = matches!(kind, CpuPair::Smt | CpuPair::SameLlc);
         v.push(match (pair, m) {
             (Some((a, b)), Some(m)) => {
-                let modal = CrossCpuModes::of(m);
-                let mut d = measured(
-                    cost,
-                    modal.kept,
-                    &[m],
-                    host,
-                    &format!(
-                        "one-way cache-line transfer between CPUs {a} and {b}; {}",
-                        modal.text
-                    ),
+                // A pair of different LLCs or sockets has no farther
+                // placement to tell apart: its fastest mode.
+                let pl = Placements::of(m, dram_ns(micro).filter(|_| shares_llc));
+                let how = format!(
+                    "one-way cache-line transfer between CPUs {a} and {b}; {}",
+                    pl.text
                 );
-                d.spread = Some(modal.kept_spread);
-                d
+                if shares_llc && far_llc.is_none() {
+                    far_llc = pl.far.map(|f| (f, m, how.clone()));
+                }
+                match pl.near {
+                    Some(n) => {
+                        let mut d = measured(cost, n.median, &[m], host, &how);
+                        d.spread = Some(Placements::spread(&n));
+                        d
+                    }
+                    None => estimate(
+                        cost,
+                        base,
+                        &format!("the run met only the far placement of CPUs {a} and {b}: {how}"),
+                    ),
+                }
             }
             (Some(_), None) => estimate(cost, base, "the ping-pong failed"),
             (None, _) => not_here(
@@ -897,6 +1039,15 @@ fn c2c(micro: &Micro, base: &Profile, host: &HostInfo) -> Vec<Derived> {
                 "this host has no such pair of CPUs (sysfs topology)",
             ),
         });
+    }
+    if let Some((f, m, how)) = far_llc {
+        if let Some(d) = v
+            .iter_mut()
+            .find(|d| d.cost == Cost::C2cOtherLlc && d.kind == Kind::NotHere)
+        {
+            *d = measured(Cost::C2cOtherLlc, f.median, &[m], host, &format!("the far rounds of a pair the topology says shares its LLC: the hypervisor ran the two vCPUs on cores of different LLCs (the guest's topology has no such pair); {how}"));
+            d.spread = Some(Placements::spread(&f));
+        }
     }
     let remote = if native_nodes() > 1 {
         estimate
@@ -1468,7 +1619,9 @@ const SLOW_RUN: f64 = 1.5;
 /// Says how many of a check pattern's runs were slow (bimodal runs) and
 /// in how many of those the guest's free page reporting handed memory
 /// back to the host meanwhile, which makes the next first touch of that
-/// memory fault in the host too: the host's cost, not the kernel's.
+/// memory fault in the host too: the host's cost, not the kernel's; and
+/// the repetitions set aside because both their runs were slow
+/// (`live::retry_slow_reps`).
 fn slow_runs(c: &live::CheckLive) -> String {
     let runs: Vec<(f64, Option<u64>)> = c
         .first
@@ -1477,21 +1630,41 @@ fn slow_runs(c: &live::CheckLive) -> String {
         .chain(c.rerun.iter().zip(&c.rerun_reported_kib))
         .map(|(&ns, &kib)| (ns, kib))
         .collect();
-    let fastest = runs.iter().map(|r| r.0).fold(f64::INFINITY, f64::min);
+    let fastest = c.fastest();
     let slow: Vec<_> = runs.iter().filter(|r| r.0 >= SLOW_RUN * fastest).collect();
-    if slow.is_empty() {
-        return format!("0/{}", runs.len());
+    let kept = if slow.is_empty() {
+        format!("0/{}", runs.len())
+    } else if slow.iter().all(|r| r.1.is_none()) {
+        format!("{}/{} (no reporting counter)", slow.len(), runs.len())
+    } else {
+        let reported: Vec<u64> = slow.iter().filter_map(|r| r.1).filter(|&k| k > 0).collect();
+        format!(
+            "{}/{}, {} after free page reporting ({} MiB to the host)",
+            slow.len(),
+            runs.len(),
+            reported.len(),
+            reported.iter().sum::<u64>() >> 10
+        )
+    };
+    if c.set_aside.is_empty() {
+        return kept;
     }
-    let reported: Vec<u64> = slow.iter().filter_map(|r| r.1).filter(|&k| k > 0).collect();
-    if slow.iter().all(|r| r.1.is_none()) {
-        return format!("{}/{} (no reporting counter)", slow.len(), runs.len());
-    }
+    let aside: Vec<String> = c
+        .set_aside
+        .iter()
+        .map(|(a, b, kib)| {
+            let host = match kib {
+                Some(k) if *k > 0 => format!(", {} MiB reported", k >> 10),
+                Some(_) => ", none reported".to_string(),
+                None => String::new(),
+            };
+            format!("{:.1}+{:.1} ms{host}", a / 1e6, b / 1e6)
+        })
+        .collect();
     format!(
-        "{}/{}, {} after free page reporting ({} MiB to the host)",
-        slow.len(),
-        runs.len(),
-        reported.len(),
-        reported.iter().sum::<u64>() >> 10
+        "{kept}; {} repetition(s) with both runs slow re-run and set aside ({})",
+        c.set_aside.len(),
+        aside.join("; ")
     )
 }
 
@@ -1594,6 +1767,7 @@ mod tests {
             faults: 512,
             first_reported_kib: vec![Some(0), Some(393_216), Some(0)],
             rerun_reported_kib: vec![Some(0), Some(0), Some(0)],
+            set_aside: Vec::new(),
         };
         // 200 and 90 are 1.5x the fastest (49) or more; only the first
         // came after memory went back to the host.
@@ -1612,25 +1786,102 @@ mod tests {
         let no_counter = live::CheckLive {
             first: vec![50.0, 200.0],
             rerun: vec![55.0, 52.0],
-            ..even
+            ..even.clone()
         };
         assert_eq!(slow_runs(&no_counter), "1/4 (no reporting counter)");
+        let retried = live::CheckLive {
+            set_aside: vec![(300e6, 250e6, Some(2048)), (310e6, 320e6, Some(0))],
+            ..even
+        };
+        assert_eq!(
+            slow_runs(&retried),
+            "0/4; 2 repetition(s) with both runs slow re-run and set aside (300.0+250.0 ms, 2 MiB reported; 310.0+320.0 ms, none reported)"
+        );
     }
 
     #[test]
-    fn a_cross_cpu_probe_keeps_its_fastest_mode_and_says_so() {
-        // Near placements (21, 22, 40 ns) and far ones (190, 200 ns).
-        let m = measurement(&[190.0, 21.0, 40.0, 200.0, 22.0]);
-        let modal = CrossCpuModes::of(&m);
-        assert_eq!(modal.kept, 22.0);
+    fn a_shared_llc_probe_splits_its_rounds_at_half_the_dram_latency() {
+        // Near placements (21, 22, 40 ns) and far ones (170, 180 ns);
+        // DRAM 153 ns: the split is at 76.5 ns.
+        let m = measurement(&[170.0, 21.0, 40.0, 180.0, 22.0]);
+        let pl = Placements::of(&m, Some(153.0));
+        let (near, far) = (pl.near.unwrap(), pl.far.unwrap());
+        assert_eq!((near.nr_samples, near.median), (3, 22.0));
+        // Nearest rank: the median of two is the lower.
+        assert_eq!((far.nr_samples, far.median), (2, 170.0));
         // Half of 21-40 over 22.
-        assert!((modal.kept_spread - 19.0 / 2.0 / 22.0).abs() < 1e-9);
-        assert!(modal.text.contains("2 modes"), "{}", modal.text);
-        assert!(modal.text.contains("3 of 5 rounds at median 22.0 ns"));
-        assert!(modal.text.contains("2 of 5 rounds at median 190 ns"));
-        // One placement only: all samples, and the text says the run met one.
-        let one = CrossCpuModes::of(&measurement(&[190.0, 200.0, 195.0]));
-        assert_eq!(one.kept, 195.0);
-        assert!(one.text.contains("met one of them only"), "{}", one.text);
+        assert!((Placements::spread(&near) - 19.0 / 2.0 / 22.0).abs() < 1e-9);
+        assert!(
+            pl.text.contains("3 of 5 rounds near at median 22.0 ns"),
+            "{}",
+            pl.text
+        );
+        assert!(
+            pl.text.contains("2 of 5 rounds far at median 170 ns"),
+            "{}",
+            pl.text
+        );
+        // Only the far placement: no near figure, and the text says so.
+        let far_only = Placements::of(&measurement(&[190.0, 200.0, 195.0]), Some(153.0));
+        assert!(far_only.near.is_none());
+        assert_eq!(far_only.far.unwrap().median, 195.0);
+        assert!(
+            far_only.text.contains("did not meet the near placement"),
+            "{}",
+            far_only.text
+        );
+        // No DRAM figure: the fastest mode is near, the rest far.
+        let no_dram = Placements::of(&m, None);
+        assert_eq!(no_dram.near.unwrap().nr_samples, 3);
+        assert_eq!(no_dram.far.unwrap().nr_samples, 2);
+        let one = Placements::of(&measurement(&[190.0, 200.0, 195.0]), None);
+        assert_eq!(one.near.unwrap().median, 195.0);
+        assert!(one.far.is_none());
+    }
+
+    /// A micro phase with the same-LLC ping-pong of CPUs 0 and 1 at
+    /// `samples` and DRAM at 153 ns, on a topology of one LLC.
+    fn one_llc(samples: &[f64]) -> Micro {
+        let mut micro = chases(153.0, &[]);
+        micro
+            .outcomes
+            .push(native::calibrate::Outcome::Measured(measurement(samples)));
+        micro.pairs = CpuPair::ALL
+            .iter()
+            .map(|&k| (k, (k == CpuPair::SameLlc).then_some((0, 1))))
+            .collect();
+        micro
+    }
+
+    #[test]
+    fn each_placement_met_gives_its_cost_and_the_other_is_labelled() {
+        let (name, text) = crate::experiment::BUILTIN_PROFILES
+            .iter()
+            .find(|(n, _)| *n == "host-epyc-zen3")
+            .expect("the host profile");
+        let base = crate::experiment::parse_profile(text, name).unwrap();
+        let host = HostInfo::probe();
+        let get = |v: &[Derived], c: Cost| v.iter().find(|d| d.cost == c).unwrap().clone();
+        let both = c2c(&one_llc(&[21.0, 22.0, 170.0, 23.0, 180.0]), &base, &host);
+        let (same, other) = (get(&both, Cost::C2cSameLlc), get(&both, Cost::C2cOtherLlc));
+        assert_eq!((same.ns, same.kind), (22, Kind::Measured));
+        assert_eq!((other.ns, other.kind), (170, Kind::Measured));
+        assert!(other.source.contains("far rounds"), "{}", other.source);
+        // Near only: the other LLC stays an estimate this host cannot give.
+        let near = c2c(&one_llc(&[21.0, 22.0, 23.0]), &base, &host);
+        assert_eq!(get(&near, Cost::C2cSameLlc).kind, Kind::Measured);
+        assert_eq!(get(&near, Cost::C2cOtherLlc).kind, Kind::NotHere);
+        // Far only: measured as the other LLC; the same LLC is the base
+        // profile's figure, labelled as a placement the run did not meet.
+        let far = c2c(&one_llc(&[170.0, 180.0, 175.0]), &base, &host);
+        let same = get(&far, Cost::C2cSameLlc);
+        assert_eq!(same.kind, Kind::Estimate);
+        assert_eq!(same.ns, base.entries["c2c_same_llc_ns"].ns);
+        assert!(
+            same.source.contains("only the far placement"),
+            "{}",
+            same.source
+        );
+        assert_eq!(get(&far, Cost::C2cOtherLlc).ns, 175);
     }
 }

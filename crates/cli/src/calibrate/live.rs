@@ -108,6 +108,7 @@ fn skipped(name: &str, why: impl Into<String>) -> Outcome {
 /// Runs every micro-benchmark, `rounds` interleaved rounds, pinned to the
 /// first allowed CPU.
 pub fn run_micro(rounds: usize, progress: &mut dyn FnMut(&str)) -> Result<Micro, NativeError> {
+    let _lock = live_lock()?;
     let cpus = native::sys::allowed_cpus()?;
     let _affinity = native::sys::AffinityGuard::save()?;
     let me = cpus[0];
@@ -188,15 +189,14 @@ pub fn run_micro(rounds: usize, progress: &mut dyn FnMut(&str)) -> Result<Micro,
 /// samples span the run rather than its first minute. The hypervisor moves
 /// the two vCPUs between host placements that hold for tens of seconds to
 /// minutes (one-way transfer ~20-45 ns or ~190 ns here), and a phase of
-/// samples ~40 s long often meets one of them only (`CrossCpuModes` in the
+/// samples ~40 s long often meets one of them only (`Placements` in the
 /// derivation splits the modes; the IPI probe finds no IPI to time in
-/// some placements). Needs no lock: nothing system-wide is changed (the
-/// IPI probe reads `/proc/interrupts`; another process's shootdown there
-/// can only misclass one call).
+/// some placements). Holds the live-kernel lock ([`live_lock`] says why).
 pub fn resample_cross_cpu(micro: &mut Micro, rounds: usize) -> Result<(), NativeError> {
     let Some((a, b)) = micro.pairs.iter().find_map(|p| p.1) else {
         return Ok(());
     };
+    let _lock = live_lock()?;
     let _affinity = native::sys::AffinityGuard::save()?;
     let mut probes: Vec<Probe<'_>> = micro
         .pairs
@@ -466,6 +466,24 @@ pub fn cow_pattern(mib: usize) -> LivePattern {
 /// calibration's own time from the wait.
 pub static LOCK_WAIT_NS: AtomicU64 = AtomicU64::new(0);
 
+/// The live-kernel lock, the wait for it counted in [`LOCK_WAIT_NS`].
+///
+/// The micro-benchmarks change no system state, but they time system
+/// calls and faults that another user of the lock can slow system-wide:
+/// `scripts/corpus.py perf-record` (under the lock) runs `perf record -a`
+/// with the `syscalls:sys_enter_mprotect`, page-fault and `kmem`
+/// tracepoints, which every task then passes through. A calibration whose
+/// micro-benchmarks overlapped one (2026-11-24 23:18 UTC, load 5-8) timed
+/// `mprotect` of one page at 1.8-2.8 us of thread CPU time against
+/// 0.5-0.7 us in the runs before and after. So they hold it too, one
+/// phase at a time.
+pub fn live_lock() -> Result<LiveLock, NativeError> {
+    let t0 = std::time::Instant::now();
+    let lock = LiveLock::acquire()?;
+    LOCK_WAIT_NS.fetch_add(t0.elapsed().as_nanos() as u64, Ordering::Relaxed);
+    Ok(lock)
+}
+
 /// `runs` live runs back to back under one hold of the lock, after one
 /// warm-up: the CPU ns of each run's timed phases, and the last run's
 /// faults. Each run after the first gets the memory the run before it
@@ -493,9 +511,7 @@ pub fn run_pattern_runs_reported(
     p: &LivePattern,
     runs: usize,
 ) -> Result<(Vec<f64>, u64, Vec<Option<u64>>), NativeError> {
-    let t0 = std::time::Instant::now();
-    let lock = LiveLock::acquire()?;
-    LOCK_WAIT_NS.fetch_add(t0.elapsed().as_nanos() as u64, Ordering::Relaxed);
+    let lock = live_lock()?;
     let mut guard = KnobGuard::new(&lock);
     let path = Path::new(PERCPU_PAGELIST_HIGH_FRACTION);
     let want = p.fraction.to_string();
@@ -554,6 +570,48 @@ pub struct CheckLive {
     pub first_reported_kib: Vec<Option<u64>>,
     /// The same for the re-runs.
     pub rerun_reported_kib: Vec<Option<u64>>,
+    /// Repetitions set aside and run again because both of their runs
+    /// were slow ([`retry_slow_reps`]): first and re-run ns, and the KiB
+    /// free page reporting handed to the host during them (`None`: no
+    /// counter).
+    pub set_aside: Vec<(f64, f64, Option<u64>)>,
+}
+
+impl CheckLive {
+    fn push(&mut self, ns: &[f64], kib: &[Option<u64>], faults: u64) {
+        self.first.push(ns[0]);
+        self.rerun.push(ns[1]);
+        self.first_reported_kib.push(kib[0]);
+        self.rerun_reported_kib.push(kib[1]);
+        self.faults = faults;
+    }
+
+    /// The fastest run of any kept repetition.
+    pub fn fastest(&self) -> f64 {
+        self.first
+            .iter()
+            .chain(&self.rerun)
+            .fold(f64::INFINITY, |a, &b| a.min(b))
+    }
+
+    /// The first kept repetition whose two runs are both `slow` times the
+    /// fastest run or more.
+    fn slow_rep(&self, slow: f64) -> Option<usize> {
+        let fastest = self.fastest();
+        (0..self.first.len()).find(|&i| self.first[i].min(self.rerun[i]) >= slow * fastest)
+    }
+
+    /// Moves repetition `i` to `set_aside`.
+    fn set_aside_rep(&mut self, i: usize) {
+        let kib = match (self.first_reported_kib[i], self.rerun_reported_kib[i]) {
+            (None, None) => None,
+            (a, b) => Some(a.unwrap_or(0) + b.unwrap_or(0)),
+        };
+        self.set_aside
+            .push((self.first.remove(i), self.rerun.remove(i), kib));
+        self.first_reported_kib.remove(i);
+        self.rerun_reported_kib.remove(i);
+    }
 }
 
 /// Each check pattern `reps` times, interleaved, each time twice back to
@@ -571,18 +629,53 @@ pub fn run_check_patterns(
                 progress(&p.pattern.name);
             }
             match run_pattern_runs_reported(p, 2) {
-                Ok((ns, f, kib)) => {
-                    c.first.push(ns[0]);
-                    c.rerun.push(ns[1]);
-                    c.first_reported_kib.push(kib[0]);
-                    c.rerun_reported_kib.push(kib[1]);
-                    c.faults = f;
-                }
+                Ok((ns, f, kib)) => c.push(&ns, &kib, f),
                 Err(e) => *o = Err(e.to_string()),
             }
         }
     }
     out
+}
+
+/// Re-runs, up to `max_retries` times per pattern, each repetition whose
+/// two runs were both `slow` times the pattern's fastest run or more,
+/// setting the slow one aside (`CheckLive::set_aside`, printed with the
+/// check) in favour of the new one.
+///
+/// Why: the figure judged is each repetition's faster run, which already
+/// drops one run slowed by the host; but on this guest a 2M pattern's
+/// runs were both 2-10x the fastest in one repetition of five (the first
+/// touch of memory the host had taken back faults in the host too,
+/// `run_pattern_runs`), which then moves the median of five. That is the
+/// hypervisor's cost, which the model does not have; a repetition of the
+/// guest kernel alone is what the check compares. A retry that is slow
+/// again is kept once the retries are spent, so the check never hides a
+/// pattern that is slow every time.
+pub fn retry_slow_reps(
+    pats: &[LivePattern],
+    out: &mut [Result<CheckLive, String>],
+    slow: f64,
+    max_retries: usize,
+    progress: &mut dyn FnMut(&str),
+) {
+    for (p, o) in pats.iter().zip(out.iter_mut()) {
+        for _ in 0..max_retries {
+            let Ok(c) = o else { break };
+            let Some(i) = c.slow_rep(slow) else { break };
+            progress(&format!("{}: a slow repetition again", p.pattern.name));
+            match run_pattern_runs_reported(p, 2) {
+                Ok((ns, f, kib)) => {
+                    c.set_aside_rep(i);
+                    c.push(&ns, &kib, f);
+                }
+                // The runs so far stand, the slow repetition with them.
+                Err(e) => {
+                    progress(&format!("{}: the re-run failed: {e}", p.pattern.name));
+                    break;
+                }
+            }
+        }
+    }
 }
 
 /// Each pattern `reps` times, interleaved, each time twice back to back
@@ -629,7 +722,7 @@ pub fn run_fresh_pte(rounds: usize) -> Outcome {
         FRESH_PTE_BYTES >> 20
     );
     let run = || -> Result<Vec<f64>, NativeError> {
-        let lock = LiveLock::acquire()?;
+        let lock = live_lock()?;
         let mut guard = KnobGuard::new(&lock);
         guard.set_thp(&ThpKnobs::only(FRESH_PTE_FOLIO_KB, ThpEnabled::Madvise))?;
         let r = (|| {
@@ -659,5 +752,31 @@ pub fn run_fresh_pte(rounds: usize) -> Outcome {
             None => skipped(name, "no samples"),
         },
         Err(e) => skipped(name, e.to_string()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_repetition_is_slow_only_when_both_its_runs_are() {
+        let mut c = CheckLive::default();
+        c.push(&[50.0, 200.0], &[Some(0), Some(4096)], 8);
+        c.push(&[160.0, 90.0], &[Some(1024), None], 8);
+        c.push(&[80.0, 76.0], &[None, None], 8);
+        // The fastest run is 50. The first repetition has a fast run; the
+        // second's faster run is 90, the third's 76.
+        assert_eq!(c.slow_rep(2.0), None);
+        assert_eq!(c.slow_rep(1.5), Some(1));
+        c.set_aside_rep(1);
+        assert_eq!(c.first, vec![50.0, 80.0]);
+        assert_eq!(c.rerun, vec![200.0, 76.0]);
+        assert_eq!(c.first_reported_kib, vec![Some(0), None]);
+        assert_eq!(c.rerun_reported_kib, vec![Some(4096), None]);
+        assert_eq!(c.set_aside, vec![(160.0, 90.0, Some(1024))]);
+        assert_eq!(c.fastest(), 50.0);
+        assert_eq!(c.slow_rep(1.5), Some(1));
+        assert_eq!(c.slow_rep(1.6), None);
     }
 }

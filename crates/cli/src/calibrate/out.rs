@@ -96,6 +96,8 @@ pub fn report(c: &Calibration) -> String {
           first touch then faults in the host too: the host's cost, not the model's).\n";
     s += &native::table::format(&c.check_rows);
     s += &format!("{}\n", c.llc);
+    s += "time by phase (wall):\n";
+    s += &native::table::format(&c.phases.rows());
     s += &format!(
         "calibration took {:.0} s, of which {:.0} s waiting for the live-kernel lock\n",
         c.secs,
