@@ -16,7 +16,7 @@
 //! | `--timeline FILE` | a Perfetto timeline of what each simulated CPU did |
 
 use crate::api::RunOptions;
-use crate::replay::ReplayMode;
+use crate::replay::{ReplayMode, VmstatWork};
 use crate::report::Format;
 use clap::{Parser, Subcommand, ValueEnum};
 use std::path::PathBuf;
@@ -464,6 +464,11 @@ mmlab validate build.mmtrace --warm-pcp=false --format json")]
         /// Which replay: alloc (mode a), aspace (mode b), or both (what the trace has events for).
         #[arg(long, value_enum, default_value_t = ReplayMode::Both)]
         mode: ReplayMode,
+        /// When mode (a) runs the vmstat work (decay_pcp_high): `recorded`, where the trace
+        /// says each CPU's vmstat_update ran (the model's one-second timer when it does
+        /// not say), or `timer`, the model's timer regardless (to see what the phase does).
+        #[arg(long, value_enum, default_value_t = VmstatWork::Recorded)]
+        vmstat_work: VmstatWork,
         #[arg(long, value_enum, default_value_t = InfoFormat::Text)]
         format: InfoFormat,
         /// Write to FILE instead of stdout (atomically).

@@ -23,10 +23,14 @@ pub const AFTER_HELP: &str = concat!(
     "    -e syscalls:sys_enter_mremap -e syscalls:sys_exit_mremap -e syscalls:sys_enter_mprotect \\\n",
     "    -e syscalls:sys_exit_mprotect -e syscalls:sys_enter_madvise -e syscalls:sys_exit_madvise \\\n",
     "    -e sched:sched_process_fork -e sched:sched_process_exec -e sched:sched_process_exit \\\n",
+    "    -e workqueue:workqueue_execute_start --filter 'function.function == vmstat_update' \\\n",
     "    -o perf.data -- CMD\n",
     "  cat /proc/vmstat >snap/vmstat-after && cp -r /sys/kernel/mm/transparent_hugepage snap/thp-after\n",
     "  mmlab import perf.data -o cmd.mmtrace --snapshot snap\n",
     "  mmlab validate cmd.mmtrace\n\n",
+    "The workqueue event, filtered to the per-CPU vmstat work (Linux 6.3+ compares a function pointer \
+     by name), gives the times at which each CPU's vmstat_update() ran: the replay runs the model's \
+     decay_pcp_high() there instead of on its own one-second grid (the PCP drains follow it).\n\n",
     "With -a, only the command's process tree (perf's perf-exec child and its descendants) is replayed; \
      the other processes' allocator events are kept for the PCP counters. A perf.data of a perf that \
      was killed (its header never finished) is read to the end of the file, as perf report does.\n\n",

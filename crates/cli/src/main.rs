@@ -153,11 +153,13 @@ fn info_cmd(cmd: Cmd) -> Result<()> {
             seed,
             warm_pcp,
             mode,
+            vmstat_work,
             format,
             out,
         } => {
             output::check_out(out.as_deref())?;
-            let v = replay::validate(&file, seed, warm_pcp, mode)?;
+            let recorded = vmstat_work == replay::VmstatWork::Recorded;
+            let v = replay::validate_with(&file, seed, warm_pcp, mode, recorded)?;
             for w in &v.warnings {
                 eprintln!("warning: {w}");
             }

@@ -265,6 +265,9 @@ pub fn replay_one(
     let mut eng = Engine::new(pa, exp.profile.table(), seed);
     // The recorded counters end with the recording.
     eng.stop_with_last_task();
+    if prep.replays_vmstat() {
+        eng.vmstat_work_from_workload();
+    }
     if let Some(t) = timeline {
         eng = eng.with_timeline(t);
     }
@@ -305,6 +308,8 @@ fn recorded_json(p: &Prepared) -> serde_json::Value {
         "mm_page_free": r.frees,
         "mm_page_alloc_zone_locked": r.alloc_zone_locked,
         "mm_page_pcpu_drain": r.pcpu_drains,
+        "vmstat_update_runs": r.vmstat_works,
+        "vmstat_work_replayed": p.replays_vmstat(),
         "unmatched_frees": r.unmatched_frees,
         "order_mismatches": r.order_mismatches,
         "unsupported_order": r.unsupported_order,
@@ -324,6 +329,16 @@ pub enum ReplayMode {
     Aspace,
     /// Every mode the trace has the events for.
     Both,
+}
+
+/// When `mmlab validate`'s mode (a) runs the vmstat work.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum VmstatWork {
+    /// Where the trace recorded each CPU's `vmstat_update()` runs; the
+    /// model's one-second timer when it recorded none.
+    Recorded,
+    /// The model's one-second timer, even where the trace recorded the runs.
+    Timer,
 }
 
 /// Mode (a) of a trace, or why it cannot run: `Ok(None)` when the trace has
@@ -678,6 +693,7 @@ pub fn validate_text(
     if let Some(line) = machine_share_text(prep) {
         let _ = writeln!(s, "{line}");
     }
+    let _ = writeln!(s, "{}", vmstat_work_text(prep));
     if rec.order_mismatches + rec.unsupported_order > 0 {
         let _ = writeln!(
             s,
@@ -730,6 +746,27 @@ fn machine_share_text(prep: &Prepared) -> Option<String> {
              in the trace; record with --kmem-system-wide to replay them"
         }
     ))
+}
+
+/// When the model's vmstat work (its `decay_pcp_high()` drains) ran.
+fn vmstat_work_text(prep: &Prepared) -> String {
+    let n = prep.recorded.vmstat_works;
+    if prep.replays_vmstat() {
+        format!(
+            "vmstat work: at the {n} recorded runs of vmstat_update (workqueue_execute_start), each in its \
+             CPU's recorded order among the allocator events; no model timer"
+        )
+    } else if n > 0 {
+        format!(
+            "vmstat work: the model's one-second timer (the {n} recorded runs of vmstat_update are left out: \
+             --vmstat-work timer)"
+        )
+    } else {
+        "vmstat work: the model's one-second timer, at whole seconds (the trace does not say when the \
+         kernel's vmstat_update ran: no workqueue:workqueue_execute_start events; the PCP drains of \
+         decay_pcp_high() may come at other moments than the kernel's)"
+            .to_string()
+    }
 }
 
 /// What the warm-up put on the lists, and how it knows.
@@ -785,7 +822,23 @@ pub fn validate(
     warm: bool,
     mode: ReplayMode,
 ) -> Result<Validation> {
-    let prep = open_alloc(trace, mode)?;
+    validate_with(trace, seed, warm, mode, true)
+}
+
+/// [`validate`], with the recorded vmstat work left out when
+/// `recorded_vmstat` is false (the engine's own one-second timer then runs
+/// it, as for a trace without it).
+pub fn validate_with(
+    trace: &Path,
+    seed: Option<u64>,
+    warm: bool,
+    mode: ReplayMode,
+    recorded_vmstat: bool,
+) -> Result<Validation> {
+    let mut prep = open_alloc(trace, mode)?;
+    if let Some(p) = prep.as_mut() {
+        p.use_recorded_vmstat = recorded_vmstat;
+    }
     let header = match &prep {
         Some(p) => p.header.clone(),
         None => read_header(trace)?,

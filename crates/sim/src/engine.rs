@@ -557,6 +557,8 @@ pub struct Engine {
     idle_tail_ns: u64,
     /// See [`Engine::stop_with_last_task`].
     stop_with_last_task: bool,
+    /// See [`Engine::vmstat_work_from_workload`].
+    vmstat_timer_off: bool,
     /// When an operation last started, on any vCPU.
     last_op_start: SimTime,
     /// Per pageset (`PageAlloc::pcp_index`): the `(count, high)` of its last
@@ -645,6 +647,7 @@ impl Engine {
             live_tasks: 0,
             idle_tail_ns: 0,
             stop_with_last_task: false,
+            vmstat_timer_off: false,
             last_op_start: SimTime::default(),
             last_pcp_sample: Vec::new(),
             timers_paused: Vec::new(),
@@ -767,6 +770,19 @@ impl Engine {
     /// Without an idle tail only.
     pub fn stop_with_last_task(&mut self) {
         self.stop_with_last_task = self.idle_tail_ns == 0;
+    }
+
+    /// Runs the vmstat work only where the tasks say it is due
+    /// ([`Op::VmstatUpdate`]), never on the engine's one-second timer: a
+    /// replay of a trace that recorded when the kernel's
+    /// `vmstat_update()` ran on each CPU. The kernel's timer is a
+    /// deferrable delayed work re-armed `round_jiffies_relative(HZ)` after
+    /// each run (mm/vmstat.c, 6.18), so its phase within the second is the
+    /// timer wheel's and moves with every idle stop and restart by
+    /// `vmstat_shepherd()`: a model timer on whole seconds drains the PCP
+    /// lists at other moments of the workload than the kernel did.
+    pub fn vmstat_work_from_workload(&mut self) {
+        self.vmstat_timer_off = true;
     }
 
     /// Adds a task; it starts at time 0 on its vCPU.
@@ -896,7 +912,7 @@ impl Engine {
         }
         self.stats.nr_tasks = self.tasks.len() as u64;
         self.live_tasks = self.tasks.len();
-        for v in self.vcpus.ids() {
+        for v in self.vcpus.ids().filter(|_| !self.vmstat_timer_off) {
             self.queue
                 .push(SimTime(VMSTAT_INTERVAL_NS), Event::VmstatTimer(v));
         }
@@ -1210,7 +1226,24 @@ impl Engine {
             self.timers_paused.push(v);
             return;
         }
-        for zi in 0..nz {
+        self.sample_pcp(v, t);
+        self.vcpus[v].kwork_pending = true;
+        // An idle vCPU wakes for the work; a busy one runs it between
+        // operations, as a kworker would run when the task yields.
+        self.kick(v, t);
+        let next = t.after(VMSTAT_INTERVAL_NS);
+        if self.live_tasks > 0 || next <= self.last_task_end.after(self.idle_tail_ns) {
+            self.queue.push(next, Event::VmstatTimer(v));
+        }
+    }
+
+    /// Samples vCPU `v`'s pagesets at `t` (the vmstat work's view of them)
+    /// into the run's PCP series.
+    fn sample_pcp(&mut self, v: VcpuId, t: SimTime) {
+        if self.last_pcp_sample.len() < self.pa.pcp.len() {
+            self.last_pcp_sample.resize(self.pa.pcp.len(), None);
+        }
+        for zi in 0..self.pa.zones.len() {
             let i = self.pa.pcp_index(v, zi);
             let p = &self.pa.pcp[i];
             self.last_pcp_sample[i] = Some((p.count, p.high));
@@ -1221,14 +1254,6 @@ impl Engine {
                 count: p.count,
                 high: p.high,
             });
-        }
-        self.vcpus[v].kwork_pending = true;
-        // An idle vCPU wakes for the work; a busy one runs it between
-        // operations, as a kworker would run when the task yields.
-        self.kick(v, t);
-        let next = t.after(VMSTAT_INTERVAL_NS);
-        if self.live_tasks > 0 || next <= self.last_task_end.after(self.idle_tail_ns) {
-            self.queue.push(next, Event::VmstatTimer(v));
         }
     }
 
@@ -1467,6 +1492,7 @@ impl Engine {
             Op::SetMempolicy { preferred } => OpResult::Sys(self.op_set_mempolicy(c, preferred)),
             Op::Sleep { ns } => return self.op_sleep(c, ns),
             Op::KernelWork { ns } => self.op_kernel_work(c, ns),
+            Op::VmstatUpdate => self.op_vmstat_update(c),
             Op::Wait => {
                 if !self.op_wait(c) {
                     return false;
@@ -1539,6 +1565,15 @@ impl Engine {
         let vc = &mut self.vcpus[c.v];
         vc.segs.push(Seg::Compute(ns));
         vc.user_ns += ns;
+        OpResult::Done
+    }
+
+    /// The vmstat work is due on the task's vCPU ([`Op::VmstatUpdate`]):
+    /// samples the vCPU's pagesets as the timer does and leaves the work to
+    /// the kworker, which runs before the task's next operation.
+    fn op_vmstat_update(&mut self, c: OpCtx) -> OpResult {
+        self.sample_pcp(c.v, c.t);
+        self.vcpus[c.v].kwork_pending = true;
         OpResult::Done
     }
 

@@ -217,6 +217,14 @@ pub enum Op {
         /// Duration.
         ns: u64,
     },
+    /// The per-CPU vmstat work is due on the task's vCPU now: a replay of a
+    /// trace that recorded when each CPU's `vmstat_update()` ran gives it
+    /// here, in that CPU's recorded order (an engine told so by
+    /// [`crate::Engine::vmstat_work_from_workload`] then runs no timer of
+    /// its own). A kworker runs it (`decay_pcp_high()`) before the task's
+    /// next operation, as the timer's work does. Answers
+    /// [`OpResult::Done`].
+    VmstatUpdate,
 }
 
 /// The program of a forked child, wrapped so that [`Op`] can be printed.

@@ -393,5 +393,6 @@ pub fn op_name(op: &crate::Op) -> &'static str {
         Op::Sleep { .. } => "sleep",
         Op::Wait => "wait",
         Op::KernelWork { .. } => "kernel work (unmodelled)",
+        Op::VmstatUpdate => "vmstat work due (recorded)",
     }
 }

@@ -2034,7 +2034,8 @@ fn replay_events<I: Iterator<Item = Result<Event, ReplayError>>>(
             EventKind::PageAlloc { .. }
             | EventKind::PageFree { .. }
             | EventKind::PageAllocZoneLocked { .. }
-            | EventKind::PagePcpuDrain { .. } => continue,
+            | EventKind::PagePcpuDrain { .. }
+            | EventKind::VmstatWork {} => continue,
             EventKind::MmapRecord { .. } | EventKind::Comm { .. } => None,
         };
         if let Some(n) = name {

@@ -43,7 +43,17 @@ pub const RECORDED_EVENTS: &[&str] = &[
     "sched:sched_process_fork",
     "sched:sched_process_exec",
     "sched:sched_process_exit",
+    // Only the runs of `vmstat_update()`: see `EventKind::VmstatWork`. Not
+    // the recorded processes' own event: `mmlab record` enables it in an
+    // instance without the pid filter.
+    "workqueue:workqueue_execute_start",
 ];
+
+/// The tracepoint of the per-CPU vmstat work, and the filter that keeps only
+/// `vmstat_update()`'s runs (the `.function` suffix compares a function
+/// pointer with a symbol by name: Linux 6.3+).
+pub const VMSTAT_WORK_EVENT: &str = "workqueue:workqueue_execute_start";
+pub const VMSTAT_WORK_FILTER: &str = "function.function == vmstat_update";
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
 #[repr(u8)]
@@ -191,6 +201,11 @@ enum Handler {
     Exit {
         pid: Field,
     },
+    /// `workqueue_execute_start`: `work` is the `struct work_struct`, the
+    /// same per-CPU `vmstat_work` at every run on a CPU.
+    VmstatWork {
+        work: Field,
+    },
 }
 
 /// What one record turned into.
@@ -219,6 +234,9 @@ pub struct Decoder {
     /// System call entries replaced before their exit, plus exits without an
     /// entry.
     pub nr_unpaired_syscalls: u64,
+    /// Per CPU: the `work` pointer of its first `workqueue_execute_start`
+    /// (see [`Decoder::vmstat_work`]).
+    vmstat_work: BTreeMap<u32, u64>,
 }
 
 fn need(fmt: &EventFormat, name: &str) -> Option<Field> {
@@ -281,6 +299,7 @@ fn handler_for(fmt: &EventFormat) -> Option<Handler> {
             pid: f("pid")?,
         },
         ("sched", "sched_process_exit") => Handler::Exit { pid: f("pid")? },
+        ("workqueue", "workqueue_execute_start") => Handler::VmstatWork { work: f("work")? },
         _ => return None,
     })
 }
@@ -305,6 +324,7 @@ impl Decoder {
             pending: BTreeMap::new(),
             entry_only,
             nr_unpaired_syscalls: 0,
+            vmstat_work: BTreeMap::new(),
         }
     }
 
@@ -400,6 +420,15 @@ impl Decoder {
                 }
                 EventKind::Exit { pid: p }
             }
+            Handler::VmstatWork { work } => {
+                let Some(work) = work.read_u64(data) else {
+                    return short();
+                };
+                if !is_vmstat_work(&mut self.vmstat_work, cpu, work) {
+                    return Decoded::Ignored(format!("{name} (another work item than the first)"));
+                }
+                EventKind::VmstatWork {}
+            }
         };
         Decoded::Event(Event {
             ts_ns,
@@ -415,6 +444,16 @@ impl Decoder {
         self.nr_unpaired_syscalls += self.pending.len() as u64;
         self.pending.clear();
     }
+}
+
+/// Whether a `workqueue_execute_start` of `work` on `cpu` is the CPU's
+/// vmstat work, given each CPU's first `work` in `first`. The records are
+/// filtered to `vmstat_update()` where they are recorded
+/// ([`VMSTAT_WORK_FILTER`]); as a check, each CPU's `vmstat_work` is one
+/// per-CPU `struct delayed_work`, so a record of another work item on a
+/// CPU (a recording made without the filter) is not taken for it.
+fn is_vmstat_work(first: &mut BTreeMap<u32, u64>, cpu: u32, work: u64) -> bool {
+    *first.entry(cpu).or_insert(work) == work
 }
 
 /// The event of a page-allocator tracepoint (`mm_page_alloc`,
@@ -532,4 +571,64 @@ fn task_event(h: &Handler, data: &[u8]) -> Option<EventKind> {
         }
         _ => return None,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::tracefs::parse_format;
+
+    /// 6.18's `workqueue_execute_start` format (its `function` field is
+    /// what the recording filters on).
+    const WQ_START: &str = "name: workqueue_execute_start\nID: 335\nformat:\n\
+\tfield:unsigned short common_type;\toffset:0;\tsize:2;\tsigned:0;\n\
+\tfield:unsigned char common_flags;\toffset:2;\tsize:1;\tsigned:0;\n\
+\tfield:unsigned char common_preempt_count;\toffset:3;\tsize:1;\tsigned:0;\n\
+\tfield:int common_pid;\toffset:4;\tsize:4;\tsigned:1;\n\n\
+\tfield:void * work;\toffset:8;\tsize:8;\tsigned:0;\n\
+\tfield:void * function;\toffset:16;\tsize:8;\tsigned:0;\n\n\
+print fmt: \"work struct %p: function %ps\", REC->work, REC->function\n";
+
+    fn record(work: u64) -> Vec<u8> {
+        let mut r = vec![0u8; 24];
+        r[0..2].copy_from_slice(&335u16.to_le_bytes());
+        r[8..16].copy_from_slice(&work.to_le_bytes());
+        r
+    }
+
+    /// Each CPU's vmstat work is one `struct delayed_work`: its runs become
+    /// [`EventKind::VmstatWork`], a record of another work item on the same
+    /// CPU (a recording made without the filter) is left out and named.
+    #[test]
+    fn vmstat_work_runs_are_one_work_item_per_cpu() {
+        let fmt = parse_format("workqueue", WQ_START).expect("format");
+        let mut d = Decoder::new(&[fmt]);
+        assert!(d.handles(VMSTAT_WORK_EVENT));
+        let kind = |x: Decoded| match x {
+            Decoded::Event(e) => Some(e.kind),
+            _ => None,
+        };
+        let a = 0xffff_8886_27c2_75e0u64;
+        let b = 0xffff_8886_27d2_75e0u64;
+        assert_eq!(
+            kind(d.decode(1, 0, 11, 11, 335, &record(a))),
+            Some(EventKind::VmstatWork {})
+        );
+        assert_eq!(
+            kind(d.decode(2, 1, 12, 12, 335, &record(b))),
+            Some(EventKind::VmstatWork {})
+        );
+        assert_eq!(
+            kind(d.decode(3, 0, 11, 11, 335, &record(a))),
+            Some(EventKind::VmstatWork {})
+        );
+        match d.decode(4, 0, 11, 11, 335, &record(b)) {
+            Decoded::Ignored(n) => assert!(n.contains("another work item"), "{n}"),
+            other => panic!("another work item on CPU 0 taken as its vmstat work: {other:?}"),
+        }
+        assert!(matches!(
+            d.decode(5, 0, 11, 11, 335, &[0u8; 12]),
+            Decoded::Malformed(_)
+        ));
+    }
 }

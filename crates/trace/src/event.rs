@@ -211,6 +211,18 @@ event_kinds! {
     /// `PERF_RECORD_MMAP2` records follow). Only exec records and those perf
     /// synthesized at the start are kept.
     17 => Comm "perf:comm" { comm: String [str], exec: bool [bool] },
+    /// `workqueue:workqueue_execute_start` of the per-CPU vmstat work
+    /// (`vmstat_update()`, mm/vmstat.c): a kworker began the CPU's vmstat
+    /// refresh, whose `refresh_cpu_vm_stats()` runs `decay_pcp_high()` on
+    /// every zone's pageset of this CPU (6.7+). Only records of that work
+    /// function are kept: `mmlab record` filters on it in the kernel
+    /// (`function.function == vmstat_update`), and a perf.data must be
+    /// recorded with the same `--filter` (see `mmlab import --help`). The
+    /// event's `pid` and `tid` are the kworker's. The work runs about once a
+    /// second per CPU, at a phase the kernel's timer wheel picks
+    /// (`round_jiffies_relative()`), which the PCP drains of
+    /// `decay_pcp_high()` follow.
+    18 => VmstatWork "workqueue:workqueue_execute_start" {},
 }
 
 /// One mapping made by `execve()`, with the fields of `PERF_RECORD_MMAP2`.

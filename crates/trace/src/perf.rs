@@ -594,6 +594,10 @@ fn capability_loss(name: &str, present: &[String], task_records: bool) -> String
         "kmem:mm_page_free" => "page allocator traffic cannot be replayed (mode a)".into(),
         "kmem:mm_page_alloc_zone_locked" => "zone-lock allocations cannot be validated".into(),
         "kmem:mm_page_pcpu_drain" => "PCP drains cannot be validated".into(),
+        "workqueue:workqueue_execute_start" => "the per-CPU vmstat work's times are not known: the model's \
+             vmstat work (decay_pcp_high() and its PCP drains) runs on its own one-second grid, not at the \
+             recorded phase (record it with --filter 'function.function == vmstat_update')"
+            .into(),
         "exceptions:page_fault_user" => "page faults cannot be replayed (no touch stream)".into(),
         "exceptions:page_fault_kernel" if has("kmem:mm_page_alloc") => {
             "the kernel's faults on user memory (read() into fresh buffers, 0.1-18 % of a program's faults) \

@@ -79,7 +79,8 @@ impl Default for WorkloadTree {
     }
 }
 
-/// The page allocator's events: the machine's, kept for every process.
+/// The page allocator's events and the per-CPU vmstat work (a kworker's,
+/// which drains the PCP lists): the machine's, kept for every process.
 fn is_allocator(kind: &EventKind) -> bool {
     matches!(
         kind,
@@ -87,6 +88,7 @@ fn is_allocator(kind: &EventKind) -> bool {
             | EventKind::PageFree { .. }
             | EventKind::PageAllocZoneLocked { .. }
             | EventKind::PagePcpuDrain { .. }
+            | EventKind::VmstatWork {}
     )
 }
 

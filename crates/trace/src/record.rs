@@ -65,7 +65,7 @@ use std::time::{Duration, Instant};
 
 mod exec_maps;
 
-use crate::decode::{Decoded, Decoder, RECORDED_EVENTS};
+use crate::decode::{Decoded, Decoder, RECORDED_EVENTS, VMSTAT_WORK_EVENT, VMSTAT_WORK_FILTER};
 use crate::event::{Header, TraceSource, Trailer, NR_EVENT_KINDS};
 use crate::exec_layout::{exec_layout_event, ExecWindows};
 use crate::format::{TraceError, TraceFile, TraceWriter};
@@ -746,13 +746,16 @@ struct Tracing {
     /// Declared (and so dropped) first: the kernel refuses to remove an
     /// instance while one of its files is open.
     readers: Vec<CpuReader>,
-    /// The system-wide kmem instance, when asked for; declared (and so
-    /// dropped) before the first one, whose drop may unmount tracefs.
-    kmem_instance: Instance,
+    /// The system-wide instance (no pid filter): the vmstat work's runs,
+    /// and the kmem events of every process when asked for; declared (and
+    /// so dropped) before the first one, whose drop may unmount tracefs.
+    wide_instance: Instance,
     instance: Instance,
     root: PathBuf,
     dir: PathBuf,
-    kmem_dir: Option<PathBuf>,
+    wide_dir: PathBuf,
+    /// Why the vmstat work is not recorded, if it is not.
+    vmstat_work_error: Option<String>,
     tgid_on: bool,
     layout: PageHeaderLayout,
     decoder: Decoder,
@@ -777,20 +780,26 @@ struct Stopped {
     spools: Vec<(u32, File)>,
     nr_lost_stats: u64,
     tgids: BTreeMap<i32, i32>,
+    vmstat_work_error: Option<String>,
 }
 
+/// Ring-buffer size per CPU of the system-wide instance when it holds only
+/// the vmstat work (about one record a second per CPU).
+const VMSTAT_ONLY_BUFFER_KB: u32 = 64;
+
 /// Creates and configures a tracefs instance `name` under `root`, tracing
-/// off, recording into `inst` so that its drop removes it.
+/// off, `buffer_kb` KiB of ring buffer per CPU, recording into `inst` so
+/// that its drop removes it.
 fn create_instance(
     root: &Path,
     name: &str,
-    opts: &RecordOptions,
+    buffer_kb: u32,
     inst: &mut Instance,
 ) -> Result<PathBuf, RecordError> {
     let d = root.join("instances").join(name);
     inst.create(&d)?;
     write_file(&d.join("tracing_on"), "0")?;
-    write_file(&d.join("buffer_size_kb"), &opts.buffer_size_kb.to_string())?;
+    write_file(&d.join("buffer_size_kb"), &buffer_kb.to_string())?;
     write_file(&d.join("trace_clock"), CLOCK)?;
     Ok(d)
 }
@@ -798,35 +807,44 @@ fn create_instance(
 impl Tracing {
     fn set_up(opts: &RecordOptions, spool_dir: &Path) -> Result<Tracing, RecordError> {
         let mut instance = Instance::default();
-        let mut kmem_instance = Instance::default();
+        let mut wide_instance = Instance::default();
         if find_tracefs().is_none() && opts.mount_tracefs {
             instance.mount(Path::new(TRACEFS_PATHS[0]))?;
         }
         let root = check_environment()?;
         let pid = std::process::id();
-        let dir = create_instance(&root, &format!("mmlab-{pid}"), opts, &mut instance)?;
+        let dir = create_instance(
+            &root,
+            &format!("mmlab-{pid}"),
+            opts.buffer_size_kb,
+            &mut instance,
+        )?;
         write_file(&dir.join("options/event-fork"), "1")?;
         let record_tgid = dir.join("options/record-tgid");
         let tgid_on = record_tgid.exists() && write_file(&record_tgid, "1").is_ok();
         let layout = PageHeaderLayout::parse(
             &fs::read_to_string(root.join("events/header_page")).unwrap_or_default(),
         );
-        let kmem_dir = if opts.kmem_system_wide {
-            let d = create_instance(
-                &root,
-                &format!("mmlab-{pid}-kmem"),
-                opts,
-                &mut kmem_instance,
-            )?;
-            let rt = d.join("options/record-tgid");
-            if rt.exists() {
-                let _ = write_file(&rt, "1");
-            }
-            Some(d)
+        // The kworkers that run the vmstat work are not in the command's
+        // process tree: their event goes to an instance without the pid
+        // filter, with the kmem events when every process's are asked for.
+        let (tag, buffer_kb) = if opts.kmem_system_wide {
+            ("kmem", opts.buffer_size_kb)
         } else {
-            None
+            ("vmstat", VMSTAT_ONLY_BUFFER_KB)
         };
-        let decoder = Decoder::new(&enable_events(&dir, kmem_dir.as_deref())?);
+        let wide_dir = create_instance(
+            &root,
+            &format!("mmlab-{pid}-{tag}"),
+            buffer_kb,
+            &mut wide_instance,
+        )?;
+        let rt = wide_dir.join("options/record-tgid");
+        if rt.exists() {
+            let _ = write_file(&rt, "1");
+        }
+        let (formats, vmstat_work_error) = enable_events(&dir, &wide_dir, opts.kmem_system_wide)?;
+        let decoder = Decoder::new(&formats);
         let page_size = journal::locked(|| fs::read_to_string(dir.join("buffer_subbuf_size_kb")))
             .ok()
             .and_then(|s| s.trim().parse::<usize>().ok())
@@ -843,11 +861,12 @@ impl Tracing {
         .map_err(tfs_err(&dir, "list per_cpu of"))?;
         cpus.sort_unstable();
         let mut t = Tracing {
-            kmem_instance,
+            wide_instance,
             instance,
             root,
             dir,
-            kmem_dir,
+            wide_dir,
+            vmstat_work_error,
             tgid_on,
             layout,
             decoder,
@@ -862,7 +881,7 @@ impl Tracing {
     /// The instance directories with their spool tags.
     fn instance_dirs(&self) -> Vec<(PathBuf, &'static str)> {
         std::iter::once((self.dir.clone(), ""))
-            .chain(self.kmem_dir.clone().map(|d| (d, ".kmem")))
+            .chain(std::iter::once((self.wide_dir.clone(), ".wide")))
             .collect()
     }
 
@@ -899,9 +918,7 @@ impl Tracing {
 
     fn set_tracing(&self, on: bool) -> Result<(), RecordError> {
         let v = if on { "1" } else { "0" };
-        if let Some(kd) = &self.kmem_dir {
-            write_file(&kd.join("tracing_on"), v)?;
-        }
+        write_file(&self.wide_dir.join("tracing_on"), v)?;
         write_file(&self.dir.join("tracing_on"), v)
     }
 
@@ -1021,20 +1038,29 @@ impl Tracing {
             f.seek(io::SeekFrom::Start(0)).map_err(spool_err)?;
             spools.push((cpu, f));
         }
-        self.kmem_instance.cleanup();
+        self.wide_instance.cleanup();
         self.instance.cleanup();
         Ok(Stopped {
             spools,
             nr_lost_stats,
             tgids,
+            vmstat_work_error: self.vmstat_work_error.take(),
         })
     }
 }
 
-/// Enables every event of [`RECORDED_EVENTS`] in `dir` (the `kmem:` ones in
-/// `kmem_dir` instead, when given) and returns their formats.
-fn enable_events(dir: &Path, kmem_dir: Option<&Path>) -> Result<Vec<EventFormat>, RecordError> {
+/// Enables every event of [`RECORDED_EVENTS`] in `dir`, except the vmstat
+/// work's (and the `kmem:` ones when `kmem_system_wide`), which go to the
+/// system-wide `wide_dir`. Returns their formats, and why the vmstat work
+/// is not recorded if its filter was refused (it is then left off: a
+/// recording of every work item of every CPU would be taken for it).
+fn enable_events(
+    dir: &Path,
+    wide_dir: &Path,
+    kmem_system_wide: bool,
+) -> Result<(Vec<EventFormat>, Option<String>), RecordError> {
     let mut formats: Vec<EventFormat> = Vec::new();
+    let mut vmstat_work_error = None;
     for ev in RECORDED_EVENTS {
         let edir = event_dir(dir, ev);
         let fpath = edir.join("format");
@@ -1046,12 +1072,42 @@ fn enable_events(dir: &Path, kmem_dir: Option<&Path>) -> Result<Vec<EventFormat>
                 source,
             })?,
         );
-        match kmem_dir {
-            Some(kd) if sys == "kmem" => write_file(&event_dir(kd, ev).join("enable"), "1")?,
-            _ => write_file(&edir.join("enable"), "1")?,
+        if *ev == VMSTAT_WORK_EVENT {
+            vmstat_work_error = enable_vmstat_work(&event_dir(wide_dir, ev)).err();
+        } else if kmem_system_wide && sys == "kmem" {
+            write_file(&event_dir(wide_dir, ev).join("enable"), "1")?;
+        } else {
+            write_file(&edir.join("enable"), "1")?;
         }
     }
-    Ok(formats)
+    Ok((formats, vmstat_work_error))
+}
+
+/// Enables `workqueue_execute_start` in `edir` for `vmstat_update()` only:
+/// by name ([`VMSTAT_WORK_FILTER`], 6.3+), else by the function's address
+/// in `/proc/kallsyms` (older kernels). The error says why neither worked.
+fn enable_vmstat_work(edir: &Path) -> Result<(), String> {
+    let filter = edir.join("filter");
+    let by_name = write_file(&filter, VMSTAT_WORK_FILTER);
+    let by_addr = || -> Result<(), String> {
+        let syms =
+            fs::read_to_string("/proc/kallsyms").map_err(|e| format!("/proc/kallsyms: {e}"))?;
+        let addr = syms
+            .lines()
+            .find_map(|l| {
+                let mut it = l.split_whitespace();
+                let (a, _, name) = (it.next()?, it.next()?, it.next()?);
+                (name == "vmstat_update").then(|| a.to_string())
+            })
+            .filter(|a| a.bytes().any(|b| b != b'0'))
+            .ok_or("vmstat_update is not in /proc/kallsyms (or its address is hidden)")?;
+        write_file(&filter, &format!("function == 0x{addr}")).map_err(|e| e.to_string())
+    };
+    if let Err(e) = by_name {
+        by_addr()
+            .map_err(|a| format!("the filter {VMSTAT_WORK_FILTER:?} was refused ({e}); {a}"))?;
+    }
+    write_file(&edir.join("enable"), "1").map_err(|e| e.to_string())
 }
 
 /// Merges the spools into the trace at `output` and writes its trailer.
@@ -1084,6 +1140,9 @@ fn write_trace(
     let nr_lost_events =
         stopped.nr_lost_stats.max(merged.nr_lost_in_pages) + run.exec_windows.nr_lost;
     let mut missing_event_kinds = Vec::new();
+    if let Some(e) = &stopped.vmstat_work_error {
+        missing_event_kinds.push(format!("{VMSTAT_WORK_EVENT} (vmstat_update only: {e})"));
+    }
     if let Some(e) = &run.exec_maps_error {
         missing_event_kinds.push(format!(
             "mmlab:exec_layout (perf_event_open for the exec mappings failed: {e})"

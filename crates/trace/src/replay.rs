@@ -29,6 +29,18 @@
 //! order differs from its allocation's frees the model's whole block and is
 //! counted in [`Recorded::order_mismatches`].
 //!
+//! # The vmstat work
+//!
+//! A trace that recorded when each CPU's vmstat work ran
+//! ([`EventKind::VmstatWork`]) puts [`Op::VmstatUpdate`] in that CPU's
+//! stream at its place among the CPU's allocator events, and the engine
+//! runs no vmstat timer of its own ([`sim::Engine::vmstat_work_from_workload`]):
+//! the model's `decay_pcp_high()` drains the lists between the same
+//! allocations and frees as the kernel's did. Without those events (older
+//! traces, a perf.data recorded without them, or
+//! [`Prepared::use_recorded_vmstat`] turned off), the engine's timer runs
+//! on whole seconds as before.
+//!
 //! # Cross-CPU order
 //!
 //! A free on CPU B of a block allocated on CPU A must not run before the
@@ -162,6 +174,8 @@ pub struct Recorded {
     pub alloc_zone_locked: u64,
     /// `mm_page_pcpu_drain` events.
     pub pcpu_drains: u64,
+    /// Runs of the per-CPU vmstat work ([`EventKind::VmstatWork`]).
+    pub vmstat_works: u64,
     /// Frees whose allocation is not in the trace: skipped.
     pub unmatched_frees: u64,
     /// Frees of a different order than their allocation.
@@ -206,6 +220,7 @@ pub struct ReplayStats {
 
 const REC_ALLOC: u8 = 0;
 const REC_FREE: u8 = 1;
+const REC_VMSTAT: u8 = 2;
 const REC_BYTES: usize = 24;
 
 /// One record of a per-CPU stream.
@@ -262,6 +277,10 @@ pub struct Prepared {
     /// Blocks freed in the trace but allocated before it (allocation number,
     /// order): set aside before a replay starts.
     pre: Vec<(u64, u8)>,
+    /// Replay the recorded vmstat work (the default when the trace has
+    /// it); false: leave it out, and the engine's timer runs as for a
+    /// trace without it.
+    pub use_recorded_vmstat: bool,
 }
 
 struct Live {
@@ -371,6 +390,19 @@ impl FirstPass {
                 self.rec.pcpu_drains += 1;
                 None
             }
+            EventKind::VmstatWork {} => {
+                self.rec.vmstat_works += 1;
+                return self.write_at(
+                    ev.cpu,
+                    &Rec {
+                        kind: REC_VMSTAT,
+                        order: 0,
+                        gfp: 0,
+                        ts: ev.ts_ns,
+                        id: 0,
+                    },
+                );
+            }
             _ => None,
         };
         match r {
@@ -470,6 +502,12 @@ impl FirstPass {
     fn write(&mut self, cpu: u32, r: &Rec) -> Result<(), ReplayError> {
         self.first_ts.get_or_insert(r.ts);
         self.last_ts = self.last_ts.max(r.ts);
+        self.write_at(cpu, r)
+    }
+
+    /// Writes `r` to `cpu`'s stream without moving the span of allocator
+    /// events (the vmstat work's records do not start or end it).
+    fn write_at(&mut self, cpu: u32, r: &Rec) -> Result<(), ReplayError> {
         let w = writer_for(&mut self.writers, cpu)?;
         w.0.write_all(&r.encode()).map_err(write_err)?;
         w.2 += REC_BYTES as u64;
@@ -504,6 +542,7 @@ impl Prepared {
             streams.push((cpu, r, len));
         }
         let start_ts = pass.first_ts.unwrap_or(0);
+        let rec_vmstat = rec.vmstat_works > 0;
         rec.span_ns = pass.last_ts.saturating_sub(start_ts);
         rec.pcp_start = pass.inference.finish(&header.machine.zones);
         Ok(Prepared {
@@ -514,6 +553,7 @@ impl Prepared {
             start_ts,
             nr_slots: pass.generations.len(),
             pre: pass.pre,
+            use_recorded_vmstat: rec_vmstat,
         })
     }
 
@@ -590,6 +630,7 @@ impl Prepared {
                     peeked: None,
                     alloc_id: None,
                     chan: i as u32,
+                    vmstat: self.replays_vmstat(),
                     shared: shared.clone(),
                     stats: stats.clone(),
                 }),
@@ -602,6 +643,13 @@ impl Prepared {
 }
 
 impl Prepared {
+    /// Whether the replay's tasks give the recorded vmstat work: the
+    /// engine must then run none of its own
+    /// ([`sim::Engine::vmstat_work_from_workload`]).
+    pub fn replays_vmstat(&self) -> bool {
+        self.use_recorded_vmstat && self.recorded.vmstat_works > 0
+    }
+
     /// At most how many pages [`Prepared::warm_pcp`] puts on per-CPU lists:
     /// the recorded pagesets' counts, each at most its zone's managed pages
     /// (a damaged header may claim more; `warm_pcp` clamps the same way). What the warm-up costs the host
@@ -654,7 +702,7 @@ impl Prepared {
                 let want = ps.count.min(room).min(z.managed);
                 let lists = self.start_lists(ps.cpu, zh, want);
                 cx.begin(v, SimTime(0));
-                put_on_lists(pa, &mut cx, zone_gfp, &lists);
+                put_on_lists(pa, &mut cx, pi, zone_gfp, &lists);
                 // Allocating those pages refilled the lists, and under
                 // auto-tuning each refill raised `high` by a batch
                 // (`nr_pcp_alloc()`): the recorded `high` again, not the
@@ -706,8 +754,22 @@ fn start_high(pa: &mut PageAlloc, pi: usize, ps: &crate::event::Pageset) -> u64 
 }
 
 /// Allocates the blocks of each (order, migratetype, blocks) on the vCPU
-/// `cx` runs on, then frees them there: they land on its lists.
-fn put_on_lists(pa: &mut PageAlloc, cx: &mut Cx, zone_gfp: Gfp, lists: &[(u8, u8, u64)]) {
+/// `cx` runs on, then frees them there: they land on its lists (pageset
+/// `pi`).
+///
+/// The warm-up's frees rebuild a state, not a history: before each one the
+/// pageset's free-burst detection is cleared ([`forget_warm_up_frees`]),
+/// else thousands of frees without an allocation saturate `free_count`
+/// and the first high-order block freed after them is a `free_high` that
+/// drains the whole list and lowers `high` (sqlite's full recording of
+/// 2026-11-24 23:17: 13 885 pages warmed, 0 left, `high` 100 348 → 39 868).
+fn put_on_lists(
+    pa: &mut PageAlloc,
+    cx: &mut Cx,
+    pi: usize,
+    zone_gfp: Gfp,
+    lists: &[(u8, u8, u64)],
+) {
     let mut held = Vec::new();
     for &(order, mt, blocks) in lists {
         let mt_gfp = [Gfp::KERNEL, Gfp::MOVABLE, Gfp::RECLAIMABLE][mt.min(2) as usize];
@@ -723,8 +785,23 @@ fn put_on_lists(pa: &mut PageAlloc, cx: &mut Cx, zone_gfp: Gfp, lists: &[(u8, u8
     }
     for (p, order) in held {
         cx.begin(cx.cpu, SimTime(0));
+        forget_warm_up_frees(&mut pa.pcp[pi]);
         pa.free_pages(cx, p, order);
     }
+    forget_warm_up_frees(&mut pa.pcp[pi]);
+}
+
+/// Clears a pageset's record of recent frees and allocations: `free_count`
+/// (pages freed without an allocation between), `free_factor`,
+/// `alloc_factor` and the `PCPF_*` flags (the last free's order). The
+/// kernel's at the recording's start are not in /proc/zoneinfo; the
+/// warm-up's own would be its artefact. Zero is an ESTIMATE: the state a
+/// list reaches after a few allocations (each halves `free_count`).
+fn forget_warm_up_frees(p: &mut mm::pcp::PerCpuPages) {
+    p.free_count = 0;
+    p.free_factor = 0;
+    p.alloc_factor = 0;
+    p.flags = 0;
 }
 
 /// What a slot holds for one allocation number.
@@ -772,6 +849,8 @@ struct CpuReplay {
     peeked: Option<Rec>,
     alloc_id: Option<(u64, u8)>,
     chan: u32,
+    /// Give the recorded vmstat work ([`Op::VmstatUpdate`]); false: skip it.
+    vmstat: bool,
     shared: Rc<RefCell<Shared>>,
     stats: Rc<RefCell<ReplayStats>>,
 }
@@ -874,6 +953,8 @@ impl Program for CpuReplay {
                 return Some(Op::Compute { ns: gap });
             }
             match rec.kind {
+                REC_VMSTAT if self.vmstat => return Some(Op::VmstatUpdate),
+                REC_VMSTAT => {}
                 REC_ALLOC => {
                     self.alloc_id = Some((rec.id, rec.order));
                     return Some(Op::AllocPages {

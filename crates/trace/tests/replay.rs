@@ -409,3 +409,123 @@ fn frees_of_pages_from_before_the_recording_are_replayed() {
     assert_eq!(st.frees, r.frees);
     assert_eq!(st.frees_of_failed, 0);
 }
+
+/// A warm-up of lists that hold high-order blocks keeps its pages: its own
+/// thousands of frees are not taken for a burst of high-order frees
+/// (`free_high`), which drained the whole list and lowered `high`.
+#[test]
+fn warm_pcp_with_high_order_lists_keeps_its_pages() {
+    let layout = MemoryLayout {
+        nodes: vec![NodeLayout {
+            nr_cpus: 2,
+            nr_pages: 1 << 18,
+        }],
+        dma32_pages: 0,
+    };
+    let mut h = header(2);
+    let cfg = mm::knobs::Preset::Linux6_18.config();
+    let mut pa = PageAlloc::new(&layout, cfg.sysctl, cfg.pcp);
+    let zi = pa
+        .zones
+        .iter()
+        .position(|z| z.zone_type.name() == h.machine.zones[0].name)
+        .expect("zone");
+    let pi = pa.pcp_index(mm::VcpuId(1), zi);
+    let (lo, hi) = (pa.pcp[pi].high_min, pa.pcp[pi].high_max);
+    let high = hi;
+    let want = (high - 200) as u64;
+    assert!(
+        want > 4 * 2016,
+        "a list big enough to saturate free_count: {lo}..{hi}"
+    );
+    h.machine.zones[0].pagesets[1].count = want;
+    h.machine.zones[0].pagesets[1].high = high as u64;
+    // CPU 1 takes blocks of orders 0 to 3 from its lists before it frees
+    // any: the inferred lists hold high-order blocks.
+    let mut events = Vec::new();
+    let base = 1u64 << 20; // Normal's first pfn, as the inference assumes
+    for (i, order) in [0u32, 1, 2, 3].iter().cycle().take(64).enumerate() {
+        events.push(alloc(10 + i as u64, 1, base + 16 * i as u64, *order));
+    }
+    for (i, order) in [0u32, 1, 2, 3].iter().cycle().take(64).enumerate() {
+        events.push(free(1000 + i as u64, 1, base + 16 * i as u64, *order));
+    }
+    let p = tmp("warm-high-order.mmtrace");
+    write(&p, &h, &events);
+    let prep = Prepared::open(&p).expect("prepare");
+    let lists = prep.recorded.pcp_start.get(&(1, 0)).expect("CPU 1's lists");
+    assert!(
+        lists.iter().any(|l| l.order > 0 && l.blocks > 0),
+        "{lists:?}"
+    );
+    prep.warm_pcp(&mut pa, 2);
+    assert_eq!(pa.pcp[pi].high, high, "high as recorded");
+    // Each list is scaled down to whole blocks: a few pages short at most.
+    assert!(
+        pa.pcp[pi].count as u64 >= want - 64,
+        "{} of {want} pages on the list",
+        pa.pcp[pi].count
+    );
+    assert_eq!(pa.vmstat.get(mm::vmstat::VmEvent::PCP_FREE_HIGH), 0);
+    assert_eq!(
+        pa.pcp[pi].free_count, 0,
+        "the warm-up's frees are forgotten"
+    );
+    pa.check_invariants();
+}
+
+/// The per-CPU vmstat work of a trace that recorded it runs where it was
+/// recorded, in its CPU's order among the allocator events, and the engine
+/// runs no timer of its own; without it (or told to leave it out), the
+/// engine's one-second timer runs as before.
+#[test]
+fn recorded_vmstat_work_replaces_the_model_timer() {
+    let mut events = vec![alloc(10, 0, 1000, 0), free(20, 0, 1000, 0)];
+    events.push(ev(300_000_000, 0, EventKind::VmstatWork {}));
+    events.push(alloc(1_500_000_000, 0, 2000, 0));
+    events.push(free(1_500_000_010, 0, 2000, 0));
+    let p = tmp("vmstat-work.mmtrace");
+    write(&p, &header(1), &events);
+    let mut prep = Prepared::open(&p).expect("prepare");
+    assert_eq!(prep.recorded.vmstat_works, 1);
+    assert_eq!(
+        prep.recorded.span_ns, 1_500_000_000,
+        "the work does not move the span"
+    );
+    assert!(prep.replays_vmstat());
+    let sample_times = |prep: &Prepared, from_workload: bool| -> Vec<u64> {
+        let layout = MemoryLayout {
+            nodes: vec![NodeLayout {
+                nr_cpus: 1,
+                nr_pages: 1 << 16,
+            }],
+            dma32_pages: 0,
+        };
+        let cfg = mm::knobs::Preset::Linux6_18.config();
+        let pa = PageAlloc::new(&layout, cfg.sysctl, cfg.pcp);
+        let mut eng = Engine::new(pa, CostTable::uniform(20), 1);
+        eng.stop_with_last_task();
+        if from_workload {
+            eng.vmstat_work_from_workload();
+        }
+        let (tasks, _) = prep.tasks(1);
+        for t in tasks {
+            eng.spawn(t);
+        }
+        let run = eng.run();
+        let mut t: Vec<u64> = run.pcp_series.iter().map(|s| s.time_ns).collect();
+        t.dedup();
+        t
+    };
+    let recorded = sample_times(&prep, true);
+    assert_eq!(recorded.len(), 1, "{recorded:?}");
+    // Recorded 0.3 s after the first event; the model's operations add
+    // their (uniform 20 ns) costs on top of the recorded gaps.
+    assert!(
+        (300_000_000..300_010_000).contains(&recorded[0]),
+        "{recorded:?}"
+    );
+    prep.use_recorded_vmstat = false;
+    assert!(!prep.replays_vmstat());
+    assert_eq!(sample_times(&prep, false), vec![1_000_000_000]);
+}
