@@ -374,6 +374,9 @@ fn event_kind(rng: &mut Rng, managed: u64) -> EventKind {
             migratetype: rng.below(4) as i32,
             percpu_refill: rng.pct(50),
         },
+        // The vmstat work's runs (replayed as Op::VmstatUpdate in mode a)
+        // share the drains' draw.
+        7 if rng.pct(25) => EventKind::VmstatWork {},
         7 => EventKind::PagePcpuDrain {
             pfn: pfn(rng),
             order: order(rng),
