@@ -41,7 +41,7 @@
 use crate::cacheline::{CpuTopology, LineOwners, PageData};
 use crate::cost::{Cost, Cx, LockClass, LockId};
 use crate::page::{
-    FreeList, LazyRun, MemMap, PfnIdx, MT_MASK, MT_SHIFT, ORDER_MASK, PAGES_PER_SECTION,
+    FreeList, LazyRun, MemMap, PfnIdx, MT_MASK, MT_SHIFT, NIL, ORDER_MASK, PAGES_PER_SECTION,
     PFN_SECTION_SHIFT, PG_BUDDY, PG_HEAD, PG_PCP,
 };
 use crate::types::{NodeId, Pfn};
@@ -859,6 +859,15 @@ impl Zone {
             }
             self.touch_page(cx, pfn ^ (1u64 << order));
             self.touch_free_area(cx, order);
+            // list_del() of the buddy rewrites its neighbours' list
+            // pointers: their struct pages (or the list head, above).
+            if self.charges_lines() {
+                for n in [mem.prev(buddy), mem.next(buddy)] {
+                    if n != NIL {
+                        self.touch_page(cx, mem.pfn(PfnIdx(n)).0);
+                    }
+                }
+            }
             self.del_from_free_list(mem, buddy, order);
             p = p.align_down(order + 1);
             pfn &= !(1u64 << order);
@@ -2108,21 +2117,7 @@ mod tests {
     #[test]
     fn a_free_reads_the_buddy_that_stops_it_and_the_parent_buddy() {
         const XFER: u64 = 1000;
-        let layout = MemoryLayout {
-            nodes: vec![NodeLayout {
-                nr_cpus: 2,
-                nr_pages: 2 * PAGES_PER_SECTION,
-            }],
-            dma32_pages: 0,
-        };
-        let mut table = CostTable::uniform(0);
-        table.set(Cost::C2cSameLlc, XFER);
-        let mut base = PageAlloc::new(&layout, VmSysctl::default(), Default::default());
-        base.set_cpu_topology(CpuTopology {
-            cpus_per_node: 2,
-            threads_per_core: 1,
-            cores_per_llc: 2,
-        });
+        let (mut base, table) = two_cpu_lines(XFER);
         let mut cx = Cx::new(VcpuId(0), table.clone());
         let mt = MigrateType::Movable;
         let p = base.rmqueue_buddy(&mut cx, 0, 0, mt).expect("free memory");
@@ -2144,5 +2139,73 @@ mod tests {
         assert_eq!(all_remote - free_cost(&[buddy]), XFER);
         assert_eq!(all_remote - free_cost(&[higher]), XFER);
         assert_eq!(all_remote - free_cost(&[buddy, higher]), 2 * XFER);
+    }
+
+    /// A merge takes the buddy off its list, and `list_del()` rewrites the
+    /// list pointers of the buddy's two neighbours: their lines are
+    /// charged like the buddy's own.
+    ///
+    /// ```text
+    ///   pfn    B  +1  +2  +3  +4  +5  +6  +7
+    ///          A   A   A   A   A   A   A   A   CPU 0 takes eight pages
+    ///          A   .   A   .   A   .   A   A   CPU 0 frees +1, +3, +5:
+    ///                                          order-0 list +5, +3, +1
+    ///          A   .  [ +2+3 ]  A  .   A   A   CPU 1 frees +2: +3 leaves
+    ///                                          the list between +5 and +1
+    /// ```
+    #[test]
+    fn a_merge_pays_for_the_buddys_list_neighbours() {
+        const XFER: u64 = 1000;
+        let (mut base, table) = two_cpu_lines(XFER);
+        let mut cx = Cx::new(VcpuId(0), table.clone());
+        let mt = MigrateType::Movable;
+        let pages: Vec<PfnIdx> = (0..8)
+            .map(|_| base.rmqueue_buddy(&mut cx, 0, 0, mt).expect("free memory"))
+            .collect();
+        let b = pages[0];
+        assert!(
+            (0..8u32).all(|i| pages.contains(&b.offset(i))),
+            "one split hands out eight neighbouring pages"
+        );
+        for i in [1, 3, 5] {
+            base.free_one_page(&mut cx, 0, b.offset(i), 0, mt);
+        }
+        let pfn = |i: u32| base.mem.pfn(b.offset(i));
+        let (before, after) = (pfn(5), pfn(1));
+        let free_cost = |own: &[Pfn]| {
+            let mut pa = base.clone();
+            let mut cx = Cx::new(VcpuId(1), table.clone());
+            for &p in own {
+                pa.touch_struct_page(&mut cx, p);
+            }
+            cx.begin(VcpuId(1), SimTime(0));
+            pa.free_one_page(&mut cx, 0, b.offset(2), 0, mt);
+            cx.compute_ns()
+        };
+        let all_remote = free_cost(&[]);
+        assert_eq!(all_remote - free_cost(&[before]), XFER);
+        assert_eq!(all_remote - free_cost(&[after]), XFER);
+        assert_eq!(all_remote - free_cost(&[before, after]), 2 * XFER);
+    }
+
+    /// One node of two CPUs sharing an LLC, with the line model on, and a
+    /// cost table in which only a core-to-core transfer (`xfer_ns`) costs.
+    fn two_cpu_lines(xfer_ns: u64) -> (PageAlloc, CostTable) {
+        let layout = MemoryLayout {
+            nodes: vec![NodeLayout {
+                nr_cpus: 2,
+                nr_pages: 2 * PAGES_PER_SECTION,
+            }],
+            dma32_pages: 0,
+        };
+        let mut table = CostTable::uniform(0);
+        table.set(Cost::C2cSameLlc, xfer_ns);
+        let mut pa = PageAlloc::new(&layout, VmSysctl::default(), Default::default());
+        pa.set_cpu_topology(CpuTopology {
+            cpus_per_node: 2,
+            threads_per_core: 1,
+            cores_per_llc: 2,
+        });
+        (pa, table)
     }
 }
