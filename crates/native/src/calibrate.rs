@@ -243,7 +243,8 @@ fn round_min(
 pub struct HostInfo {
     /// `uname -r`.
     pub kernel: String,
-    /// `model name` of `/proc/cpuinfo`.
+    /// `model name` of `/proc/cpuinfo`, with its `cpu family` and `model`
+    /// ([`cpu_name`]).
     pub cpu: String,
     /// Online CPUs this process may use.
     pub nr_cpus: usize,
@@ -257,11 +258,7 @@ impl HostInfo {
     /// Reads the host's description; missing pieces are `unknown`.
     pub fn probe() -> HostInfo {
         let read = |p: &str| std::fs::read_to_string(p).unwrap_or_default();
-        let cpu = read("/proc/cpuinfo")
-            .lines()
-            .find_map(|l| l.strip_prefix("model name"))
-            .and_then(|r| r.split_once(':'))
-            .map_or("unknown".into(), |(_, v)| v.trim().to_string());
+        let cpu = cpu_name(&read("/proc/cpuinfo"));
         let mem_kb = read("/proc/meminfo")
             .lines()
             .find_map(|l| l.strip_prefix("MemTotal:"))
@@ -274,6 +271,29 @@ impl HostInfo {
             loadavg: load_average(),
             mem_bytes: mem_kb * 1024,
         }
+    }
+}
+
+/// The first CPU's value of `key` in `/proc/cpuinfo` text.
+fn cpuinfo_field<'a>(text: &'a str, key: &str) -> Option<&'a str> {
+    text.lines().find_map(|l| {
+        let (k, v) = l.split_once(':')?;
+        (k.trim() == key).then(|| v.trim())
+    })
+}
+
+/// `model name` with `cpu family` and `model` (`AMD EPYC (family 26,
+/// model 2)`): a guest's masked model name alone does not tell one host
+/// CPU from another (this project's host changed on 2026-11-24 and both
+/// called themselves "AMD EPYC"; the new one is family 26).
+pub fn cpu_name(cpuinfo: &str) -> String {
+    let name = cpuinfo_field(cpuinfo, "model name").unwrap_or("unknown");
+    match (
+        cpuinfo_field(cpuinfo, "cpu family"),
+        cpuinfo_field(cpuinfo, "model"),
+    ) {
+        (Some(f), Some(m)) => format!("{name} (family {f}, model {m})"),
+        _ => name.to_string(),
     }
 }
 
@@ -322,6 +342,14 @@ mod tests {
         assert_eq!(out[0].measured().unwrap().summary.nr_samples, 3);
         assert!(matches!(&out[1], Outcome::Skipped { why, .. } if why.contains("no")));
         assert_eq!(out[2].measured().unwrap().median(), 3.0);
+    }
+
+    #[test]
+    fn the_cpu_is_named_with_its_family_and_model() {
+        let text = "processor\t: 0\nvendor_id\t: AuthenticAMD\ncpu family\t: 26\nmodel\t\t: 2\nmodel name\t: AMD EPYC\n\nprocessor\t: 1\ncpu family\t: 25\n";
+        assert_eq!(cpu_name(text), "AMD EPYC (family 26, model 2)");
+        assert_eq!(cpu_name("model name\t: Some CPU\n"), "Some CPU");
+        assert_eq!(cpu_name(""), "unknown");
     }
 
     #[test]
