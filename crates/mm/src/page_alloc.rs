@@ -2125,16 +2125,7 @@ mod tests {
         assert_eq!(q, p.buddy(0), "the second page is the first one's buddy");
         let (buddy, higher) = (base.mem.pfn(q), Pfn(base.mem.pfn(p).0 + 2));
         // CPU 1 frees P after making the given lines its own first.
-        let free_cost = |own: &[Pfn]| {
-            let mut pa = base.clone();
-            let mut cx = Cx::new(VcpuId(1), table.clone());
-            for &pfn in own {
-                pa.touch_struct_page(&mut cx, pfn);
-            }
-            cx.begin(VcpuId(1), SimTime(0));
-            pa.free_one_page(&mut cx, 0, p, 0, mt);
-            cx.compute_ns()
-        };
+        let free_cost = |own: &[Pfn]| cpu1_free_ns(&base, &table, p, own);
         let all_remote = free_cost(&[]);
         assert_eq!(all_remote - free_cost(&[buddy]), XFER);
         assert_eq!(all_remote - free_cost(&[higher]), XFER);
@@ -2172,16 +2163,7 @@ mod tests {
         }
         let pfn = |i: u32| base.mem.pfn(b.offset(i));
         let (before, after) = (pfn(5), pfn(1));
-        let free_cost = |own: &[Pfn]| {
-            let mut pa = base.clone();
-            let mut cx = Cx::new(VcpuId(1), table.clone());
-            for &p in own {
-                pa.touch_struct_page(&mut cx, p);
-            }
-            cx.begin(VcpuId(1), SimTime(0));
-            pa.free_one_page(&mut cx, 0, b.offset(2), 0, mt);
-            cx.compute_ns()
-        };
+        let free_cost = |own: &[Pfn]| cpu1_free_ns(&base, &table, b.offset(2), own);
         let all_remote = free_cost(&[]);
         assert_eq!(all_remote - free_cost(&[before]), XFER);
         assert_eq!(all_remote - free_cost(&[after]), XFER);
@@ -2190,6 +2172,19 @@ mod tests {
 
     /// One node of two CPUs sharing an LLC, with the line model on, and a
     /// cost table in which only a core-to-core transfer (`xfer_ns`) costs.
+    /// What CPU 1 computes to free the order-0 `page` of `base` (Movable)
+    /// once the `struct page` lines of `own` are its own.
+    fn cpu1_free_ns(base: &PageAlloc, table: &CostTable, page: PfnIdx, own: &[Pfn]) -> u64 {
+        let mut pa = base.clone();
+        let mut cx = Cx::new(VcpuId(1), table.clone());
+        for &pfn in own {
+            pa.touch_struct_page(&mut cx, pfn);
+        }
+        cx.begin(VcpuId(1), SimTime(0));
+        pa.free_one_page(&mut cx, 0, page, 0, MigrateType::Movable);
+        cx.compute_ns()
+    }
+
     fn two_cpu_lines(xfer_ns: u64) -> (PageAlloc, CostTable) {
         let layout = MemoryLayout {
             nodes: vec![NodeLayout {

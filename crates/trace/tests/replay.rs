@@ -335,11 +335,10 @@ fn warm_pcp_puts_the_recorded_pages_on_the_lists_and_resets_the_counters() {
     pa.check_invariants();
 }
 
-/// The warm-up allocates the recorded pages and frees them onto the lists;
-/// under auto-tuning each refill on the way raises `high` by a batch, so
-/// `high` is set to the recorded one again afterwards.
-#[test]
-fn warm_pcp_keeps_the_recorded_high() {
+/// A two-CPU machine whose `high` 6.18 auto-tunes between `high_min` and
+/// `high_max`, a trace header for it, and CPU 1's pageset in the header's
+/// first zone.
+fn two_cpus_auto_tuned() -> (Header, PageAlloc, usize) {
     let layout = MemoryLayout {
         nodes: vec![NodeLayout {
             nr_cpus: 2,
@@ -347,16 +346,24 @@ fn warm_pcp_keeps_the_recorded_high() {
         }],
         dma32_pages: 0,
     };
-    let mut h = header(2);
-    // 6.18: high auto-tuned between high_min and high_max.
+    let h = header(2);
     let cfg = mm::knobs::Preset::Linux6_18.config();
-    let mut pa = PageAlloc::new(&layout, cfg.sysctl, cfg.pcp);
+    let pa = PageAlloc::new(&layout, cfg.sysctl, cfg.pcp);
     let zi = pa
         .zones
         .iter()
         .position(|z| z.zone_type.name() == h.machine.zones[0].name)
         .expect("zone");
     let pi = pa.pcp_index(mm::VcpuId(1), zi);
+    (h, pa, pi)
+}
+
+/// The warm-up allocates the recorded pages and frees them onto the lists;
+/// under auto-tuning each refill on the way raises `high` by a batch, so
+/// `high` is set to the recorded one again afterwards.
+#[test]
+fn warm_pcp_keeps_the_recorded_high() {
+    let (mut h, mut pa, pi) = two_cpus_auto_tuned();
     let (lo, hi) = (pa.pcp[pi].high_min, pa.pcp[pi].high_max);
     assert!(hi - lo > 1000, "bounds {lo}..{hi}");
     // A recorded high between the bounds, the list nearly full.
@@ -415,22 +422,7 @@ fn frees_of_pages_from_before_the_recording_are_replayed() {
 /// (`free_high`), which drained the whole list and lowered `high`.
 #[test]
 fn warm_pcp_with_high_order_lists_keeps_its_pages() {
-    let layout = MemoryLayout {
-        nodes: vec![NodeLayout {
-            nr_cpus: 2,
-            nr_pages: 1 << 18,
-        }],
-        dma32_pages: 0,
-    };
-    let mut h = header(2);
-    let cfg = mm::knobs::Preset::Linux6_18.config();
-    let mut pa = PageAlloc::new(&layout, cfg.sysctl, cfg.pcp);
-    let zi = pa
-        .zones
-        .iter()
-        .position(|z| z.zone_type.name() == h.machine.zones[0].name)
-        .expect("zone");
-    let pi = pa.pcp_index(mm::VcpuId(1), zi);
+    let (mut h, mut pa, pi) = two_cpus_auto_tuned();
     let (lo, hi) = (pa.pcp[pi].high_min, pa.pcp[pi].high_max);
     let high = hi;
     let want = (high - 200) as u64;
