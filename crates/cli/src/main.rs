@@ -40,14 +40,17 @@ fn main() {
 /// Restores what an mmlab process that was killed (SIGKILL, a crash) left
 /// changed: knobs, hugetlb pools, tracefs instances and mounts, a workload's
 /// process group, temporary files (`host::journal`). Cheap when there is
-/// nothing: two directory listings; the live-kernel lock is taken only when
+/// nothing: three directory listings; the live-kernel lock is taken only when
 /// something is found, and taking it does the restoring and reports it.
 fn recover_stale_state() {
     let Some(dir) = host::journal::default_dir() else {
         return;
     };
     let (journals, instances) = host::journal::find_stale(&dir);
-    if journals.is_empty() && instances.is_empty() {
+    if journals.is_empty()
+        && instances.is_empty()
+        && host::journal::stale_journal_rewrites(&dir).is_empty()
+    {
         return;
     }
     if let Err(e) = host::lock::LiveLock::acquire() {

@@ -302,13 +302,15 @@ fn check_after(
         .clone()
         .or_else(host::journal::default_dir)
         .unwrap_or_default();
+    // Its journal, or the temporary file of a rewrite of it (`.<pid>-…tmp`)
+    // a SIGKILL left between the write and the rename.
     let journal_prefix = format!("{pid}-");
     let journals: Vec<_> = std::fs::read_dir(&run_dir)
         .into_iter()
         .flatten()
         .flatten()
         .map(|e| e.file_name().to_string_lossy().into_owned())
-        .filter(|n| n.starts_with(&journal_prefix))
+        .filter(|n| n.trim_start_matches('.').starts_with(&journal_prefix))
         .collect();
     if !journals.is_empty() {
         return Err(format!(

@@ -17,9 +17,11 @@
 //!    rewrites the journal; an empty journal is removed.
 //! 4. A journal whose owner is gone (no process with its pid and start time)
 //!    is stale: [`recover_stale`] undoes its changes in reverse order, says
-//!    what it did, and removes it. It also removes tracefs instances named
-//!    `mmlab-<pid>…` whose process is gone, which older versions and other
-//!    tools built on them may leave without a journal.
+//!    what it did, and removes it with any unfinished rewrite of it (the
+//!    temporary file of a rewrite its owner died before renaming). It also
+//!    removes tracefs instances named `mmlab-<pid>…` whose process is gone,
+//!    which older versions and other tools built on them may leave without
+//!    a journal.
 //!
 //! # Where
 //!
@@ -690,19 +692,49 @@ pub fn find_stale(dir: &Path) -> (Vec<PathBuf>, Vec<PathBuf>) {
             let alive = p
                 .file_stem()
                 .and_then(|s| s.to_str())
-                .and_then(|s| s.split_once('-'))
-                .and_then(|(pid, t)| {
-                    Some(Owner {
-                        pid: pid.parse().ok()?,
-                        start_time: t.parse().ok()?,
-                    })
-                })
+                .and_then(owner_named)
                 .is_some_and(|o| o.is_alive());
             !alive
         })
         .collect();
     journals.sort();
     (journals, stale_tracefs_instances())
+}
+
+/// The owner a journal's name `<pid>-<start time>` gives.
+fn owner_named(stem: &str) -> Option<Owner> {
+    let (pid, t) = stem.split_once('-')?;
+    Some(Owner {
+        pid: pid.parse().ok()?,
+        start_time: t.parse().ok()?,
+    })
+}
+
+/// Unfinished rewrites of journals whose owner is gone: the temporary
+/// files `.<pid>-<start time>.journal.<random>.tmp` that a journal is
+/// written through, left when the owner died between writing one and
+/// renaming it over its journal. They describe no change that was made
+/// (a change is made only after its record's rename), so they are only
+/// removed. Changes nothing.
+pub fn stale_journal_rewrites(dir: &Path) -> Vec<PathBuf> {
+    let mut v: Vec<PathBuf> = std::fs::read_dir(dir)
+        .into_iter()
+        .flatten()
+        .flatten()
+        .map(|e| e.path())
+        .filter(|p| {
+            let owner = p
+                .file_name()
+                .and_then(|n| n.to_str())
+                .and_then(|n| n.strip_prefix('.')?.strip_suffix(".tmp"))
+                .and_then(|n| n.rsplit_once('.'))
+                .and_then(|(journal, _random)| journal.strip_suffix(".journal"))
+                .and_then(owner_named);
+            owner.is_some_and(|o| !o.is_alive())
+        })
+        .collect();
+    v.sort();
+    v
 }
 
 /// Tracefs instances named `mmlab-<pid>` or `mmlab-<pid>-<suffix>` whose
@@ -730,7 +762,8 @@ pub fn stale_tracefs_instances() -> Vec<PathBuf> {
 }
 
 /// Undoes the changes of every stale journal in `dir` (newest first), and
-/// removes stale tracefs instances; says what it did. The caller holds the
+/// removes unfinished rewrites of stale journals and stale tracefs
+/// instances; says what it did. The caller holds the
 /// live-kernel lock, so that no other process changes the same knobs
 /// meanwhile (a stale journal's owner held it when it died).
 pub fn recover_stale(dir: &Path) -> Recovery {
@@ -764,6 +797,15 @@ pub fn recover_stale(dir: &Path) -> Recovery {
             rec.lines
                 .push(format!("could not remove {}: {e}", path.display()));
         }
+    }
+    for path in stale_journal_rewrites(dir) {
+        rec.lines.push(match std::fs::remove_file(&path) {
+            Ok(()) => format!(
+                "removed {}, an unfinished rewrite of a journal (its process is gone)",
+                path.display()
+            ),
+            Err(e) => format!("could not remove {}: {e}", path.display()),
+        });
     }
     for dir in instances {
         // A journal above may have removed it already.

@@ -227,6 +227,46 @@ fn a_dead_owners_process_group_is_killed_and_a_reused_pid_is_not() {
     );
 }
 
+/// A journal is rewritten through a temporary file renamed over it; an
+/// owner killed between the two leaves that file. The next run removes a
+/// dead owner's, and leaves a live owner's (its rename may be under way)
+/// and files of other shapes.
+#[test]
+fn a_dead_owners_unfinished_journal_rewrite_is_removed() {
+    let s = Scratch::new();
+    let run = s.0.join("run");
+    std::fs::create_dir(&run).unwrap();
+    let rewrite = |o: &Owner| {
+        run.join(format!(
+            ".{}-{}.journal.0e107b1ffd1065a4.tmp",
+            o.pid, o.start_time
+        ))
+    };
+    let (dead, alive) = (dead_owner(), Owner::this_process());
+    let text = format!("{MAGIC_LINE}\nowner {} {}\n", dead.pid, dead.start_time);
+    let others = [
+        rewrite(&alive),
+        run.join(".out.json.0e107b1ffd1065a4.tmp"),
+        run.join(format!(".{}-{}.journal.tmp", dead.pid, dead.start_time)),
+    ];
+    for p in others.iter().chain([&rewrite(&dead)]) {
+        std::fs::write(p, &text).unwrap();
+    }
+    assert_eq!(stale_journal_rewrites(&run), vec![rewrite(&dead)]);
+    assert!(find_stale(&run).0.is_empty(), "no journal is stale");
+
+    let rec = recover_stale(&run);
+    assert_eq!(rec.lines.len(), 1, "{:?}", rec.lines);
+    assert!(
+        rec.lines[0].contains("unfinished rewrite of a journal"),
+        "{:?}",
+        rec.lines
+    );
+    assert!(!rewrite(&dead).exists());
+    assert!(others.iter().all(|p| p.exists()));
+    assert!(recover_stale(&run).is_empty());
+}
+
 #[test]
 fn damaged_journals_are_reported_not_trusted() {
     let p = Path::new("/run/mmlab/1-2.journal");
