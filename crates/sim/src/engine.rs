@@ -912,9 +912,11 @@ impl Engine {
         }
         self.stats.nr_tasks = self.tasks.len() as u64;
         self.live_tasks = self.tasks.len();
-        for v in self.vcpus.ids().filter(|_| !self.vmstat_timer_off) {
-            self.queue
-                .push(SimTime(VMSTAT_INTERVAL_NS), Event::VmstatTimer(v));
+        if !self.vmstat_timer_off {
+            for v in self.vcpus.ids() {
+                self.queue
+                    .push(SimTime(VMSTAT_INTERVAL_NS), Event::VmstatTimer(v));
+            }
         }
         while let Some((t, event)) = self.queue.pop() {
             if let Some(left) = self.event_budget.as_mut() {
@@ -1226,8 +1228,7 @@ impl Engine {
             self.timers_paused.push(v);
             return;
         }
-        self.sample_pcp(v, t);
-        self.vcpus[v].kwork_pending = true;
+        self.vmstat_work_due(v, t);
         // An idle vCPU wakes for the work; a busy one runs it between
         // operations, as a kworker would run when the task yields.
         self.kick(v, t);
@@ -1237,9 +1238,11 @@ impl Engine {
         }
     }
 
-    /// Samples vCPU `v`'s pagesets at `t` (the vmstat work's view of them)
-    /// into the run's PCP series.
-    fn sample_pcp(&mut self, v: VcpuId, t: SimTime) {
+    /// The vmstat work is due on vCPU `v` at `t` (its timer fired, or the
+    /// workload says so): samples `v`'s pagesets, the work's view of them,
+    /// into the run's PCP series, and leaves the work to the kworker, which
+    /// runs before `v`'s next operation.
+    fn vmstat_work_due(&mut self, v: VcpuId, t: SimTime) {
         if self.last_pcp_sample.len() < self.pa.pcp.len() {
             self.last_pcp_sample.resize(self.pa.pcp.len(), None);
         }
@@ -1255,6 +1258,7 @@ impl Engine {
                 high: p.high,
             });
         }
+        self.vcpus[v].kwork_pending = true;
     }
 
     /// Releases `l` held by vCPU `v` at `t` (a read hold if `read`) and, if
@@ -1568,12 +1572,10 @@ impl Engine {
         OpResult::Done
     }
 
-    /// The vmstat work is due on the task's vCPU ([`Op::VmstatUpdate`]):
-    /// samples the vCPU's pagesets as the timer does and leaves the work to
-    /// the kworker, which runs before the task's next operation.
+    /// The vmstat work is due on the task's vCPU ([`Op::VmstatUpdate`]), as
+    /// when its timer fires.
     fn op_vmstat_update(&mut self, c: OpCtx) -> OpResult {
-        self.sample_pcp(c.v, c.t);
-        self.vcpus[c.v].kwork_pending = true;
+        self.vmstat_work_due(c.v, c.t);
         OpResult::Done
     }
 

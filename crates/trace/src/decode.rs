@@ -46,7 +46,7 @@ pub const RECORDED_EVENTS: &[&str] = &[
     // Only the runs of `vmstat_update()`: see `EventKind::VmstatWork`. Not
     // the recorded processes' own event: `mmlab record` enables it in an
     // instance without the pid filter.
-    "workqueue:workqueue_execute_start",
+    VMSTAT_WORK_EVENT,
 ];
 
 /// The tracepoint of the per-CPU vmstat work, and the filter that keeps only

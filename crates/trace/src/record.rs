@@ -880,9 +880,7 @@ impl Tracing {
 
     /// The instance directories with their spool tags.
     fn instance_dirs(&self) -> Vec<(PathBuf, &'static str)> {
-        std::iter::once((self.dir.clone(), ""))
-            .chain(std::iter::once((self.wide_dir.clone(), ".wide")))
-            .collect()
+        vec![(self.dir.clone(), ""), (self.wide_dir.clone(), ".wide")]
     }
 
     /// One reader of `trace_pipe_raw` per CPU and instance, each with an
