@@ -815,13 +815,26 @@ impl Zone {
 
     /// Models `buddy_merge_likely()`: is the parent block's buddy free, so
     /// that this block will probably merge further soon? (`p` is at `pfn`.)
-    fn buddy_merge_likely(&self, mem: &MemMap, p: PfnIdx, pfn: u64, order: u8) -> bool {
+    /// Reading the parent's buddy's struct page costs its line (inside the
+    /// zone: the model keeps no lines outside it).
+    fn buddy_merge_likely(
+        &mut self,
+        mem: &MemMap,
+        cx: &mut Cx,
+        p: PfnIdx,
+        pfn: u64,
+        order: u8,
+    ) -> bool {
         if order >= MAX_ORDER - 1 {
             return false;
         }
         let higher_buddy = p.align_down(order + 1).buddy(order + 1);
         let higher_buddy_pfn = (pfn & !(1u64 << order)) ^ (1u64 << (order + 1));
-        self.spans(higher_buddy_pfn) && mem.is_buddy_of_order(higher_buddy, order + 1)
+        if !self.spans(higher_buddy_pfn) {
+            return false;
+        }
+        self.touch_page(cx, higher_buddy_pfn);
+        mem.is_buddy_of_order(higher_buddy, order + 1)
     }
 
     /// Models `__free_one_page()`: returns a block to the buddy lists,
@@ -873,15 +886,7 @@ impl Zone {
             pfn &= !(1u64 << order);
             order += 1;
         }
-        let to_tail = self.buddy_merge_likely(mem, p, pfn, order);
-        if order < MAX_ORDER - 1 {
-            // buddy_merge_likely() read the parent block's buddy's struct
-            // page (inside the zone: the model keeps no lines outside it).
-            let higher_buddy_pfn = (pfn & !(1u64 << order)) ^ (1u64 << (order + 1));
-            if self.spans(higher_buddy_pfn) {
-                self.touch_page(cx, higher_buddy_pfn);
-            }
-        }
+        let to_tail = self.buddy_merge_likely(mem, cx, p, pfn, order);
         self.charge_list_op(cx, Cost::BuddyListOp);
         if self.charges_lines() {
             let list = &self.free_area[order as usize][mt as usize];
