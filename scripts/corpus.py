@@ -167,7 +167,8 @@ def mmlab():
 
 
 def fault_counts():
-    return os.path.join(ROOT, "target", "release", "examples", "fault_counts")
+    # FAULT_COUNTS=path likewise (a copy that a rebuild cannot replace mid-run).
+    return os.environ.get("FAULT_COUNTS") or os.path.join(ROOT, "target", "release", "examples", "fault_counts")
 
 
 def build():
@@ -229,7 +230,8 @@ def spread(values):
 def measure(args):
     if os.geteuid() != 0:
         sys.exit("SKIPPED (cannot run here): measure needs root (knobs, tracefs, perf)")
-    build()
+    if not args.no_build:
+        build()
     python = subprocess.run(["python3", "-c", "import sys; print(sys.executable)"],
                             capture_output=True, text=True, check=True).stdout.strip()
     inputs = tempfile.mkdtemp(prefix="mmlab-corpus-")
@@ -755,6 +757,9 @@ def pcp(args):
     # Where each recording's snapshot was taken, its date and import summary
     # (perf-record writes them to perf-recordings{sfx}.json).
     recs = load(f"perf-recordings{sfx}.json", {"programs": {}})["programs"]
+    # Without that file (the committed one is another host's: host-zen3/),
+    # the recording's details stored with the last table.
+    before = load(f"pcp{sfx}.json", {"programs": {}})["programs"]
     for p in PROGRAMS:
         t = os.path.join(DATA, "perf-traces" + sfx, "full", p[0] + ".mmtrace")
         if not os.path.exists(t):
@@ -770,7 +775,8 @@ def pcp(args):
             row[how] = {"zone_locked": counters["mm_page_alloc_zone_locked"],
                         "drains": counters["mm_page_pcpu_drain"],
                         "vmstat_update_runs": doc["recorded"].get("vmstat_update_runs", 0)}
-        row["recording"] = recs.get(p[0], {}).get("full")
+        row["recording"] = max((r for r in (recs.get(p[0], {}).get("full"), before.get(p[0], {}).get("recording"))
+                                if r), key=lambda r: r.get("date", ""), default=None)
         out["programs"][p[0]] = row
     store(f"pcp{sfx}.json", out)
     pcp_table(out)
@@ -869,6 +875,7 @@ def main():
     m.add_argument("--programs", default="")
     m.add_argument("--configs", default="")
     m.add_argument("--no-aslr", action="store_true")
+    m.add_argument("--no-build", action="store_true")
     m.add_argument("--append", action="store_true",
                    help="add the runs to those stored (same kernel) and keep the recording")
     pr = sub.add_parser("predict", help="replay the 4k recordings under every configuration")
