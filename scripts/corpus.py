@@ -898,7 +898,12 @@ def main():
     t.add_argument("--markdown", action="store_true")
     t.add_argument("--matrix", action="store_true", help="one row per program (markdown)")
     t.add_argument("--no-aslr", action="store_true")
+    t.add_argument("--data", default="",
+                   help="another directory of the JSON files, e.g. scripts/corpus/host-zen3 (the first host's)")
     args = ap.parse_args()
+    if getattr(args, "data", ""):
+        global DATA
+        DATA = os.path.abspath(args.data)
     {"measure": measure, "predict": predict, "table": table, "perf-record": perf_record,
      "costs": costs, "pcp": pcp}[args.cmd](args)
 
