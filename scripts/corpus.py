@@ -167,7 +167,8 @@ def mmlab():
 
 
 def fault_counts():
-    return os.path.join(ROOT, "target", "release", "examples", "fault_counts")
+    # FAULT_COUNTS=path likewise (a copy that a rebuild cannot replace mid-run).
+    return os.environ.get("FAULT_COUNTS") or os.path.join(ROOT, "target", "release", "examples", "fault_counts")
 
 
 def build():
@@ -229,7 +230,8 @@ def spread(values):
 def measure(args):
     if os.geteuid() != 0:
         sys.exit("SKIPPED (cannot run here): measure needs root (knobs, tracefs, perf)")
-    build()
+    if not args.no_build:
+        build()
     python = subprocess.run(["python3", "-c", "import sys; print(sys.executable)"],
                             capture_output=True, text=True, check=True).stdout.strip()
     inputs = tempfile.mkdtemp(prefix="mmlab-corpus-")
@@ -651,12 +653,39 @@ def snapshot_after_buffers(perf, snap, timeout=30.0):
                 if not waiting:
                     break
                 snapshot(snap)
-                return "after perf's buffers"
+                return "after perf's buffers", int(kids[0])
         except OSError:
             pass
         time.sleep(0.0005)
     snapshot(snap)
-    return "late: the command had started (the snapshot is not the recording's start)"
+    return "late: the command had started (the snapshot is not the recording's start)", None
+
+
+def exited(pid):
+    """Whether process `pid` has ended (gone, or a zombie not yet reaped)."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] in ("Z", "X")
+    except OSError:
+        return True
+
+
+def snapshot_after_command(perf, pid, snap):
+    """The "after" counters (vmstat, THP statistics) once the command `pid`
+    has ended, before perf stops its events and writes out what its ring
+    buffers hold: read after perf has ended, they count perf's own page
+    cache for perf.data, which is not in the trace (`validate` then showed
+    22 % of the machine's pgalloc in a trace of every process's events).
+    Polled every 5 ms; returns whether it was taken (not when the command's
+    pid is unknown or perf ended first)."""
+    if pid is None:
+        return False
+    while perf.poll() is None:
+        if exited(pid):
+            snapshot(snap, after=True)
+            return True
+        time.sleep(0.005)
+    return False
 
 
 def perf_once(p, kind, inputs, python, no_aslr, trace, keep=None):
@@ -674,19 +703,21 @@ def perf_once(p, kind, inputs, python, no_aslr, trace, keep=None):
             perf = subprocess.Popen(perf_argv(kind, data) + argv_of(p, python, no_aslr), cwd=inputs,
                                     env=env, stdout=subprocess.DEVNULL, stderr=err, text=True)
             try:
-                when = snapshot_after_buffers(perf, snap)
+                when, pid = snapshot_after_buffers(perf, snap)
+                after = snapshot_after_command(perf, pid, snap)
             finally:
                 rc = perf.wait()
             err.seek(0)
             if rc != 0:
                 raise RuntimeError(f"{p[0]}: perf record failed: {err.read().strip()[-400:]}")
-        snapshot(snap, after=True)
+        if not after:
+            snapshot(snap, after=True)
         imp = subprocess.run([mmlab(), "import", data, "-o", trace, "--snapshot", snap],
                              capture_output=True, text=True)
         if imp.returncode != 0:
             raise RuntimeError(f"{p[0]}: mmlab import failed: {imp.stderr.strip()[-400:]}")
         res = {"perf_data_bytes": os.path.getsize(data), "import": imp.stderr.strip().splitlines(),
-               "snapshot": when}
+               "snapshot": when, "after": "at the command's exit" if after else "after perf ended"}
         if keep:
             shutil.rmtree(keep, ignore_errors=True)
             shutil.move(work, keep)
@@ -755,6 +786,9 @@ def pcp(args):
     # Where each recording's snapshot was taken, its date and import summary
     # (perf-record writes them to perf-recordings{sfx}.json).
     recs = load(f"perf-recordings{sfx}.json", {"programs": {}})["programs"]
+    # Without that file (the committed one is another host's: host-zen3/),
+    # the recording's details stored with the last table.
+    before = load(f"pcp{sfx}.json", {"programs": {}})["programs"]
     for p in PROGRAMS:
         t = os.path.join(DATA, "perf-traces" + sfx, "full", p[0] + ".mmtrace")
         if not os.path.exists(t):
@@ -770,7 +804,8 @@ def pcp(args):
             row[how] = {"zone_locked": counters["mm_page_alloc_zone_locked"],
                         "drains": counters["mm_page_pcpu_drain"],
                         "vmstat_update_runs": doc["recorded"].get("vmstat_update_runs", 0)}
-        row["recording"] = recs.get(p[0], {}).get("full")
+        row["recording"] = max((r for r in (recs.get(p[0], {}).get("full"), before.get(p[0], {}).get("recording"))
+                                if r), key=lambda r: r.get("date", ""), default=None)
         out["programs"][p[0]] = row
     store(f"pcp{sfx}.json", out)
     pcp_table(out)
@@ -869,6 +904,7 @@ def main():
     m.add_argument("--programs", default="")
     m.add_argument("--configs", default="")
     m.add_argument("--no-aslr", action="store_true")
+    m.add_argument("--no-build", action="store_true")
     m.add_argument("--append", action="store_true",
                    help="add the runs to those stored (same kernel) and keep the recording")
     pr = sub.add_parser("predict", help="replay the 4k recordings under every configuration")
@@ -891,7 +927,12 @@ def main():
     t.add_argument("--markdown", action="store_true")
     t.add_argument("--matrix", action="store_true", help="one row per program (markdown)")
     t.add_argument("--no-aslr", action="store_true")
+    t.add_argument("--data", default="",
+                   help="another directory of the JSON files, e.g. scripts/corpus/host-zen3 (the first host's)")
     args = ap.parse_args()
+    if getattr(args, "data", ""):
+        global DATA
+        DATA = os.path.abspath(args.data)
     {"measure": measure, "predict": predict, "table": table, "perf-record": perf_record,
      "costs": costs, "pcp": pcp}[args.cmd](args)
 
