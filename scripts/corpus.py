@@ -624,41 +624,48 @@ def perf_buffers_mapped(pid, size):
     return n
 
 
-def snapshot_after_buffers(perf, snap, timeout=30.0):
-    """Takes the snapshot (zoneinfo, vmstat, THP knobs) once `perf record`
-    has allocated its ring buffers and before its command runs: perf forks
-    the command's process (comm `perf-exec`), which waits on a pipe while
-    perf maps one buffer per CPU (`-m 128M`: 32 768 pages each, allocated
-    through the PCP lists, whose refills raise `high` under auto-tuning),
-    synthesizes the existing tasks and enables its events. A snapshot taken
-    before perf starts describes lists that perf has emptied and re-tuned
-    by the first recorded event. Returns where the snapshot was taken
-    (perf-recordings*.json keeps it): "after perf's buffers"; "before
-    perf" when PERF_EXTRA gives no -m size to wait for; "late" when the
-    command had started before the buffers were seen (or perf ended, or
-    30 s passed): the snapshot is then taken at once and says so."""
-    size = perf_buffer_bytes()
-    if size is None:
-        snapshot(snap)
-        return "before perf (no -m size to wait for)"
-    # One buffer per CPU, with -a and for a command alike (perf opens its
-    # events per CPU, inherited by the command's threads).
-    want = os.cpu_count()
+def snapshot_at_exec(perf, snap, timeout=30.0):
+    """Takes the snapshot (zoneinfo, vmstat, THP knobs) when the command
+    execs. perf forks the command's process (comm `perf-exec`), which waits
+    on a pipe while perf maps one ring buffer per CPU (`-m 128M`: 32 768
+    pages each, through the PCP lists, whose refills raise `high` under
+    auto-tuning), synthesizes the running tasks into perf.data and enables
+    its events; then it lets the command exec. A snapshot taken while the
+    command still waited (after the buffers, as before 2026-11-25) missed
+    the synthesis, 25-112 ms here, in which the lists moved by up to 21 800
+    pages (sort CPU 1: 34 800 -> 56 601) and the first recorded events met
+    other lists than the snapshot's. At the exec the events are on: what
+    the trace holds from their start to the snapshot (a poll of 0.2 ms and
+    the read) is counted twice, far less. Returns where the snapshot was
+    taken (perf-recordings*.json keeps it) and the command's pid: "late"
+    when the command was first seen already past its exec (or perf ended,
+    or 30 s passed)."""
     deadline = time.monotonic() + timeout
+    pid, seen_waiting, size = None, False, perf_buffer_bytes()
+    buffers = os.path.join(snap, "zoneinfo-buffers")
+    os.makedirs(snap, exist_ok=True)
     while perf.poll() is None and time.monotonic() < deadline:
         try:
             kids = open(f"/proc/{perf.pid}/task/{perf.pid}/children").read().split()
-            waiting = bool(kids) and open(f"/proc/{kids[0]}/comm").read().strip() == PERF_EXEC
-            if perf_buffers_mapped(perf.pid, size) >= want:
-                if not waiting:
+            if kids:
+                pid = int(kids[0])
+                comm = open(f"/proc/{pid}/comm").read().strip()
+                if comm == PERF_EXEC:
+                    seen_waiting = True
+                    # The old moment, kept to compare (`pcp --zoneinfo buffers`).
+                    if size and not os.path.exists(buffers) and \
+                            perf_buffers_mapped(perf.pid, size) >= os.cpu_count():
+                        shutil.copy("/proc/zoneinfo", buffers)
+                elif seen_waiting:
+                    snapshot(snap)
+                    return "at the command's exec (perf's buffers mapped, its events on)", pid
+                elif comm != "perf":  # forked, not yet named perf-exec
                     break
-                snapshot(snap)
-                return "after perf's buffers", int(kids[0])
         except OSError:
             pass
-        time.sleep(0.0005)
+        time.sleep(0.0002)
     snapshot(snap)
-    return "late: the command had started (the snapshot is not the recording's start)", None
+    return "late: the command had started (the snapshot is not the recording's start)", pid
 
 
 def exited(pid):
@@ -703,7 +710,7 @@ def perf_once(p, kind, inputs, python, no_aslr, trace, keep=None):
             perf = subprocess.Popen(perf_argv(kind, data) + argv_of(p, python, no_aslr), cwd=inputs,
                                     env=env, stdout=subprocess.DEVNULL, stderr=err, text=True)
             try:
-                when, pid = snapshot_after_buffers(perf, snap)
+                when, pid = snapshot_at_exec(perf, snap)
                 after = snapshot_after_command(perf, pid, snap)
             finally:
                 rc = perf.wait()
@@ -782,6 +789,8 @@ def pcp(args):
     the recording says it ran (`--vmstat-work recorded`) and on the model's
     one-second timer (`timer`), into pcp{sfx}.json, and the table."""
     sfx = suffix(args)
+    if args.zoneinfo == "buffers":
+        return pcp_buffers(args, sfx)
     out = {"source": "perf-traces" + sfx + "/full", "programs": {}}
     # Where each recording's snapshot was taken, its date and import summary
     # (perf-record writes them to perf-recordings{sfx}.json).
@@ -794,20 +803,51 @@ def pcp(args):
         if not os.path.exists(t):
             print(f"{p[0]}: no full perf recording; run `corpus.py perf-record --sets full`", file=sys.stderr)
             continue
-        row = {}
-        for how in ("recorded", "timer"):
-            r = subprocess.run([mmlab(), "validate", t, "--mode", "alloc", "--vmstat-work", how,
-                                "--format", "json"], capture_output=True, text=True, check=True)
-            doc = json.loads(r.stdout)["alloc"]
-            counters = {c["counter"].split("(")[1].rstrip(")"): (c["recorded"], c["model"])
-                        for c in doc["counters"]}
-            row[how] = {"zone_locked": counters["mm_page_alloc_zone_locked"],
-                        "drains": counters["mm_page_pcpu_drain"],
-                        "vmstat_update_runs": doc["recorded"].get("vmstat_update_runs", 0)}
+        row = pcp_row(t)
         row["recording"] = max((r for r in (recs.get(p[0], {}).get("full"), before.get(p[0], {}).get("recording"))
                                 if r), key=lambda r: r.get("date", ""), default=None)
         out["programs"][p[0]] = row
     store(f"pcp{sfx}.json", out)
+    pcp_table(out)
+
+
+def pcp_row(trace):
+    """`validate --mode alloc` of `trace` with the vmstat work where it was
+    recorded and on the model's timer: zone-locked allocations and drains,
+    recorded and modelled."""
+    row = {}
+    for how in ("recorded", "timer"):
+        r = subprocess.run([mmlab(), "validate", trace, "--mode", "alloc", "--vmstat-work", how,
+                            "--format", "json"], capture_output=True, text=True, check=True)
+        doc = json.loads(r.stdout)["alloc"]
+        counters = {c["counter"].split("(")[1].rstrip(")"): (c["recorded"], c["model"])
+                    for c in doc["counters"]}
+        row[how] = {"zone_locked": counters["mm_page_alloc_zone_locked"],
+                    "drains": counters["mm_page_pcpu_drain"],
+                    "vmstat_update_runs": doc["recorded"].get("vmstat_update_runs", 0)}
+    return row
+
+
+def pcp_buffers(args, sfx):
+    """`pcp` with the zoneinfo taken at the old moment (perf's buffers
+    mapped, the command still waiting: `zoneinfo-buffers` in each kept
+    snapshot) instead of at the command's exec: each kept `full` perf.data
+    imported again with `--zoneinfo` (into a temporary file), into
+    pcp{sfx}-buffers.json, to compare the two moments on the same
+    recordings."""
+    out = {"source": "perf-data" + sfx + " with snap/zoneinfo-buffers", "programs": {}}
+    with tempfile.TemporaryDirectory(prefix="mmlab-pcp-") as tmp:
+        for p in PROGRAMS:
+            d = os.path.join(DATA, "perf-data" + sfx, p[0])
+            z = os.path.join(d, "snap", "zoneinfo-buffers")
+            if not os.path.exists(z):
+                print(f"{p[0]}: no {z}; run `corpus.py perf-record --sets full`", file=sys.stderr)
+                continue
+            t = os.path.join(tmp, p[0] + ".mmtrace")
+            subprocess.run([mmlab(), "import", os.path.join(d, "perf.data"), "-o", t, "--snapshot",
+                            os.path.join(d, "snap"), "--zoneinfo", z], capture_output=True, check=True)
+            out["programs"][p[0]] = pcp_row(t)
+    store(f"pcp{sfx}-buffers.json", out)
     pcp_table(out)
 
 
@@ -922,6 +962,8 @@ def main():
     c.add_argument("--no-aslr", action="store_true")
     pc = sub.add_parser("pcp", help="PCP counters of the full perf recordings: validate --mode alloc")
     pc.add_argument("--no-aslr", action="store_true")
+    pc.add_argument("--zoneinfo", default="exec", choices=["exec", "buffers"],
+                    help="the snapshot's zoneinfo (exec) or the one taken when perf's buffers were mapped")
     t = sub.add_parser("table", help="predicted vs live")
     t.add_argument("--source", default="mmlab", choices=SOURCES)
     t.add_argument("--markdown", action="store_true")

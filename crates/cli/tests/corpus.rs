@@ -189,7 +189,6 @@ const KFAULT: &str = "no exceptions:page_fault_kernel: the kernel's faults are a
 /// host's three) and their pairs outside 2 %.
 const PERF_MISSES: &[(&str, &str, &str, &str)] = &[
     ("perf-full", "node", "all", JIT),
-    ("perf-full", "sort", "all", SMALL),
     ("perf-full", "java", "*", JVM),
     ("host-zen3/perf-full", "node", "64k", JIT),
     ("host-zen3/perf-full", "node", "all", JIT),
