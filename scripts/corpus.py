@@ -167,7 +167,8 @@ def mmlab():
 
 
 def fault_counts():
-    return os.path.join(ROOT, "target", "release", "examples", "fault_counts")
+    # FAULT_COUNTS=path likewise (a copy that a rebuild cannot replace mid-run).
+    return os.environ.get("FAULT_COUNTS") or os.path.join(ROOT, "target", "release", "examples", "fault_counts")
 
 
 def build():
@@ -229,7 +230,8 @@ def spread(values):
 def measure(args):
     if os.geteuid() != 0:
         sys.exit("SKIPPED (cannot run here): measure needs root (knobs, tracefs, perf)")
-    build()
+    if not args.no_build:
+        build()
     python = subprocess.run(["python3", "-c", "import sys; print(sys.executable)"],
                             capture_output=True, text=True, check=True).stdout.strip()
     inputs = tempfile.mkdtemp(prefix="mmlab-corpus-")
@@ -622,41 +624,75 @@ def perf_buffers_mapped(pid, size):
     return n
 
 
-def snapshot_after_buffers(perf, snap, timeout=30.0):
-    """Takes the snapshot (zoneinfo, vmstat, THP knobs) once `perf record`
-    has allocated its ring buffers and before its command runs: perf forks
-    the command's process (comm `perf-exec`), which waits on a pipe while
-    perf maps one buffer per CPU (`-m 128M`: 32 768 pages each, allocated
-    through the PCP lists, whose refills raise `high` under auto-tuning),
-    synthesizes the existing tasks and enables its events. A snapshot taken
-    before perf starts describes lists that perf has emptied and re-tuned
-    by the first recorded event. Returns where the snapshot was taken
-    (perf-recordings*.json keeps it): "after perf's buffers"; "before
-    perf" when PERF_EXTRA gives no -m size to wait for; "late" when the
-    command had started before the buffers were seen (or perf ended, or
-    30 s passed): the snapshot is then taken at once and says so."""
-    size = perf_buffer_bytes()
-    if size is None:
-        snapshot(snap)
-        return "before perf (no -m size to wait for)"
-    # One buffer per CPU, with -a and for a command alike (perf opens its
-    # events per CPU, inherited by the command's threads).
-    want = os.cpu_count()
+def snapshot_at_exec(perf, snap, timeout=30.0):
+    """Takes the snapshot (zoneinfo, vmstat, THP knobs) when the command
+    execs. perf forks the command's process (comm `perf-exec`), which waits
+    on a pipe while perf maps one ring buffer per CPU (`-m 128M`: 32 768
+    pages each, through the PCP lists, whose refills raise `high` under
+    auto-tuning), synthesizes the running tasks into perf.data and enables
+    its events; then it lets the command exec. A snapshot taken while the
+    command still waited (after the buffers, as before 2026-11-25) missed
+    the synthesis, 25-112 ms here, in which the lists moved by up to 21 800
+    pages (sort CPU 1: 34 800 -> 56 601) and the first recorded events met
+    other lists than the snapshot's. At the exec the events are on: what
+    the trace holds from their start to the snapshot (a poll of 0.2 ms and
+    the read) is counted twice, far less. Returns where the snapshot was
+    taken (perf-recordings*.json keeps it) and the command's pid: "late"
+    when the command was first seen already past its exec (or perf ended,
+    or 30 s passed)."""
     deadline = time.monotonic() + timeout
+    pid, seen_waiting, size = None, False, perf_buffer_bytes()
+    buffers = os.path.join(snap, "zoneinfo-buffers")
+    os.makedirs(snap, exist_ok=True)
     while perf.poll() is None and time.monotonic() < deadline:
         try:
             kids = open(f"/proc/{perf.pid}/task/{perf.pid}/children").read().split()
-            waiting = bool(kids) and open(f"/proc/{kids[0]}/comm").read().strip() == PERF_EXEC
-            if perf_buffers_mapped(perf.pid, size) >= want:
-                if not waiting:
+            if kids:
+                pid = int(kids[0])
+                comm = open(f"/proc/{pid}/comm").read().strip()
+                if comm == PERF_EXEC:
+                    seen_waiting = True
+                    # The old moment, kept to compare (`pcp --zoneinfo buffers`).
+                    if size and not os.path.exists(buffers) and \
+                            perf_buffers_mapped(perf.pid, size) >= os.cpu_count():
+                        shutil.copy("/proc/zoneinfo", buffers)
+                elif seen_waiting:
+                    snapshot(snap)
+                    return "at the command's exec (perf's buffers mapped, its events on)", pid
+                elif comm != "perf":  # forked, not yet named perf-exec
                     break
-                snapshot(snap)
-                return "after perf's buffers"
         except OSError:
             pass
-        time.sleep(0.0005)
+        time.sleep(0.0002)
     snapshot(snap)
-    return "late: the command had started (the snapshot is not the recording's start)"
+    return "late: the command had started (the snapshot is not the recording's start)", pid
+
+
+def exited(pid):
+    """Whether process `pid` has ended (gone, or a zombie not yet reaped)."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] in ("Z", "X")
+    except OSError:
+        return True
+
+
+def snapshot_after_command(perf, pid, snap):
+    """The "after" counters (vmstat, THP statistics) once the command `pid`
+    has ended, before perf stops its events and writes out what its ring
+    buffers hold: read after perf has ended, they count perf's own page
+    cache for perf.data, which is not in the trace (`validate` then showed
+    22 % of the machine's pgalloc in a trace of every process's events).
+    Polled every 5 ms; returns whether it was taken (not when the command's
+    pid is unknown or perf ended first)."""
+    if pid is None:
+        return False
+    while perf.poll() is None:
+        if exited(pid):
+            snapshot(snap, after=True)
+            return True
+        time.sleep(0.005)
+    return False
 
 
 def perf_once(p, kind, inputs, python, no_aslr, trace, keep=None):
@@ -674,19 +710,21 @@ def perf_once(p, kind, inputs, python, no_aslr, trace, keep=None):
             perf = subprocess.Popen(perf_argv(kind, data) + argv_of(p, python, no_aslr), cwd=inputs,
                                     env=env, stdout=subprocess.DEVNULL, stderr=err, text=True)
             try:
-                when = snapshot_after_buffers(perf, snap)
+                when, pid = snapshot_at_exec(perf, snap)
+                after = snapshot_after_command(perf, pid, snap)
             finally:
                 rc = perf.wait()
             err.seek(0)
             if rc != 0:
                 raise RuntimeError(f"{p[0]}: perf record failed: {err.read().strip()[-400:]}")
-        snapshot(snap, after=True)
+        if not after:
+            snapshot(snap, after=True)
         imp = subprocess.run([mmlab(), "import", data, "-o", trace, "--snapshot", snap],
                              capture_output=True, text=True)
         if imp.returncode != 0:
             raise RuntimeError(f"{p[0]}: mmlab import failed: {imp.stderr.strip()[-400:]}")
         res = {"perf_data_bytes": os.path.getsize(data), "import": imp.stderr.strip().splitlines(),
-               "snapshot": when}
+               "snapshot": when, "after": "at the command's exit" if after else "after perf ended"}
         if keep:
             shutil.rmtree(keep, ignore_errors=True)
             shutil.move(work, keep)
@@ -751,28 +789,65 @@ def pcp(args):
     the recording says it ran (`--vmstat-work recorded`) and on the model's
     one-second timer (`timer`), into pcp{sfx}.json, and the table."""
     sfx = suffix(args)
+    if args.zoneinfo == "buffers":
+        return pcp_buffers(args, sfx)
     out = {"source": "perf-traces" + sfx + "/full", "programs": {}}
     # Where each recording's snapshot was taken, its date and import summary
     # (perf-record writes them to perf-recordings{sfx}.json).
     recs = load(f"perf-recordings{sfx}.json", {"programs": {}})["programs"]
+    # Without that file (the committed one is another host's: host-zen3/),
+    # the recording's details stored with the last table.
+    before = load(f"pcp{sfx}.json", {"programs": {}})["programs"]
     for p in PROGRAMS:
         t = os.path.join(DATA, "perf-traces" + sfx, "full", p[0] + ".mmtrace")
         if not os.path.exists(t):
             print(f"{p[0]}: no full perf recording; run `corpus.py perf-record --sets full`", file=sys.stderr)
             continue
-        row = {}
-        for how in ("recorded", "timer"):
-            r = subprocess.run([mmlab(), "validate", t, "--mode", "alloc", "--vmstat-work", how,
-                                "--format", "json"], capture_output=True, text=True, check=True)
-            doc = json.loads(r.stdout)["alloc"]
-            counters = {c["counter"].split("(")[1].rstrip(")"): (c["recorded"], c["model"])
-                        for c in doc["counters"]}
-            row[how] = {"zone_locked": counters["mm_page_alloc_zone_locked"],
-                        "drains": counters["mm_page_pcpu_drain"],
-                        "vmstat_update_runs": doc["recorded"].get("vmstat_update_runs", 0)}
-        row["recording"] = recs.get(p[0], {}).get("full")
+        row = pcp_row(t)
+        row["recording"] = max((r for r in (recs.get(p[0], {}).get("full"), before.get(p[0], {}).get("recording"))
+                                if r), key=lambda r: r.get("date", ""), default=None)
         out["programs"][p[0]] = row
     store(f"pcp{sfx}.json", out)
+    pcp_table(out)
+
+
+def pcp_row(trace):
+    """`validate --mode alloc` of `trace` with the vmstat work where it was
+    recorded and on the model's timer: zone-locked allocations and drains,
+    recorded and modelled."""
+    row = {}
+    for how in ("recorded", "timer"):
+        r = subprocess.run([mmlab(), "validate", trace, "--mode", "alloc", "--vmstat-work", how,
+                            "--format", "json"], capture_output=True, text=True, check=True)
+        doc = json.loads(r.stdout)["alloc"]
+        counters = {c["counter"].split("(")[1].rstrip(")"): (c["recorded"], c["model"])
+                    for c in doc["counters"]}
+        row[how] = {"zone_locked": counters["mm_page_alloc_zone_locked"],
+                    "drains": counters["mm_page_pcpu_drain"],
+                    "vmstat_update_runs": doc["recorded"].get("vmstat_update_runs", 0)}
+    return row
+
+
+def pcp_buffers(args, sfx):
+    """`pcp` with the zoneinfo taken at the old moment (perf's buffers
+    mapped, the command still waiting: `zoneinfo-buffers` in each kept
+    snapshot) instead of at the command's exec: each kept `full` perf.data
+    imported again with `--zoneinfo` (into a temporary file), into
+    pcp{sfx}-buffers.json, to compare the two moments on the same
+    recordings."""
+    out = {"source": "perf-data" + sfx + " with snap/zoneinfo-buffers", "programs": {}}
+    with tempfile.TemporaryDirectory(prefix="mmlab-pcp-") as tmp:
+        for p in PROGRAMS:
+            d = os.path.join(DATA, "perf-data" + sfx, p[0])
+            z = os.path.join(d, "snap", "zoneinfo-buffers")
+            if not os.path.exists(z):
+                print(f"{p[0]}: no {z}; run `corpus.py perf-record --sets full`", file=sys.stderr)
+                continue
+            t = os.path.join(tmp, p[0] + ".mmtrace")
+            subprocess.run([mmlab(), "import", os.path.join(d, "perf.data"), "-o", t, "--snapshot",
+                            os.path.join(d, "snap"), "--zoneinfo", z], capture_output=True, check=True)
+            out["programs"][p[0]] = pcp_row(t)
+    store(f"pcp{sfx}-buffers.json", out)
     pcp_table(out)
 
 
@@ -869,6 +944,7 @@ def main():
     m.add_argument("--programs", default="")
     m.add_argument("--configs", default="")
     m.add_argument("--no-aslr", action="store_true")
+    m.add_argument("--no-build", action="store_true")
     m.add_argument("--append", action="store_true",
                    help="add the runs to those stored (same kernel) and keep the recording")
     pr = sub.add_parser("predict", help="replay the 4k recordings under every configuration")
@@ -886,12 +962,19 @@ def main():
     c.add_argument("--no-aslr", action="store_true")
     pc = sub.add_parser("pcp", help="PCP counters of the full perf recordings: validate --mode alloc")
     pc.add_argument("--no-aslr", action="store_true")
+    pc.add_argument("--zoneinfo", default="exec", choices=["exec", "buffers"],
+                    help="the snapshot's zoneinfo (exec) or the one taken when perf's buffers were mapped")
     t = sub.add_parser("table", help="predicted vs live")
     t.add_argument("--source", default="mmlab", choices=SOURCES)
     t.add_argument("--markdown", action="store_true")
     t.add_argument("--matrix", action="store_true", help="one row per program (markdown)")
     t.add_argument("--no-aslr", action="store_true")
+    t.add_argument("--data", default="",
+                   help="another directory of the JSON files, e.g. scripts/corpus/host-zen3 (the first host's)")
     args = ap.parse_args()
+    if getattr(args, "data", ""):
+        global DATA
+        DATA = os.path.abspath(args.data)
     {"measure": measure, "predict": predict, "table": table, "perf-record": perf_record,
      "costs": costs, "pcp": pcp}[args.cmd](args)
 

@@ -13,8 +13,8 @@
 //!
 //! A profile gives a `band = [low, high]` for every figure that is an
 //! estimate or a bound (a `[costs.*]` entry, `line_fill_buffers`,
-//! `link_mbps` and `link_snoop_flits` of `[numa]`, or `llc_hit_ns` of
-//! `[topology]`). A headline's band is the range it takes when
+//! `link_mbps`, `link_snoop_flits` and `package_idle_exit_ns` of `[numa]`, or
+//! `llc_hit_ns` of `[topology]`). A headline's band is the range it takes when
 //! those inputs move across their bands:
 //!
 //! - one at a time: each input alone at its low and then its high end, the
@@ -429,7 +429,7 @@ pub fn inputs(exp: &Experiment) -> Vec<Input> {
         for (k, &(lo, hi)) in &n.bands {
             let varied = matches!(
                 k.as_str(),
-                "link_mbps" | "line_fill_buffers" | "link_snoop_flits"
+                "link_mbps" | "line_fill_buffers" | "link_snoop_flits" | "package_idle_exit_ns"
             );
             if varied && lo < hi {
                 v.push(Input {
@@ -491,6 +491,7 @@ fn set(exp: &mut Experiment, key: &str, value: u64) {
             "numa.link_mbps" => n.link_mbps = value,
             "numa.line_fill_buffers" => n.line_fill_buffers = Some(value as u32),
             "numa.link_snoop_flits" => n.link_snoop_flits = Some(value as u32),
+            "numa.package_idle_exit_ns" => n.package_idle_exit_ns = Some(value),
             _ => {}
         }
     }

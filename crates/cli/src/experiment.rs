@@ -391,6 +391,10 @@ struct NumaFile {
     link_data_flits: Option<Sourced<u32>>,
     #[serde(default)]
     link_snoop_flits: Option<Sourced<u32>>,
+    #[serde(default)]
+    package_idle_exit_ns: Option<Sourced<u64>>,
+    #[serde(default)]
+    package_idle_residency_ns: Option<Sourced<u64>>,
 }
 
 /// A profile's `[cache]` section.
@@ -465,6 +469,14 @@ fn numa_profile(n: NumaFile) -> NumaProfile {
     };
     let link_data_flits = flits("link_data_flits", n.link_data_flits);
     let link_snoop_flits = flits("link_snoop_flits", n.link_snoop_flits);
+    let mut ns = |k: &str, f: Option<Sourced<u64>>| {
+        f.map(|f| {
+            note(k, f.source, f.band);
+            f.value
+        })
+    };
+    let package_idle_exit_ns = ns("package_idle_exit_ns", n.package_idle_exit_ns);
+    let package_idle_residency_ns = ns("package_idle_residency_ns", n.package_idle_residency_ns);
     NumaProfile {
         distance: n.distance.value,
         threads_per_core: n.threads_per_core.value,
@@ -476,6 +488,8 @@ fn numa_profile(n: NumaFile) -> NumaProfile {
         line_fill_buffers: lfb,
         link_data_flits,
         link_snoop_flits,
+        package_idle_exit_ns,
+        package_idle_residency_ns,
         sources,
         bands,
     }

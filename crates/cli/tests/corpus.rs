@@ -1,7 +1,10 @@
 //! The validation corpus (`scripts/corpus.py`, issue 13) without root: the
 //! committed recordings replay to the committed predictions, and the
 //! committed predictions stand against the committed live measurements as
-//! the README's table says, misses included.
+//! the README's table says, misses included. `scripts/corpus/` holds this
+//! host's (CPU family 26, measured 2026-11-25), `scripts/corpus/host-zen3/`
+//! the first host's (a Zen 3 guest, 2026-11-23/24): each host's
+//! predictions are judged against its own live runs.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -27,40 +30,52 @@ const KHUGEPAGED: &str =
     "khugepaged collapses part of the heap during the run (thp_collapse_alloc moves; not modelled)";
 const SMALL: &str = "under 300 faults: a few faults of layout noise are over 2 %";
 
+/// The first host's data.
+const ZEN3: &str = "host-zen3/";
+
+/// This host's node: the recorded 4 KiB run (10 985 faults) was the lowest
+/// of its eight (10 881–11 242), and the predictions follow it down.
+const JIT_RECORDED_LOW: &str = "JIT runtime: the recorded run was the 4 KiB run with the fewest faults of the eight (V8's concurrent threads); its 64 KiB prediction is 3.9 % under the live mean";
+
 /// The (program, configuration) pairs whose page faults the model misses by
 /// more than 2 %, each with the mechanism (see scripts/corpus/README.md),
-/// for the runs with ASLR (`live.json`) and without (`live-noaslr.json`).
-/// A pair not listed must be within 2 %; a listed one may improve.
+/// keyed by the directory and suffix of the live runs (`""`/`ZEN3`, with
+/// ASLR `""` or without `"-noaslr"`). A pair not listed must be within 2 %;
+/// a listed one may improve.
 const KNOWN_MISSES: &[(&str, &str, &str, &str)] = &[
-    ("-noaslr", "node", "64k", JIT),
-    ("-noaslr", "node", "all", JIT),
-    ("-noaslr", "node", "hf100", JIT),
-    ("-noaslr", "java", "16k", JVM),
-    ("-noaslr", "java", "64k", JVM),
-    ("-noaslr", "java", "2m", JVM),
-    ("-noaslr", "java", "all", JVM),
-    ("-noaslr", "java", "hf8", JVM),
-    ("-noaslr", "java", "hf100", JVM),
-    ("", "python", "64k", ASLR),
-    ("", "python", "all", ASLR),
-    ("", "sqlite", "2m", ASLR),
-    ("", "zstd", "all", SMALL),
-    ("", "sort", "all", SMALL),
-    ("", "gzip", "64k", SMALL),
-    ("", "gzip", "all", SMALL),
-    ("", "node", "64k", JIT),
-    ("", "node", "2m", JIT),
-    ("", "node", "all", JIT),
-    ("", "node", "hf8", JIT),
-    ("", "node", "hf100", JIT),
-    ("", "xz", "2m", KHUGEPAGED),
-    ("", "xz", "all", KHUGEPAGED),
-    ("", "java", "16k", JVM),
-    ("", "java", "64k", JVM),
-    ("", "java", "2m", JVM),
-    ("", "java", "all", JVM),
-    ("", "java", "hf8", JVM),
-    ("", "java", "hf100", JVM),
+    ("-noaslr", "node", "16k", JIT_RECORDED_LOW),
+    ("-noaslr", "node", "64k", JIT_RECORDED_LOW),
+    ("-noaslr", "node", "all", JIT_RECORDED_LOW),
+    ("-noaslr", "java", "*", JVM),
+    ("host-zen3/-noaslr", "node", "64k", JIT),
+    ("host-zen3/-noaslr", "node", "all", JIT),
+    ("host-zen3/-noaslr", "node", "hf100", JIT),
+    ("host-zen3/-noaslr", "java", "16k", JVM),
+    ("host-zen3/-noaslr", "java", "64k", JVM),
+    ("host-zen3/-noaslr", "java", "2m", JVM),
+    ("host-zen3/-noaslr", "java", "all", JVM),
+    ("host-zen3/-noaslr", "java", "hf8", JVM),
+    ("host-zen3/-noaslr", "java", "hf100", JVM),
+    ("host-zen3/", "python", "64k", ASLR),
+    ("host-zen3/", "python", "all", ASLR),
+    ("host-zen3/", "sqlite", "2m", ASLR),
+    ("host-zen3/", "zstd", "all", SMALL),
+    ("host-zen3/", "sort", "all", SMALL),
+    ("host-zen3/", "gzip", "64k", SMALL),
+    ("host-zen3/", "gzip", "all", SMALL),
+    ("host-zen3/", "node", "64k", JIT),
+    ("host-zen3/", "node", "2m", JIT),
+    ("host-zen3/", "node", "all", JIT),
+    ("host-zen3/", "node", "hf8", JIT),
+    ("host-zen3/", "node", "hf100", JIT),
+    ("host-zen3/", "xz", "2m", KHUGEPAGED),
+    ("host-zen3/", "xz", "all", KHUGEPAGED),
+    ("host-zen3/", "java", "16k", JVM),
+    ("host-zen3/", "java", "64k", JVM),
+    ("host-zen3/", "java", "2m", JVM),
+    ("host-zen3/", "java", "all", JVM),
+    ("host-zen3/", "java", "hf8", JVM),
+    ("host-zen3/", "java", "hf100", JVM),
 ];
 
 fn pct(model: f64, live: f64) -> f64 {
@@ -73,23 +88,29 @@ fn pct(model: f64, live: f64) -> f64 {
 
 #[test]
 fn committed_recordings_replay_to_the_committed_predictions() {
-    for sfx in ["", "-noaslr"] {
-        recordings_replay_to_predictions(sfx);
+    for set in ["host-zen3/", "host-zen3/-noaslr", "-noaslr"] {
+        recordings_replay_to_predictions(set);
     }
 }
 
 #[test]
 fn committed_perf_record_recordings_replay_to_the_committed_predictions() {
     replay_to_predictions(
-        "perf-recordings-noaslr/minimal",
-        "predictions-perf-minimal-noaslr.json",
+        "host-zen3/perf-recordings-noaslr/minimal",
+        "host-zen3/predictions-perf-minimal-noaslr.json",
     );
 }
 
-fn recordings_replay_to_predictions(sfx: &str) {
+/// `set`: a data directory (`""` or [`ZEN3`]) and the live runs' suffix.
+fn split_set(set: &str) -> (&str, &str) {
+    set.split_at(if set.starts_with(ZEN3) { ZEN3.len() } else { 0 })
+}
+
+fn recordings_replay_to_predictions(set: &str) {
+    let (dir, sfx) = split_set(set);
     replay_to_predictions(
-        &format!("recordings{sfx}"),
-        &format!("predictions{sfx}.json"),
+        &format!("{dir}recordings{sfx}"),
+        &format!("{dir}predictions{sfx}.json"),
     );
 }
 
@@ -146,39 +167,48 @@ fn replay_to_predictions(dir: &str, predictions: &str) {
 
 #[test]
 fn committed_predictions_meet_the_goals_but_for_the_named_misses() {
-    for sfx in ["", "-noaslr"] {
-        predictions_meet_goals(sfx);
+    for set in ["host-zen3/", "host-zen3/-noaslr", "-noaslr"] {
+        predictions_meet_goals(set);
     }
 }
 
-fn predictions_meet_goals(sfx: &str) {
-    predictions_file_meets_goals(sfx, &format!("predictions{sfx}.json"), "", KNOWN_MISSES);
+fn predictions_meet_goals(set: &str) {
+    let (dir, sfx) = split_set(set);
+    predictions_file_meets_goals(
+        set,
+        &format!("{dir}predictions{sfx}.json"),
+        "",
+        KNOWN_MISSES,
+    );
 }
 
 const KFAULT: &str = "no exceptions:page_fault_kernel: the kernel's faults are an ESTIMATE shrunk with the user faults; the live value is inside its printed band";
 
 /// The plain `perf record` recordings (`scripts/corpus.py perf-record
-/// --no-aslr`, one line per source) and their pairs outside 2 %.
+/// --no-aslr`, one line per source; this host's `full` line and the first
+/// host's three) and their pairs outside 2 %.
 const PERF_MISSES: &[(&str, &str, &str, &str)] = &[
-    ("perf-full", "node", "64k", JIT),
     ("perf-full", "node", "all", JIT),
-    ("perf-full", "node", "hf100", JIT),
-    ("perf-full", "zstd", "all", SMALL),
-    ("perf-full", "sort", "all", SMALL),
     ("perf-full", "java", "*", JVM),
-    ("perf-typical", "node", "*", JIT),
-    ("perf-typical", "java", "*", JVM),
-    ("perf-typical", "server", "all", KFAULT),
-    ("perf-typical", "zstd", "*", KFAULT),
-    ("perf-typical", "sort", "*", KFAULT),
-    ("perf-minimal", "node", "64k", JIT),
-    ("perf-minimal", "node", "all", JIT),
-    ("perf-minimal", "java", "*", JVM),
-    ("perf-minimal", "sqlite", "2m", MREMAP_IN_PLACE),
-    ("perf-minimal", "server", "*", NO_KMEM),
-    ("perf-minimal", "zstd", "*", NO_KMEM),
-    ("perf-minimal", "sort", "*", NO_KMEM),
-    ("perf-minimal", "gzip", "*", NO_KMEM),
+    ("host-zen3/perf-full", "node", "64k", JIT),
+    ("host-zen3/perf-full", "node", "all", JIT),
+    ("host-zen3/perf-full", "node", "hf100", JIT),
+    ("host-zen3/perf-full", "zstd", "all", SMALL),
+    ("host-zen3/perf-full", "sort", "all", SMALL),
+    ("host-zen3/perf-full", "java", "*", JVM),
+    ("host-zen3/perf-typical", "node", "*", JIT),
+    ("host-zen3/perf-typical", "java", "*", JVM),
+    ("host-zen3/perf-typical", "server", "all", KFAULT),
+    ("host-zen3/perf-typical", "zstd", "*", KFAULT),
+    ("host-zen3/perf-typical", "sort", "*", KFAULT),
+    ("host-zen3/perf-minimal", "node", "64k", JIT),
+    ("host-zen3/perf-minimal", "node", "all", JIT),
+    ("host-zen3/perf-minimal", "java", "*", JVM),
+    ("host-zen3/perf-minimal", "sqlite", "2m", MREMAP_IN_PLACE),
+    ("host-zen3/perf-minimal", "server", "*", NO_KMEM),
+    ("host-zen3/perf-minimal", "zstd", "*", NO_KMEM),
+    ("host-zen3/perf-minimal", "sort", "*", NO_KMEM),
+    ("host-zen3/perf-minimal", "gzip", "*", NO_KMEM),
 ];
 
 const NO_KMEM: &str = "no kmem and no exceptions:page_fault_kernel: the kernel's faults cannot be estimated (NOT ESTIMATED, with a band)";
@@ -186,15 +216,22 @@ const MREMAP_IN_PLACE: &str = "no mremap: the mappings are inferred up to the ne
 
 #[test]
 fn committed_perf_record_predictions_meet_the_goals_but_for_the_named_misses() {
-    for source in ["perf-full", "perf-typical", "perf-minimal"] {
+    for line in [
+        "perf-full",
+        "host-zen3/perf-full",
+        "host-zen3/perf-typical",
+        "host-zen3/perf-minimal",
+    ] {
+        let (dir, source) = split_set(line);
+        let set = format!("{dir}-noaslr");
         let misses: Vec<_> = PERF_MISSES
             .iter()
-            .filter(|m| m.0 == source)
-            .map(|m| ("-noaslr", m.1, m.2, m.3))
+            .filter(|m| m.0 == line)
+            .map(|m| (set.as_str(), m.1, m.2, m.3))
             .collect();
         predictions_file_meets_goals(
-            "-noaslr",
-            &format!("predictions-{source}-noaslr.json"),
+            &set,
+            &format!("{dir}predictions-{source}-noaslr.json"),
             source,
             &misses,
         );
@@ -202,12 +239,13 @@ fn committed_perf_record_predictions_meet_the_goals_but_for_the_named_misses() {
 }
 
 fn predictions_file_meets_goals(
-    sfx: &str,
+    set: &str,
     file: &str,
     source: &str,
     known: &[(&str, &str, &str, &str)],
 ) {
-    let live = load(&format!("live{sfx}.json"));
+    let (dir, sfx) = split_set(set);
+    let live = load(&format!("{dir}live{sfx}.json"));
     let preds = load(file);
     let mut pairs = 0;
     let mut failures = Vec::new();
@@ -230,10 +268,10 @@ fn predictions_file_meets_goals(
             pairs += 1;
             let known = known
                 .iter()
-                .any(|(s, a, b, _)| *s == sfx && a == prog && (b == cfg || *b == "*"));
+                .any(|(s, a, b, _)| *s == set && a == prog && (b == cfg || *b == "*"));
             if err.abs() > 2.0 && !known {
                 failures.push(format!(
-                    "live{sfx} {source}: {prog} {cfg}: page faults {err:+.1} %"
+                    "{dir}live{sfx} {source}: {prog} {cfg}: page faults {err:+.1} %"
                 ));
             }
         }
@@ -267,9 +305,9 @@ const MINIMAL_OUTSIDE_BAND: &[(&str, &str, &str)] = &[
 /// but for the named pairs.
 #[test]
 fn perf_record_bands_hold_their_prediction_and_the_minimal_line_the_live_count() {
-    let live = load("live-noaslr.json");
+    let live = load("host-zen3/live-noaslr.json");
     for source in ["perf-typical", "perf-minimal"] {
-        let preds = load(&format!("predictions-{source}-noaslr.json"));
+        let preds = load(&format!("host-zen3/predictions-{source}-noaslr.json"));
         let mut outside = Vec::new();
         let mut banded = 0;
         for (prog, p) in preds["programs"].as_object().expect("programs") {

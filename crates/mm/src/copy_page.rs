@@ -72,6 +72,22 @@
 //! `link_data_flits` per line, at `link_mbps`. Without the two keys the
 //! link carries the copied bytes alone, as before.
 //!
+//! # Dispatch and wake-up
+//!
+//! A multi-threaded copy queues one work item per helper (`queue_work_on()`,
+//! `workqueue_queue_ns` each), waits for the helpers to leave their idle
+//! state, and is itself woken when the last item is done
+//! (`workqueue_wakeup_ns`). An idle helper leaves a core idle state in
+//! `workqueue_wakeup_ns`; but when every CPU of its package has idled past
+//! the deepest state's target residency (`package_idle_residency_ns`; the
+//! engine tells from the CPUs' last work, see `sim`'s
+//! `Engine::packages_asleep`), the idle governor has put the package in
+//! that state (package C6 on Intel), and the helpers wait for its exit
+//! latency (`package_idle_exit_ns`) instead: the seed's `copy_page_mt()`
+//! queues its work on the destination node, a socket with nothing else to
+//! do. The helpers leave the state together, so the copy waits once; the
+//! package is awake for the next copy of the same migration.
+//!
 //! Every parameter comes from the cost profile (its `[numa]` section and
 //! its `*_ns` costs), with a source.
 //!
@@ -175,6 +191,15 @@ pub struct NumaHw {
     /// CPU's own node sends back over the link (0: home snooping with a
     /// directory, or not given).
     pub link_snoop_flits: u32,
+    /// Exit latency of the idle state a package whose every CPU has been
+    /// idle reaches (package C6 on Intel), paid by the first work item
+    /// queued there (0: not given; every wake-up then costs
+    /// `workqueue_wakeup_ns`).
+    pub package_idle_exit_ns: u64,
+    /// How long every CPU of a package must have been idle for it to be in
+    /// that state: the state's target residency, which the idle governor
+    /// requires before it picks the state.
+    pub package_idle_residency_ns: u64,
 }
 
 impl NumaHw {
@@ -192,6 +217,8 @@ impl NumaHw {
             line_fill_buffers: 0,
             link_data_flits: 0,
             link_snoop_flits: 0,
+            package_idle_exit_ns: 0,
+            package_idle_residency_ns: 0,
         }
     }
 }
@@ -246,6 +273,10 @@ pub struct CopyModel<'a> {
     pub costs: &'a CostTable,
     /// Per CPU, true if it runs nothing (used by the adaptive engine).
     pub idle: &'a [bool],
+    /// Per node, true if its package is in its deep idle state
+    /// ([`NumaHw::package_idle_exit_ns`]): work queued there waits for it
+    /// to leave that state.
+    pub asleep: &'a [bool],
 }
 
 impl CopyModel<'_> {
@@ -380,14 +411,32 @@ impl CopyModel<'_> {
     fn dispatched(&self, threads: &[u32], bytes: u64, job: &CopyJob) -> CopyCost {
         let n = threads.len() as u64;
         let copy = self.parallel_ns(threads, bytes, job);
+        let wake = self.costs.get(Cost::WorkqueueWakeup);
         CopyCost {
             ns: n * self.costs.get(Cost::WorkqueueQueue)
-                + 2 * self.costs.get(Cost::WorkqueueWakeup)
+                + self.helpers_wakeup_ns(threads)
+                + wake
                 + copy,
             threads: threads.len() as u32,
             dma: false,
             helpers: threads.to_vec(),
             helper_ns: copy,
+        }
+    }
+
+    /// How long the slowest of `cpus` takes to start the work item queued
+    /// on it: `workqueue_wakeup_ns` for a CPU that left a core idle state,
+    /// or the package's exit latency when its whole package was asleep
+    /// (the helpers wake together, so the slowest one counts).
+    pub fn helpers_wakeup_ns(&self, cpus: &[u32]) -> u64 {
+        let wake = self.costs.get(Cost::WorkqueueWakeup);
+        let asleep = cpus
+            .iter()
+            .any(|&c| self.asleep.get(self.node_of(c).0 as usize) == Some(&true));
+        if asleep && self.hw.package_idle_exit_ns > 0 {
+            wake.max(self.hw.package_idle_exit_ns)
+        } else {
+            wake
         }
     }
 
@@ -538,6 +587,8 @@ mod tests {
             line_fill_buffers: 0,
             link_data_flits: 0,
             link_snoop_flits: 0,
+            package_idle_exit_ns: 0,
+            package_idle_residency_ns: 0,
         }
     }
 
@@ -557,6 +608,7 @@ mod tests {
             hw: &hw,
             costs: &costs,
             idle: &idle,
+            asleep: &[],
         };
         // 5000 MB/s x 10 / 21.
         assert_eq!(m.thread_mbps(0, &THP), 2380);
@@ -607,6 +659,7 @@ mod tests {
             hw: &early,
             costs: &costs,
             idle: &idle,
+            asleep: &[],
         };
         assert_eq!(m.busiest_link_flits(NodeId(1), &THP), 10);
         assert_eq!(m.busiest_link_flits(NodeId(0), &THP), 10);
@@ -643,6 +696,7 @@ mod tests {
             hw: &hw,
             costs: &costs,
             idle: &idle,
+            asleep: &[],
         };
         assert_eq!(m.copy_page_mt(VcpuId(0), &THP, 5).threads, 4);
         assert_eq!(m.copy_page_mt(VcpuId(0), &THP, 32).threads, 8);
@@ -656,6 +710,7 @@ mod tests {
             hw: &hw,
             costs: &costs,
             idle: &idle,
+            asleep: &[],
         };
         assert_eq!(
             m.copy_page_mt(VcpuId(0), &THP, 4).threads,
@@ -678,6 +733,7 @@ mod tests {
             hw: &hw,
             costs: &costs,
             idle: &idle,
+            asleep: &[],
         };
         // Distinct cores first (CPU 10 is busy, so its sibling 14 stands in
         // for core 2 after the others), then siblings.
@@ -691,6 +747,36 @@ mod tests {
         assert!(big.threads > 1 && big.ns < m.copy_single(VcpuId(0), &THP).ns);
     }
 
+    /// Node 1's package asleep: the seed's copy waits for it to leave its
+    /// idle state once (the helpers wake together), and the waiter's own
+    /// wake-up is the ordinary one. Node 0 asleep does not matter to
+    /// helpers on node 1; without the exit latency given, nothing changes.
+    #[test]
+    fn helpers_on_an_asleep_package_wait_for_its_exit_once() {
+        let pa = machine(8);
+        let mut costs = CostTable::uniform(0);
+        costs.set(Cost::WorkqueueQueue, 500);
+        costs.set(Cost::WorkqueueWakeup, 10_000);
+        let mut hw = hw();
+        hw.package_idle_exit_ns = 133_000;
+        let idle = vec![true; 16];
+        let model = |asleep: &'static [bool], hw: &NumaHw| {
+            let m = CopyModel {
+                pa: &pa,
+                hw,
+                costs: &costs,
+                idle: &idle,
+                asleep,
+            };
+            m.copy_page_mt(VcpuId(0), &THP, 4).ns
+        };
+        let awake = model(&[false, false], &hw);
+        assert_eq!(model(&[false, true], &hw), awake + 123_000);
+        assert_eq!(model(&[true, false], &hw), awake);
+        hw.package_idle_exit_ns = 0;
+        assert_eq!(model(&[false, true], &hw), awake);
+    }
+
     #[test]
     fn dma_without_channels_falls_back_to_the_cpu() {
         let pa = machine(8);
@@ -702,6 +788,7 @@ mod tests {
             hw: &hw,
             costs: &costs,
             idle: &idle,
+            asleep: &[],
         };
         assert!(m.copy_dma(VcpuId(0), &[THP]).dma);
         hw.dma_channels = 0;
@@ -710,6 +797,7 @@ mod tests {
             hw: &hw,
             costs: &costs,
             idle: &idle,
+            asleep: &[],
         };
         let c = m.copy_dma(VcpuId(0), &[THP]);
         assert!(!c.dma);

@@ -304,6 +304,10 @@ pub struct MigrateCtx<'a> {
     pub hw: &'a NumaHw,
     /// Per CPU, true if idle.
     pub idle: &'a [bool],
+    /// Per node, true while its package is in its deep idle state
+    /// ([`NumaHw::package_idle_exit_ns`]); cleared when this migration
+    /// queues work there (the package is then awake). Empty: none asleep.
+    pub asleep: Vec<bool>,
     /// The multi-threaded copy mode is on for this migration
     /// (`MIGRATE_MT`: `vm.accel_page_copy` or `MPOL_MF_MOVE_MT`).
     pub mt: bool,
@@ -347,6 +351,7 @@ impl<'a> MigrateCtx<'a> {
             cfg,
             hw,
             idle,
+            asleep: Vec::new(),
             mt: false,
             costs,
             pending_flush: BTreeSet::new(),
@@ -552,6 +557,7 @@ impl<'a> MigrateCtx<'a> {
             hw: self.hw,
             costs: &self.costs,
             idle: self.idle,
+            asleep: &self.asleep,
         };
         let cpu = self.cx.cpu;
         let huge = order >= HPAGE_PMD_ORDER;
@@ -571,6 +577,7 @@ impl<'a> MigrateCtx<'a> {
 
     fn charge_copy(&mut self, c: CopyCost) {
         self.cx.charge_ns(c.ns);
+        self.wake_packages(&c.helpers);
         self.pa.vmstat.count(VmEvent::MIGRATE_COPY_NS, c.ns);
         for &h in &c.helpers {
             if h != self.cx.cpu.0 {
@@ -615,6 +622,7 @@ impl<'a> MigrateCtx<'a> {
             hw: self.hw,
             costs: &self.costs,
             idle: self.idle,
+            asleep: &self.asleep,
         };
         let c = match self.cfg.copy_engine {
             CopyEngine::Dma => model.copy_dma(self.cx.cpu, &jobs),
@@ -1231,26 +1239,52 @@ impl<'a> MigrateCtx<'a> {
     /// (`workqueue_wakeup_ns`) while the caller's own item runs, and the
     /// caller, asleep in `flush_work()` meanwhile, is woken when the last
     /// item is done (a second `workqueue_wakeup_ns`, as in the 5.13+ path).
+    /// A CPU whose whole package is asleep ([`Self::asleep`]) leaves the
+    /// package's idle state instead ([`CopyModel::helpers_wakeup_ns`]); the
+    /// package is awake afterwards.
     /// Deviation: the work items on several other CPUs run in parallel and
     /// cost one wake-up between them; a busy CPU's item is charged like an
     /// idle one's.
     fn lru_add_drain_all(&mut self) {
-        if self.cfg.lru_cache_disable {
-            let n = self.pa.nr_cpus() as u64;
-            self.cx.charge_n(Cost::WorkqueueQueue, n);
-            self.cx.charge_n(Cost::WorkqueueWakeup, 2);
-            return;
-        }
         let me = self.cx.cpu.0;
-        let cpus = self.lru_pending.clone().unwrap_or_else(|| vec![me]);
+        let cpus = if self.cfg.lru_cache_disable {
+            (0..self.pa.nr_cpus()).collect()
+        } else {
+            self.lru_pending.clone().unwrap_or_else(|| vec![me])
+        };
         if cpus.is_empty() {
             return;
         }
         self.cx.charge_n(Cost::WorkqueueQueue, cpus.len() as u64);
         if cpus.iter().any(|&c| c != me) {
-            self.cx.charge_n(Cost::WorkqueueWakeup, 2);
+            let others: Vec<u32> = cpus.into_iter().filter(|&c| c != me).collect();
+            let ns = self.copy_model().helpers_wakeup_ns(&others);
+            self.cx.charge_ns(ns);
+            self.cx.charge(Cost::WorkqueueWakeup);
+            self.wake_packages(&others);
         } else {
             self.cx.charge(Cost::ContextSwitch);
+        }
+    }
+
+    /// The copy model over this migration's machine and idle state.
+    fn copy_model(&self) -> CopyModel<'_> {
+        CopyModel {
+            pa: self.pa,
+            hw: self.hw,
+            costs: &self.costs,
+            idle: self.idle,
+            asleep: &self.asleep,
+        }
+    }
+
+    /// Work has been queued on `cpus`: their packages are awake now.
+    fn wake_packages(&mut self, cpus: &[u32]) {
+        for &c in cpus {
+            let node = self.pa.cpu_to_node(crate::types::VcpuId(c)).0 as usize;
+            if let Some(a) = self.asleep.get_mut(node) {
+                *a = false;
+            }
         }
     }
 

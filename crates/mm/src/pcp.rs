@@ -950,12 +950,17 @@ impl PageAlloc {
     /// (`drain_local_pages()`, CPU hotplug, `drain_all_pages()`).
     pub fn drain_pages(&mut self, cx: &mut Cx, cpu: crate::types::VcpuId) {
         for zi in 0..self.zones.len() {
-            let pi = self.pcp_index(cpu, zi);
-            let count = self.pcp[pi].count;
-            if count > 0 {
-                cx.charge(Cost::PcpLock);
-                self.drain_in_chunks(cx, zi, pi, count);
-            }
+            self.drain_pages_zone(cx, zi, cpu);
+        }
+    }
+
+    /// Models `drain_pages_zone()`: empties `cpu`'s pageset of zone `zi`.
+    pub fn drain_pages_zone(&mut self, cx: &mut Cx, zi: usize, cpu: crate::types::VcpuId) {
+        let pi = self.pcp_index(cpu, zi);
+        let count = self.pcp[pi].count;
+        if count > 0 {
+            cx.charge(Cost::PcpLock);
+            self.drain_in_chunks(cx, zi, pi, count);
         }
     }
 }

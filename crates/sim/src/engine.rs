@@ -536,6 +536,9 @@ pub struct Engine {
     migrate_cfg: mm::migrate::MigrateConfig,
     /// The machine's memory system, for the copy model.
     numa_hw: mm::copy_page::NumaHw,
+    /// Per node, when a migration last queued work on its CPUs (which
+    /// woke its package); see [`Engine::packages_asleep`].
+    package_woken_at: Vec<Option<SimTime>>,
     vmacache_policy: VmacachePolicy,
     procs: Vec<Process>,
     groups: BTreeMap<u32, Pid>,
@@ -626,6 +629,7 @@ impl Engine {
             mmg: MmGlobal::new(MmConfig::default()),
             migrate_cfg: mm::migrate::MigrateConfig::default(),
             numa_hw,
+            package_woken_at: Vec::new(),
             vmacache_policy: VmacachePolicy::None,
             procs: Vec::new(),
             groups: BTreeMap::new(),
@@ -1782,7 +1786,8 @@ impl Engine {
         nodes: Option<&[u16]>,
         flags: i32,
     ) -> OpResult {
-        let (ret, status) = self.record(c.v, c.t, |e| e.move_pages(c.pid, pages, nodes, flags));
+        let (ret, status) =
+            self.record(c.v, c.t, |e| e.move_pages(c.pid, pages, nodes, flags, c.t));
         self.stats.nr_move_pages += 1;
         self.stats.move_pages_ns += self.cx.compute_ns();
         for (cpu, ns) in self.cx.take_helper_work() {
@@ -1836,6 +1841,7 @@ impl Engine {
         pages: &[u64],
         nodes: Option<&[u16]>,
         flags: i32,
+        t: SimTime,
     ) -> (i64, Vec<i32>) {
         if self.procs[pid].mm.is_none() {
             match MmStruct::new(&mut self.pa, &mut self.cx, self.mmg.cfg.mmap_layout) {
@@ -1848,6 +1854,7 @@ impl Engine {
             .iter()
             .map(|c| c.current.is_none() && c.runq.is_empty())
             .collect();
+        let asleep = self.packages_asleep(t);
         let mut cpus_of = vec![Vec::new(); self.procs.len()];
         for task in self.tasks.iter() {
             if task.state != TaskState::Done && !cpus_of[task.pid].contains(&task.cpu.0) {
@@ -1878,13 +1885,61 @@ impl Engine {
         );
         ctx.mmap_lock = Some(mmap_lock(pid));
         ctx.lru_pending = Some(self.mmg.lru_add.cpus_with_folios());
+        ctx.asleep = asleep.clone();
         let mut status = vec![i32::MIN; pages.len()];
         let ret = ctx.move_pages(0, pages, nodes, &mut status, flags);
+        let after = std::mem::take(&mut ctx.asleep);
+        self.note_packages_woken(&asleep, &after, t);
         if nodes.is_some() {
             // lru_add_drain_all() / lru_cache_disable() emptied them all.
             self.mmg.lru_add.drain_all();
         }
         (ret, status)
+    }
+
+    /// Per node, true if its package is in its deep idle state at `t`
+    /// ([`mm::copy_page::NumaHw::package_idle_exit_ns`]): every CPU of it
+    /// idle (no task, no queued work) for at least the state's target
+    /// residency, counted from its last work, from the last migration that
+    /// queued work on the node, or (a CPU that has done nothing in this
+    /// run) from before the run. Empty when the profile gives no exit
+    /// latency. Deviation: the idle governor picks the state from its
+    /// prediction of the idle time to come; the model takes the idle time
+    /// so far instead.
+    fn packages_asleep(&self, t: SimTime) -> Vec<bool> {
+        let hw = &self.numa_hw;
+        if hw.package_idle_exit_ns == 0 {
+            return Vec::new();
+        }
+        let asleep = |n: usize| {
+            let node = mm::types::NodeId(n as u16);
+            let first = self.pa.node_first_cpu(node);
+            let mut last = self.package_woken_at.get(n).copied().flatten();
+            for c in first..first + self.pa.node_nr_cpus(node) {
+                let v = &self.vcpus[VcpuId(c)];
+                if v.current.is_some() || !v.runq.is_empty() || v.helper_ns > 0 || v.active {
+                    return false;
+                }
+                if v.busy_ns > 0 {
+                    last = last.max(Some(v.time));
+                }
+            }
+            last.is_none_or(|l| t.0.saturating_sub(l.0) >= hw.package_idle_residency_ns)
+        };
+        (0..self.pa.nr_nodes()).map(asleep).collect()
+    }
+
+    /// Records that the migration at `t` woke the packages asleep
+    /// `before` and no longer asleep `after` it.
+    fn note_packages_woken(&mut self, before: &[bool], after: &[bool], t: SimTime) {
+        for (n, (&b, &a)) in before.iter().zip(after).enumerate() {
+            if b && !a {
+                if self.package_woken_at.len() <= n {
+                    self.package_woken_at.resize(n + 1, None);
+                }
+                self.package_woken_at[n] = Some(t);
+            }
+        }
     }
 
     /// Takes task `tid` off vCPU `v` until something wakes it.

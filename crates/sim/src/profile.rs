@@ -126,6 +126,14 @@ pub struct NumaProfile {
     /// Flits of the snoop response a local miss sends back over the link
     /// (source snooping; 0 for a home-snooping directory), if given.
     pub link_snoop_flits: Option<u32>,
+    /// Exit latency of the idle state a package reaches when every CPU of
+    /// it has idled, if given (package C6 on Intel): work queued on an
+    /// asleep package waits for it (`mm::copy_page::NumaHw`).
+    pub package_idle_exit_ns: Option<u64>,
+    /// That state's target residency: how long the package's CPUs must
+    /// have idled for the idle governor to pick it (needed with the exit
+    /// latency).
+    pub package_idle_residency_ns: Option<u64>,
     /// Where each value comes from, by key.
     pub sources: BTreeMap<String, String>,
     /// The plausible range of values that are estimates or bounds, by key.
@@ -170,6 +178,12 @@ impl NumaProfile {
         }
         if self.node_mbps == 0 || self.link_mbps == 0 || self.smt_pair_pct == 0 {
             return Err("numa: node_mbps, link_mbps and smt_pair_pct must be positive".into());
+        }
+        if self.package_idle_exit_ns.is_some() != self.package_idle_residency_ns.is_some() {
+            return Err(
+                "numa: package_idle_exit_ns and package_idle_residency_ns go together (the state's exit latency and its target residency)"
+                    .into(),
+            );
         }
         for k in Self::KEYS {
             if self.sources.get(*k).is_none_or(|s| s.trim().is_empty()) {
@@ -326,6 +340,8 @@ impl Profile {
             hw.line_fill_buffers = n.line_fill_buffers.unwrap_or(0);
             hw.link_data_flits = n.link_data_flits.unwrap_or(0);
             hw.link_snoop_flits = n.link_snoop_flits.unwrap_or(0);
+            hw.package_idle_exit_ns = n.package_idle_exit_ns.unwrap_or(0);
+            hw.package_idle_residency_ns = n.package_idle_residency_ns.unwrap_or(0);
         }
         hw
     }

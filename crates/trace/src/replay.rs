@@ -702,7 +702,7 @@ impl Prepared {
                 let want = ps.count.min(room).min(z.managed);
                 let lists = self.start_lists(ps.cpu, zh, want);
                 cx.begin(v, SimTime(0));
-                put_on_lists(pa, &mut cx, pi, zone_gfp, &lists);
+                put_on_lists(pa, &mut cx, (zi, pi), zone_gfp, &lists);
                 // Allocating those pages refilled the lists, and under
                 // auto-tuning each refill raised `high` by a batch
                 // (`nr_pcp_alloc()`): the recorded `high` again, not the
@@ -763,10 +763,19 @@ fn start_high(pa: &mut PageAlloc, pi: usize, ps: &crate::event::Pageset) -> u64 
 /// and the first high-order block freed after them is a `free_high` that
 /// drains the whole list and lowers `high` (sqlite's full recording of
 /// 2026-11-24 23:17: 13 885 pages warmed, 0 left, `high` 100 348 → 39 868).
+///
+/// Likewise the allocations: each refill brought a batch to the list (up
+/// to `batch << CONFIG_PCP_BATCH_SCALE_MAX` pages once `alloc_factor` has
+/// grown), and what the allocations left of the last refills would stay
+/// on the list beside the blocks freed onto it. So the pageset (zone `zi`,
+/// pageset `pi`) is drained between the two: the lists end holding the
+/// pages asked for, not those plus the refills' remainder (gzip's full
+/// recording of 2026-11-24 23:18: 2 752 and 2 899 pages over the
+/// recorded counts on its two CPUs).
 fn put_on_lists(
     pa: &mut PageAlloc,
     cx: &mut Cx,
-    pi: usize,
+    (zi, pi): (usize, usize),
     zone_gfp: Gfp,
     lists: &[(u8, u8, u64)],
 ) {
@@ -783,6 +792,8 @@ fn put_on_lists(
             }
         }
     }
+    cx.begin(cx.cpu, SimTime(0));
+    pa.drain_pages_zone(cx, zi, cx.cpu);
     for (p, order) in held {
         cx.begin(cx.cpu, SimTime(0));
         forget_warm_up_frees(&mut pa.pcp[pi]);
