@@ -10,7 +10,8 @@
 //!   moved between two CPUs, ...), see [`live::run_micro`];
 //! - **fitted**: costs that no single measurement isolates (the fault
 //!   entry, the per-page clear of a fault, the allocator's steps, the PTE
-//!   costs, the per-page part of `set_ptes()` for a large folio) are the
+//!   costs, the per-page part of `set_ptes()` for a large folio and the
+//!   large folio's own once-per-fault work, `alloc_anon_folio_ns`) are the
 //!   weighted least-squares solution of one equation per
 //!   live measurement — anonymous write faults of 4K, 16K, 64K and 2M
 //!   folios, zero-page read faults, a fault storm with the PCP lists forced
@@ -230,6 +231,10 @@ fn unknowns(base: &CostTable) -> Vec<Unknown> {
         Unknown::single(Cost::PteSet),
         // Only the 16K and 64K write faults charge it.
         Unknown::single(Cost::SetPtesPage),
+        // Once per large folio: the 16K and 64K faults pin it with
+        // set_ptes_page_ns (a fixed and a per-page part), the 2M one
+        // charges it once per 512 pages.
+        Unknown::single(Cost::AllocAnonFolio),
         Unknown::single(Cost::PteCopy),
         // munmap charges both once per page, and nothing else times either.
         group(&[Cost::PteZap, Cost::FreePagesEntry]),
@@ -1157,6 +1162,7 @@ fn not_measurable(c: Cost) -> (&'static str, bool) {
         | Cost::ClearPage
         | Cost::PteSet
         | Cost::SetPtesPage
+        | Cost::AllocAnonFolio
         | Cost::PteCopy
         | Cost::PteZap
         | Cost::FreePagesEntry

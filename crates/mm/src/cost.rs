@@ -100,6 +100,25 @@ costs! {
     /// `PageAnonExclusive` in its `struct page`). The folio-wide work and
     /// the first PTE are [`Cost::PteSet`].
     SetPtesPage = "set_ptes_page_ns",
+    /// What a write fault that allocates a large anonymous folio does once
+    /// beyond what an order-0 fault does (6.18): in `alloc_anon_folio()`,
+    /// the order selection (`thp_vma_allowable_orders()`,
+    /// `pte_offset_map()` and the `pte_range_none()` scan), a compound
+    /// allocation (`vma_alloc_folio()`), `mem_cgroup_charge()` of several
+    /// pages, which goes to the memcg's page counter where an order-0
+    /// charge takes its per-CPU stock, and the drain of
+    /// `folio_zero_user()`'s stores, which the page-table lock taken right
+    /// after waits for; in `do_anonymous_page()`, the large branch
+    /// (`pte_range_none()` again, `folio_ref_add()`, the folio-wide
+    /// mapcount of `folio_add_new_anon_rmap()`, the mTHP counters) and
+    /// `folio_add_lru()`, which moves a large folio to the LRU at once
+    /// under the lruvec lock where order-0 folios wait in a batch. The
+    /// per-page work is [`Cost::ClearPage`] and [`Cost::SetPtesPage`].
+    /// Also charged once per PMD-mapped THP at its fault
+    /// (`vma_alloc_anon_folio_pmd()` does the same charge, zeroing, LRU
+    /// add and counters; its order checks are `thp_vma_allowable_order()`
+    /// rather than a PTE scan).
+    AllocAnonFolio = "alloc_anon_folio_ns",
     /// Copying one PTE or PMD entry at fork (`copy_present_pte()`), with the
     /// reference taken and the write-protect.
     PteCopy = "pte_copy_ns",

@@ -577,7 +577,10 @@ fn map_anon_folio_pmd(cx: &mut Cx, mm: &mut MmStruct, pmd: Slot, pfn: Pfn) {
 
 /// Allocates a THP (`vma_alloc_folio(GFP_TRANSHUGE, HPAGE_PMD_ORDER)`) and
 /// the page table deposited with it; counts `thp_fault_alloc` or
-/// `thp_fault_fallback`.
+/// `thp_fault_fallback`. A THP allocated charges
+/// [`Cost::AllocAnonFolio`] once (`vma_alloc_anon_folio_pmd()` of 6.18:
+/// the memcg charge of its pages, the zeroing's store drain before the
+/// PMD lock, the immediate LRU add, the counters).
 fn alloc_thp(pa: &mut PageAlloc, cx: &mut Cx, mm: &mut MmStruct, pmd: Slot) -> Option<Pfn> {
     let Ok(pfn) = pa.alloc_pages(cx, Gfp::HIGHUSER_MOVABLE, HPAGE_PMD_ORDER) else {
         pa.vmstat.count(VmEvent::THP_FAULT_FALLBACK, 1);
@@ -596,6 +599,9 @@ fn alloc_thp(pa: &mut PageAlloc, cx: &mut Cx, mm: &mut MmStruct, pmd: Slot) -> O
     pa.vmstat
         .count_mthp(HPAGE_PMD_ORDER, MthpStat::AnonFaultAlloc, 1);
     pa.vmstat.count_mthp(HPAGE_PMD_ORDER, MthpStat::NrAnon, 1);
+    // vma_alloc_anon_folio_pmd() and the LRU add: the large folio's own
+    // work, as alloc_anon_folio()'s for a PTE-mapped one.
+    cx.charge(Cost::AllocAnonFolio);
     let head = pa.mem.idx(pfn);
     pa.mem.set_refcount(head, HPAGE_PMD_NR);
     pa.mem.set_entire_mapcount(head, 1);

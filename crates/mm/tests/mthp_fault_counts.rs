@@ -450,3 +450,26 @@ fn madvise_inside_a_thp_splits_the_pmd_before_the_vma() {
     w.exit(mm);
     w.check_all_free();
 }
+
+/// A write fault that allocates a large folio, PTE-mapped (mTHP) or a
+/// PMD-mapped THP, charges the large folio's own work
+/// (`alloc_anon_folio_ns`) once; an order-0 fault does not charge it.
+#[test]
+fn a_large_folio_fault_charges_alloc_anon_folio_once() {
+    use mm::cost::Cost;
+    use mm::SimTime;
+    for (on, faults_per_4mib) in [(&[64u64][..], 64u64), (&[2048][..], 2), (&[][..], 1024)] {
+        let mut w = world(on);
+        let mut t = CostTable::uniform(0);
+        t.set(Cost::AllocAnonFolio, 1);
+        w.cx = Cx::new(VcpuId(0), t);
+        let mut mm = w.mm();
+        let a = w.aligned(&mut mm);
+        w.cx.begin(VcpuId(0), SimTime(0));
+        let faults = w.touch(&mut mm, a, 4 << 20);
+        assert_eq!(faults, faults_per_4mib, "{on:?}");
+        let large = if on.is_empty() { 0 } else { faults };
+        assert_eq!(w.cx.compute_ns(), large, "{on:?}");
+        w.exit(mm);
+    }
+}

@@ -41,6 +41,23 @@
 //! access), while the fault itself costs ~195 ns per page against ~175
 //! for a THP's (`perf`: `set_ptes()`, `native_set_pte()` and
 //! `folio_add_new_anon_rmap()` ~4 % of a 64K fault loop's samples).
+//!
+//! The large folio's own fixed work, [`Cost::AllocAnonFolio`], is charged
+//! once when the folio is allocated (session 9, 2026-11-25): live, the
+//! 16K-128K faults lie on one line whose fixed part is ~300 ns above a 4K
+//! fault's (16K 2.35-2.39, 64K 5.65-5.66 µs per fault with one write per
+//! page against 4K 1.22-1.25 µs: a C loop, thread CPU time, best of 30
+//! runs, load ~2), which the model, charging a large fault the fixed work
+//! of a 4K one, could only put into the per-page [`Cost::SetPtesPage`]
+//! (fitted at 62-74 ns where `perf` says ~15), over-predicting the
+//! largest folios. `perf record` of those loops (CPU clock in the guest,
+//! so attribution is approximate) puts the extra fixed time in the
+//! page-table lock taken right after `folio_zero_user()` (its stores
+//! draining), the memcg page counter, `do_anonymous_page()`'s large
+//! branch, the immediate LRU add and the order selection; in
+//! `get_page_from_freelist()`, where `prep_compound_page()` writes the
+//! tails, it stays ~40-50 ns per fault from 4K to 64K, so the tail
+//! `struct page` writes are no per-page cost of their own here.
 //! The folio gets N references, one per PTE
 //! (the convention of `page.rs`), and no entire mapcount. It is zeroed per
 //! 4 KiB page by [`super::huge_order::folio_zero_user`], in the order of
@@ -324,7 +341,12 @@ fn candidate_orders(
 /// others; see the module documentation): allocates the folio for a write
 /// fault at `addr` and returns its first pfn and order. Large orders that
 /// fail to allocate count `anon_fault_fallback`; a large folio allocated
-/// counts `anon_fault_alloc` and `nr_anon`. The final fallback is order 0.
+/// counts `anon_fault_alloc` and `nr_anon` and charges
+/// [`Cost::AllocAnonFolio`] once (the fault's large-folio work besides its
+/// pages'). The final fallback is order 0.
+///
+/// Deviation: the order selection of a fault that falls back to order 0
+/// (a PTE range not none, a failed allocation) is not charged.
 /// `pte` is the empty entry for the faulting address.
 #[inline]
 pub fn alloc_anon_folio(vmf: &mut super::Vmf, pte: Slot) -> Result<(Pfn, u8), VmFault> {
@@ -341,6 +363,9 @@ pub fn alloc_anon_folio(vmf: &mut super::Vmf, pte: Slot) -> Result<(Pfn, u8), Vm
     while orders != 0 {
         let o = highest(orders);
         if let Ok(pfn) = pa.alloc_pages(cx, Gfp::HIGHUSER_MOVABLE, o) {
+            // What a large folio's fault does once beyond an order-0
+            // fault's (see the cost), charged outside the locks.
+            cx.charge(Cost::AllocAnonFolio);
             pa.vmstat.count_mthp(o, MthpStat::AnonFaultAlloc, 1);
             pa.vmstat.count_mthp(o, MthpStat::NrAnon, 1);
             return Ok((pfn, o));
