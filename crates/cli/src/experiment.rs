@@ -432,6 +432,18 @@ struct CostFile {
     band: Option<[u64; 2]>,
 }
 
+/// An optional `[numa]` value: its source and band noted under `key`.
+fn optional<T>(
+    note: &mut impl FnMut(&str, String, Option<[u64; 2]>),
+    key: &str,
+    f: Option<Sourced<T>>,
+) -> Option<T> {
+    f.map(|f| {
+        note(key, f.source, f.band);
+        f.value
+    })
+}
+
 /// The `[numa]` section as the model's [`NumaProfile`].
 fn numa_profile(n: NumaFile) -> NumaProfile {
     let mut sources = BTreeMap::new();
@@ -457,26 +469,15 @@ fn numa_profile(n: NumaFile) -> NumaProfile {
         n.dma_channel_mbps.source,
         n.dma_channel_mbps.band,
     );
-    let lfb = n.line_fill_buffers.map(|l| {
-        note("line_fill_buffers", l.source, l.band);
-        l.value
-    });
-    let mut flits = |k: &str, f: Option<Sourced<u32>>| {
-        f.map(|f| {
-            note(k, f.source, f.band);
-            f.value
-        })
-    };
-    let link_data_flits = flits("link_data_flits", n.link_data_flits);
-    let link_snoop_flits = flits("link_snoop_flits", n.link_snoop_flits);
-    let mut ns = |k: &str, f: Option<Sourced<u64>>| {
-        f.map(|f| {
-            note(k, f.source, f.band);
-            f.value
-        })
-    };
-    let package_idle_exit_ns = ns("package_idle_exit_ns", n.package_idle_exit_ns);
-    let package_idle_residency_ns = ns("package_idle_residency_ns", n.package_idle_residency_ns);
+    let lfb = optional(&mut note, "line_fill_buffers", n.line_fill_buffers);
+    let link_data_flits = optional(&mut note, "link_data_flits", n.link_data_flits);
+    let link_snoop_flits = optional(&mut note, "link_snoop_flits", n.link_snoop_flits);
+    let package_idle_exit_ns = optional(&mut note, "package_idle_exit_ns", n.package_idle_exit_ns);
+    let package_idle_residency_ns = optional(
+        &mut note,
+        "package_idle_residency_ns",
+        n.package_idle_residency_ns,
+    );
     NumaProfile {
         distance: n.distance.value,
         threads_per_core: n.threads_per_core.value,

@@ -552,13 +552,7 @@ impl<'a> MigrateCtx<'a> {
             src: self.pa.pfn_to_nid(src),
             dst: self.pa.pfn_to_nid(dst),
         };
-        let model = CopyModel {
-            pa: self.pa,
-            hw: self.hw,
-            costs: &self.costs,
-            idle: self.idle,
-            asleep: &self.asleep,
-        };
+        let model = self.copy_model();
         let cpu = self.cx.cpu;
         let huge = order >= HPAGE_PMD_ORDER;
         let engine = if self.mt {
@@ -617,13 +611,7 @@ impl<'a> MigrateCtx<'a> {
         if jobs.is_empty() {
             return;
         }
-        let model = CopyModel {
-            pa: self.pa,
-            hw: self.hw,
-            costs: &self.costs,
-            idle: self.idle,
-            asleep: &self.asleep,
-        };
+        let model = self.copy_model();
         let c = match self.cfg.copy_engine {
             CopyEngine::Dma => model.copy_dma(self.cx.cpu, &jobs),
             _ => model.copy_batch_mt(self.cx.cpu, &jobs, self.cfg.limit_mt_num),
