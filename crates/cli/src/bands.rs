@@ -12,8 +12,9 @@
 //! # Bands
 //!
 //! A profile gives a `band = [low, high]` for every figure that is an
-//! estimate or a bound (a `[costs.*]` entry, or `line_fill_buffers`,
-//! `link_mbps`, `link_snoop_flits` and `package_idle_exit_ns` of `[numa]`). A headline's band is the range it takes when
+//! estimate or a bound (a `[costs.*]` entry, `line_fill_buffers`,
+//! `link_mbps`, `link_snoop_flits` and `package_idle_exit_ns` of `[numa]`, or
+//! `llc_hit_ns` of `[topology]`). A headline's band is the range it takes when
 //! those inputs move across their bands:
 //!
 //! - one at a time: each input alone at its low and then its high end, the
@@ -399,7 +400,7 @@ pub fn central(name: &str, results: &[RunResult]) -> Vec<HeadlineResult> {
 /// One uncertain input of a profile or a workload: its key and band.
 #[derive(Clone, Debug)]
 pub struct Input {
-    /// `costs.x`, `numa.x`, or `params.<workload>.<parameter>` (a
+    /// `costs.x`, `numa.x`, `topology.x`, or `params.<workload>.<parameter>` (a
     /// workload parameter the experiment file gives a band).
     pub key: String,
     /// Low end of the band.
@@ -439,6 +440,17 @@ pub fn inputs(exp: &Experiment) -> Vec<Input> {
             }
         }
     }
+    if let Some(t) = &exp.profile.topology {
+        for (k, &(lo, hi)) in &t.bands {
+            if lo < hi {
+                v.push(Input {
+                    key: format!("topology.{k}"),
+                    lo,
+                    hi,
+                });
+            }
+        }
+    }
     for w in &exp.workloads {
         for (p, lo, hi) in &w.bands {
             if lo < hi {
@@ -469,6 +481,10 @@ fn set(exp: &mut Experiment, key: &str, value: u64) {
     } else if let Some(k) = key.strip_prefix("costs.") {
         if let Some(e) = exp.profile.entries.get_mut(k) {
             e.ns = value;
+        }
+    } else if key == "topology.llc_hit_ns" {
+        if let Some((_, hit)) = exp.profile.topology.as_mut().and_then(|t| t.l2.as_mut()) {
+            *hit = value;
         }
     } else if let Some(n) = exp.profile.numa.as_mut() {
         match key {
@@ -803,6 +819,50 @@ mod tests {
             let text = base.replacen(from, to, 1);
             assert_ne!(text, base, "{from}");
             let err = format!("{:#}", Experiment::parse(&text, path).unwrap_err());
+            assert!(err.contains(says), "{err}");
+        }
+    }
+
+    /// The LLC hit of the private-L2 model is an estimate with a band: it
+    /// is one of the kbuild experiment's inputs, and `set` moves it.
+    #[test]
+    fn the_llc_hit_of_the_l2_model_is_a_banded_input() {
+        let hs: Vec<&Headline> = HEADLINES
+            .iter()
+            .filter(|h| h.experiment == "pcp-autotune")
+            .collect();
+        let mut exp = load("pcp-autotune", &hs).expect("built-in");
+        let hit = inputs(&exp)
+            .into_iter()
+            .find(|i| i.key == "topology.llc_hit_ns")
+            .expect("spr-2s-224 gives llc_hit_ns a band");
+        assert!(hit.lo < hit.hi);
+        set(&mut exp, "topology.llc_hit_ns", hit.hi);
+        let l2 = exp.profile.topology.as_ref().and_then(|t| t.l2);
+        assert_eq!(l2, Some((2 << 20, hit.hi)));
+    }
+
+    /// The private-L2 model needs both its values, and an estimate's band
+    /// must hold it.
+    #[test]
+    fn a_half_given_l2_model_or_a_band_outside_its_value_is_refused() {
+        let spr = crate::experiment::BUILTIN_PROFILES
+            .iter()
+            .find(|(n, _)| *n == "spr-2s-224")
+            .unwrap()
+            .1;
+        let no_hit: String = spr
+            .lines()
+            .filter(|l| !l.starts_with("llc_hit_ns"))
+            .map(|l| format!("{l}\n"))
+            .collect();
+        let outside = spr.replacen("band = [20, 59]", "band = [40, 59]", 1);
+        assert_ne!(outside, spr);
+        for (text, says) in [(no_hit, "give both"), (outside, "must contain 33")] {
+            let err = format!(
+                "{:#}",
+                crate::experiment::parse_profile(&text, "p").unwrap_err()
+            );
             assert!(err.contains(says), "{err}");
         }
     }

@@ -369,6 +369,10 @@ struct Sourced<T> {
 struct TopologyFile {
     threads_per_core: Sourced<u32>,
     cores_per_llc: Sourced<u32>,
+    #[serde(default)]
+    l2_per_core: Option<Sourced<Size>>,
+    #[serde(default)]
+    llc_hit_ns: Option<Sourced<u64>>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -491,6 +495,49 @@ fn numa_profile(n: NumaFile) -> NumaProfile {
     }
 }
 
+/// The profile's `[topology]` section: the private-L2 model needs both of
+/// its values or neither, and only the LLC hit may be an estimate with a
+/// band that contains it.
+fn topology_profile(t: TopologyFile) -> Result<TopologyProfile> {
+    let mut sources: BTreeMap<String, String> = [
+        ("threads_per_core".to_string(), t.threads_per_core.source),
+        ("cores_per_llc".to_string(), t.cores_per_llc.source),
+    ]
+    .into_iter()
+    .collect();
+    let mut bands = BTreeMap::new();
+    let l2 = match (t.l2_per_core, t.llc_hit_ns) {
+        (None, None) => None,
+        (Some(size), Some(hit)) => {
+            if let Some([lo, hi]) = hit.band {
+                if lo > hit.value || hit.value > hi {
+                    bail!(
+                        "[topology]: llc_hit_ns: band [{lo}, {hi}] must contain {}",
+                        hit.value
+                    );
+                }
+                bands.insert("llc_hit_ns".to_string(), (lo, hi));
+            }
+            if size.band.is_some() {
+                bail!("[topology]: l2_per_core is a published size: no band");
+            }
+            sources.insert("l2_per_core".to_string(), size.source);
+            sources.insert("llc_hit_ns".to_string(), hit.source);
+            Some((size.value.0, hit.value))
+        }
+        _ => bail!(
+            "[topology]: give both l2_per_core and llc_hit_ns, or neither (no private-L2 model)"
+        ),
+    };
+    Ok(TopologyProfile {
+        threads_per_core: t.threads_per_core.value,
+        cores_per_llc: t.cores_per_llc.value,
+        l2,
+        sources,
+        bands,
+    })
+}
+
 /// Parses a profile file's text.
 pub fn parse_profile(text: &str, origin: &str) -> Result<Profile> {
     let f: ProfileFile = toml::from_str(text).map_err(|e| anyhow!("{origin}: {e}"))?;
@@ -555,16 +602,11 @@ pub fn parse_profile(text: &str, origin: &str) -> Result<Profile> {
             .collect(),
         cache,
         numa: f.numa.map(numa_profile),
-        topology: f.topology.map(|t| TopologyProfile {
-            threads_per_core: t.threads_per_core.value,
-            cores_per_llc: t.cores_per_llc.value,
-            sources: [
-                ("threads_per_core".to_string(), t.threads_per_core.source),
-                ("cores_per_llc".to_string(), t.cores_per_llc.source),
-            ]
-            .into_iter()
-            .collect(),
-        }),
+        topology: f
+            .topology
+            .map(topology_profile)
+            .transpose()
+            .map_err(|e| anyhow!("{origin}: {e}"))?,
     };
     for (k, e) in &p.entries {
         if let Some((lo, hi)) = e.band {

@@ -77,7 +77,13 @@ pub fn run_one_within(
     if let Some(t) = topo {
         pa.set_cpu_topology(t);
     }
-    let llc = llc_clocks(exp.machine.llc_bytes, topo, pa.nr_cpus());
+    let mut llc = llc_clocks(exp.machine.llc_bytes, topo, pa.nr_cpus());
+    if let (Some(c), Some((l2_bytes, hit_ns))) = (
+        llc.as_mut(),
+        exp.profile.topology.as_ref().and_then(|t| t.l2),
+    ) {
+        c.set_l2(l2_bytes, hit_ns);
+    }
     if llc.is_some() {
         pa.set_llc_lines();
     }

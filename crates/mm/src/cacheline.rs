@@ -37,6 +37,13 @@
 //! a topology; fork, a PMD split, allocation and free write lines without
 //! charging for them (their fitted costs hold those stores).
 //!
+//! With each core's private L2 size known ([`LlcClocks::set_l2`]), a line
+//! also leaves its last toucher's L2 after that core has taken in a whole
+//! L2's worth of lines, and is then an LLC hit for a core of that LLC (the
+//! seeds' Intel LLCs are non-inclusive and take the L2's victims): a line a
+//! CPU wrote itself long ago is no longer free, and one another core wrote
+//! long ago comes from the LLC rather than from that core.
+//!
 //! Deviations: reads do not leave shared copies (a read makes the reader the
 //! owner, which is what the next writer in the list code does anyway); the
 //! eviction is an LRU rule over the lines the model sees, counted as
@@ -166,6 +173,32 @@ pub struct LlcClocks {
     /// was a tenth of the model's time).
     llc: Vec<u32>,
     place: Vec<(u32, u32)>,
+    /// The private L2s, if the profile gives their size ([`L2Clocks`]).
+    l2: Option<L2Clocks>,
+}
+
+/// How many lines each core's private L2 has taken in, for the lines a
+/// core wrote long ago and has since pushed out to the LLC.
+///
+/// The same LRU rule as [`LlcClocks`], per core (the SMT siblings share
+/// it): a line the core last touched is in its L2 until the core has taken
+/// in `capacity` lines since. What is counted is what the L2 takes in:
+/// every line a touch did not find in the core's own L2 and every line of
+/// a page the core clears or copies ([`LlcClocks::stream_page`]); user
+/// loads and stores are not, so this too is a bound from below on the
+/// misses. On the Intel servers of the seeds the LLC is non-inclusive and
+/// takes the L2's victims, so a line pushed out of an L2 is an LLC hit
+/// (`hit_ns`) for any core of that LLC until the LLC pushes it out too.
+#[derive(Clone, Debug)]
+struct L2Clocks {
+    /// Lines each core's L2 has taken in so far (by core index).
+    now: Vec<u64>,
+    /// Lines one L2 holds.
+    capacity: u64,
+    /// Nanoseconds for a line found in the LLC (load to use).
+    hit_ns: u64,
+    /// Per CPU: its core's index.
+    core: Vec<u32>,
 }
 
 impl LlcClocks {
@@ -192,7 +225,39 @@ impl LlcClocks {
             topo,
             llc,
             place,
+            l2: None,
         }
+    }
+
+    /// Turns on the private-L2 model: each core has `l2_bytes` of L2, and
+    /// a line that has left it but not the LLC costs `llc_hit_ns`. Needs a
+    /// topology (which CPUs share a core); without one it does nothing.
+    pub fn set_l2(&mut self, l2_bytes: u64, llc_hit_ns: u64) {
+        let Some(t) = self.topo else {
+            return;
+        };
+        let per_node = t.cores_per_node();
+        let core: Vec<u32> = self.place.iter().map(|&(n, c)| n * per_node + c).collect();
+        let cores = core.iter().max().map_or(0, |&c| c as usize + 1);
+        self.l2 = Some(L2Clocks {
+            now: vec![0; cores],
+            capacity: (l2_bytes / LINE_BYTES).max(1),
+            hit_ns: llc_hit_ns,
+            core,
+        });
+    }
+
+    /// Whether the private-L2 model is on.
+    pub fn has_l2(&self) -> bool {
+        self.l2.is_some()
+    }
+
+    /// Lines the L2 of `cpu`'s core has taken in so far (0 without the
+    /// L2 model).
+    pub fn l2_now(&self, cpu: u32) -> u64 {
+        self.l2.as_ref().map_or(0, |l| {
+            l.core.get(cpu as usize).map_or(0, |&c| l.now[c as usize])
+        })
     }
 
     /// The distance between `writer` and `reader` ([`CpuTopology::class`]
@@ -279,6 +344,37 @@ impl LlcClocks {
             self.advance(llc, LINES_PER_PAGE);
         }
         *record = pack(llc as u32 + 1, self.now(llc));
+        self.l2_advance(cpu, LINES_PER_PAGE);
+    }
+
+    /// The L2 of `cpu`'s core takes in `lines` more lines (nothing without
+    /// the L2 model).
+    #[inline]
+    fn l2_advance(&mut self, cpu: u32, lines: u64) {
+        if let Some(l) = self.l2.as_mut() {
+            if let Some(&c) = l.core.get(cpu as usize) {
+                l.now[c as usize] += lines;
+            }
+        }
+    }
+
+    /// Whether the line `owner` last touched when its core's L2 clock read
+    /// `stamp` is still in that L2 (always, without the L2 model).
+    #[inline]
+    fn in_l2(&self, owner: u32, stamp: u64) -> bool {
+        self.l2.as_ref().is_none_or(|l| {
+            l.core
+                .get(owner as usize)
+                .is_none_or(|&c| l.now[c as usize].saturating_sub(stamp) < l.capacity)
+        })
+    }
+
+    /// Whether `a` and `b` share a core (and so an L2).
+    #[inline]
+    fn same_core(&self, a: u32, b: u32) -> bool {
+        self.l2.as_ref().is_some_and(|l| {
+            l.core.get(a as usize).is_some() && l.core.get(a as usize) == l.core.get(b as usize)
+        })
     }
 }
 
@@ -311,13 +407,19 @@ pub type PageData = u64;
 #[derive(Clone, Debug, Default)]
 pub struct LineOwners {
     rec: Vec<u64>,
+    /// With the private-L2 model on: per line, the clock of its last
+    /// toucher's L2 at that touch (allocated zeroed on first use).
+    l2: Vec<u64>,
 }
 
 impl LineOwners {
     /// Records for `n` lines, none written yet. The vector is allocated
     /// zeroed, so records of lines never touched cost no host memory.
     pub fn new(n: usize) -> LineOwners {
-        LineOwners { rec: vec![0; n] }
+        LineOwners {
+            rec: vec![0; n],
+            l2: Vec::new(),
+        }
     }
 
     /// Number of lines.
@@ -365,6 +467,7 @@ impl LineOwners {
                 };
                 (ns, 0)
             }
+            Some(c) if c.has_l2() => return self.touch_l2(i, cpu, home, c, costs),
             Some(c) => {
                 let mine = c.llc_of(cpu.0);
                 let theirs = (owner != 0).then(|| c.llc_of(owner - 1));
@@ -384,6 +487,49 @@ impl LineOwners {
             }
         };
         self.rec[i] = pack(cpu.0 + 1, stamp_now);
+        ns
+    }
+
+    /// [`LineOwners::touch`] with the private-L2 model on: a line still in
+    /// its last toucher's L2 costs what it costs without the model (nothing
+    /// on the same CPU, a transfer by distance from another), one that has
+    /// left that L2 but not the LLC an LLC hit for a core of that LLC (a
+    /// core of another LLC still pays the transfer: the remote LLC answers
+    /// in about the time the remote core would), and one that has left the
+    /// LLC a DRAM access. Every line not found in the reader's own core's
+    /// L2 is taken into it.
+    fn touch_l2(
+        &mut self,
+        i: usize,
+        cpu: VcpuId,
+        home: u32,
+        c: &mut LlcClocks,
+        costs: &CostTable,
+    ) -> u64 {
+        if self.l2.len() < self.rec.len() {
+            self.l2 = vec![0; self.rec.len()];
+        }
+        let (owner, stamp) = unpack(self.rec[i]);
+        let mine = c.llc_of(cpu.0);
+        let theirs = (owner != 0).then(|| c.llc_of(owner - 1));
+        let cached = theirs.is_some_and(|l| !c.evicted(l, stamp));
+        let in_l2 = cached && c.in_l2(owner - 1, self.l2[i]);
+        if !cached || theirs != Some(mine) {
+            c.advance(mine, 1);
+        }
+        let ns = if !cached {
+            let node = c.place.get(cpu.idx()).map_or(home, |p| p.0);
+            dram_ns(costs, node == home)
+        } else if in_l2 || theirs != Some(mine) {
+            transfer_ns(costs, c.class(owner - 1, cpu.0))
+        } else {
+            c.l2.as_ref().map_or(0, |l| l.hit_ns)
+        };
+        if !(in_l2 && c.same_core(owner - 1, cpu.0)) {
+            c.l2_advance(cpu.0, 1);
+        }
+        self.rec[i] = pack(cpu.0 + 1, c.now(mine));
+        self.l2[i] = c.l2_now(cpu.0);
         ns
     }
 }
@@ -501,6 +647,43 @@ mod tests {
             l.touch(1, VcpuId(1), 0, Some(&TOPO), Some(&mut c), &costs),
             40
         );
+    }
+
+    #[test]
+    fn a_line_pushed_out_of_a_private_l2_is_an_llc_hit() {
+        let costs = costs();
+        // A large LLC, 64 lines of L2 per core, LLC hits at 20 ns. CPU 0
+        // and CPU 4 are one core's two threads; CPU 1 another core of the
+        // same LLC; CPU 2 a core of the socket's other LLC.
+        let mut c = LlcClocks::new(1 << 20, Some(TOPO), 16);
+        c.set_l2(64 * LINE_BYTES, 20);
+        let mut l = LineOwners::new(1);
+        let mut touch =
+            |cpu: u32, c: &mut LlcClocks| l.touch(0, VcpuId(cpu), 0, Some(&TOPO), Some(c), &costs);
+        assert_eq!(touch(0, &mut c), 90);
+        assert_eq!(touch(0, &mut c), 0);
+        // CPU 0 clears a page: 64 lines through its core's L2, and the
+        // line it wrote has left for the LLC.
+        c.stream_page(0, &mut 0);
+        assert_eq!(touch(0, &mut c), 20);
+        assert_eq!(touch(0, &mut c), 0);
+        // Its SMT sibling's page pushes it out of the same L2.
+        c.stream_page(4, &mut 0);
+        assert_eq!(touch(0, &mut c), 20);
+        // Still in CPU 0's L2: the sibling and another core pay the
+        // transfer, as without the L2 model.
+        assert_eq!(touch(4, &mut c), 8);
+        assert_eq!(touch(1, &mut c), 40);
+        // Out of CPU 1's L2: an LLC hit for CPU 0 instead of a transfer; a
+        // core of the other LLC still pays its transfer.
+        c.stream_page(1, &mut 0);
+        assert_eq!(touch(0, &mut c), 20);
+        c.stream_page(0, &mut 0);
+        assert_eq!(touch(2, &mut c), 70);
+        // Another core's traffic leaves CPU 2's L2 alone.
+        c.stream_page(3, &mut 0);
+        assert_eq!(touch(2, &mut c), 0);
+        assert_eq!(c.l2_now(2), 1);
     }
 
     #[test]

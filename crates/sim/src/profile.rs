@@ -50,8 +50,15 @@ pub struct TopologyProfile {
     pub threads_per_core: u32,
     /// Cores sharing one last-level cache.
     pub cores_per_llc: u32,
+    /// Each core's private L2 in bytes and the load-to-use latency of a
+    /// line found in the LLC, in ns: the private-L2 model of the line
+    /// records ([`mm::cacheline::LlcClocks::set_l2`]), if both are given.
+    pub l2: Option<(u64, u64)>,
     /// Where each value comes from, by key.
     pub sources: BTreeMap<String, String>,
+    /// The plausible range of each value that is an estimate, by key
+    /// (`llc_hit_ns`).
+    pub bands: BTreeMap<String, (u64, u64)>,
 }
 
 impl TopologyProfile {
