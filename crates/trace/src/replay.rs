@@ -275,8 +275,9 @@ pub struct Prepared {
     /// Allocation slots: the most blocks live at once in the trace.
     nr_slots: usize,
     /// Blocks freed in the trace but allocated before it (allocation number,
-    /// order): set aside before a replay starts.
-    pre: Vec<(u64, u8)>,
+    /// order, the flags to set them aside with): set aside before a replay
+    /// starts.
+    pre: Vec<(u64, u8, Gfp)>,
     /// Replay the recorded vmstat work (the default when the trace has
     /// it); false: leave it out, and the engine's timer runs as for a
     /// trace without it.
@@ -342,10 +343,41 @@ struct FirstPass {
     // live at once), the generation telling its occupants apart.
     free_slots: Vec<u32>,
     generations: Vec<u32>,
-    pre: Vec<(u64, u8)>,
+    /// Blocks freed in the trace but allocated before it (allocation number,
+    /// order, pfn).
+    pre: Vec<(u64, u8, u64)>,
+    /// Per pageblock (`pfn >> PAGEBLOCK_ORDER`), the migratetype of the PCP
+    /// list its pages were last drained from ([`note_block_mt`]).
+    block_mt: BTreeMap<u64, i32>,
     first_ts: Option<u64>,
     last_ts: u64,
     inference: PcpInference,
+}
+
+/// Notes the migratetype of the PCP list a drained page sat on: its
+/// pageblock's when the page was freed (`free_frozen_pages()` puts it on
+/// the list of `get_pfnblock_migratetype()`). An allocation's migratetype
+/// is no evidence of its block's: it is the one asked for, and a fallback
+/// serves it from another block.
+fn note_block_mt(block_mt: &mut BTreeMap<u64, i32>, pfn: u64, migratetype: i32) {
+    if (0..3).contains(&migratetype) {
+        block_mt.insert(pfn >> mm::page_alloc::PAGEBLOCK_ORDER, migratetype);
+    }
+}
+
+/// The flags to set each pre-existing block (allocation number, order, pfn)
+/// aside with: the migratetype its pageblock's drained pages show in the
+/// trace (`block_mt`), movable where the trace drains none of them.
+fn pre_with_gfp(pre: &[(u64, u8, u64)], block_mt: &BTreeMap<u64, i32>) -> Vec<(u64, u8, Gfp)> {
+    pre.iter()
+        .map(|&(id, order, pfn)| {
+            let mt = block_mt
+                .get(&(pfn >> mm::page_alloc::PAGEBLOCK_ORDER))
+                .copied()
+                .unwrap_or(1);
+            (id, order, gfp_of(mt, 0))
+        })
+        .collect()
 }
 
 fn write_err(source: io::Error) -> ReplayError {
@@ -364,6 +396,7 @@ impl FirstPass {
             free_slots: Vec::new(),
             generations: Vec::new(),
             pre: Vec::new(),
+            block_mt: BTreeMap::new(),
             first_ts: None,
             last_ts: 0,
             inference: PcpInference::new(&header.machine.zones),
@@ -386,7 +419,10 @@ impl FirstPass {
                 self.rec.alloc_zone_locked += 1;
                 None
             }
-            EventKind::PagePcpuDrain { .. } => {
+            EventKind::PagePcpuDrain {
+                pfn, migratetype, ..
+            } => {
+                note_block_mt(&mut self.block_mt, pfn, migratetype);
                 self.rec.pcpu_drains += 1;
                 None
             }
@@ -466,7 +502,7 @@ impl FirstPass {
             // here.
             let id = new_id(&mut self.free_slots, &mut self.generations);
             self.free_slots.push(id as u32);
-            self.pre.push((id, order as u8));
+            self.pre.push((id, order as u8, pfn));
             if self.pre.len() as u64 > MAX_PREEXISTING {
                 return Err(ReplayError::Io {
                     what: format!(
@@ -552,7 +588,7 @@ impl Prepared {
             streams,
             start_ts,
             nr_slots: pass.generations.len(),
-            pre: pass.pre,
+            pre: pre_with_gfp(&pass.pre, &pass.block_mt),
             use_recorded_vmstat: rec_vmstat,
         })
     }
@@ -564,7 +600,7 @@ impl Prepared {
     /// [`ReplayStats::frees_of_failed`]); [`Prepared::tasks_with`] replays
     /// them with the blocks of [`Prepared::preallocate`].
     pub fn tasks(&self, nr_cpus: u32) -> (Vec<TaskSpec>, Rc<RefCell<ReplayStats>>) {
-        let none = self.pre.iter().map(|&(id, _)| (id, None)).collect();
+        let none = self.pre.iter().map(|&(id, _, _)| (id, None)).collect();
         self.tasks_with(nr_cpus, none)
     }
 
@@ -574,21 +610,22 @@ impl Prepared {
     /// Call before [`Prepared::warm_pcp`], and give the result to
     /// [`Prepared::tasks_with`].
     ///
-    /// Deviation: `mm_page_free` does not say the block's migratetype; the
-    /// model allocates it movable (most of what a workload frees is its
-    /// own user memory), so its free lands on the movable PCP list.
+    /// `mm_page_free` does not say the block's migratetype, which decides
+    /// the PCP list its free lands on: each block is set aside with the
+    /// migratetype of the list a page of its pageblock was drained from in
+    /// the trace (`mm_page_pcpu_drain`). Deviation: movable where the trace
+    /// drains none of its pageblock (most of what a workload frees is its
+    /// own user memory), an ESTIMATE.
     pub fn preallocate(&self, pa: &mut PageAlloc, nr_cpus: u32) -> Vec<(u64, Option<Block>)> {
         let mut cx = Cx::new(VcpuId(0), CostTable::uniform(0));
         let blocks = self
             .pre
             .iter()
-            .map(|&(id, order)| {
+            .map(|&(id, order, gfp)| {
                 cx.begin(VcpuId(0), SimTime(0));
                 (
                     id,
-                    pa.alloc_pages(&mut cx, Gfp::MOVABLE, order)
-                        .ok()
-                        .map(|p| (p, order)),
+                    pa.alloc_pages(&mut cx, gfp, order).ok().map(|p| (p, order)),
                 )
             })
             .collect();
@@ -993,5 +1030,26 @@ impl Program for CpuReplay {
                 }
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A block freed in the trace but allocated before it is set aside with
+    /// the migratetype of the list its pageblock's pages were drained from;
+    /// without a drain in its pageblock, movable.
+    #[test]
+    fn pre_existing_blocks_take_their_pageblocks_drained_migratetype() {
+        let mut block_mt = BTreeMap::new();
+        let block = 7u64 << mm::page_alloc::PAGEBLOCK_ORDER;
+        note_block_mt(&mut block_mt, block + 5, 1);
+        note_block_mt(&mut block_mt, block + 6, 0); // the last drain wins
+        note_block_mt(&mut block_mt, block + 9, 4); // not a PCP list: ignored
+        let pre = [(1, 0, block + 100), (2, 1, block + 1024)];
+        let got = pre_with_gfp(&pre, &block_mt);
+        assert_eq!(got[0], (1, 0, Gfp::KERNEL));
+        assert_eq!(got[1], (2, 1, Gfp::MOVABLE), "another pageblock");
     }
 }
