@@ -412,7 +412,9 @@ mmlab calibrate --compare run1.toml run2.toml   do two calibrations agree?")]
         #[arg(long, default_value_t = 5, value_parser = clap::value_parser!(u32).range(1..))]
         check_runs: u32,
         /// A short run for CI: 2 rounds, 16 MiB fits, 64 MiB checks, one run each, and the
-        /// model on a machine just large enough for each pattern (not the host's memory).
+        /// model on a machine just large enough for each pattern (not the host's memory):
+        /// it shows that calibrate runs and restores the knobs, not how well the model
+        /// predicts the host (its check count moves run to run).
         #[arg(long)]
         quick: bool,
         /// No progress on stderr.

@@ -74,6 +74,8 @@ pub struct Opts {
     /// just large enough for each pattern, which is much faster to set up
     /// (the smoke run) but sizes the lists differently.
     pub host_sized_model: bool,
+    /// CI's smoke run (`--quick`): the report says what its check shows.
+    pub quick: bool,
 }
 
 /// Rows of a text table, the header first.
@@ -267,6 +269,8 @@ pub struct Calibration {
     /// Where the time went, phase by phase.
     phases: Phases,
     secs: f64,
+    /// A `--quick` smoke run.
+    quick: bool,
 }
 
 /// One phase of a calibration: its name, wall seconds, of which seconds
@@ -461,6 +465,7 @@ pub fn run(opts: &Opts) -> Result<()> {
         llc,
         phases,
         secs: t0.elapsed().as_secs_f64(),
+        quick: opts.quick,
     };
     print!("{}", out::report(&cal));
     if let Some(path) = &opts.out {

@@ -276,6 +276,7 @@ fn calibrate_cmd(cmd: Cmd) -> Result<()> {
                 out,
                 quiet,
                 host_sized_model: !quick,
+                quick,
             })
         }
         _ => unreachable!("not calibrate"),
