@@ -523,8 +523,8 @@ mmlab bench replay --trace build.mmtrace --replay-runs 5"
         /// Bursts per task of the scale benchmark's PCP-churn table.
         #[arg(long, default_value_t = 20, value_parser = clap::value_parser!(u32).range(1..))]
         churn_iterations: u32,
-        /// Recordings for the replay benchmark (default: the corpus recordings in
-        /// scripts/corpus/recordings/). Repeat for several.
+        /// Recordings for the replay benchmark (default: this host's corpus
+        /// recordings in scripts/corpus/recordings-noaslr/). Repeat for several.
         #[arg(long = "trace", value_name = "T.mmtrace")]
         traces: Vec<PathBuf>,
         /// Runs of each recording in the replay benchmark (the best is reported).

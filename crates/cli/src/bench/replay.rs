@@ -8,10 +8,16 @@ use anyhow::{anyhow, bail, Result};
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
+/// Where the validation corpus of `scripts/corpus.py` keeps this host's
+/// `mmlab record` recordings, relative to the repository.
+const CORPUS_RECORDINGS: &str = "scripts/corpus/recordings-noaslr";
+
 /// The real recordings committed with the project (the validation corpus of
-/// `scripts/corpus.py`), used when no trace is named.
+/// `scripts/corpus.py`, [`CORPUS_RECORDINGS`]), used when no trace is named.
 pub fn default_traces() -> Vec<PathBuf> {
-    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../scripts/corpus/recordings");
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../..")
+        .join(CORPUS_RECORDINGS);
     let mut v: Vec<PathBuf> = std::fs::read_dir(&dir)
         .map(|d| {
             d.filter_map(|e| e.ok().map(|e| e.path()))
@@ -53,7 +59,7 @@ pub fn replay(traces: &[PathBuf], runs: u32) -> Result<()> {
         traces.to_vec()
     };
     if traces.is_empty() {
-        bail!("no trace to replay: name one with --trace (the corpus recordings were not found)");
+        bail!("no trace to replay: name one with --trace (no corpus recordings in {CORPUS_RECORDINGS})");
     }
     println!(
         "replay mode (b), one kernel (the recorded one): reading + replaying the address-space stream; best of {} run(s)",
@@ -94,4 +100,20 @@ pub fn replay(traces: &[PathBuf], runs: u32) -> Result<()> {
         all_events as f64 / all_cpu_s.max(1e-9) / 1e6
     );
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// `mmlab bench replay` with no `--trace` finds the committed corpus
+    /// (it broke once when the corpus moved its recordings).
+    #[test]
+    fn the_default_traces_are_the_committed_corpus_recordings() {
+        let traces = default_traces();
+        assert!(traces.len() >= 4, "{traces:?}");
+        assert!(traces
+            .iter()
+            .all(|t| t.is_file() && t.parent().is_some_and(|d| d.ends_with(CORPUS_RECORDINGS))));
+    }
 }
