@@ -2221,14 +2221,9 @@ mod tests {
         let (mut pa, mut table) = two_cpu_lines(0);
         table.set(Cost::ClearPage, 100);
         pa.set_llc_lines();
-        let topo = CpuTopology {
-            cpus_per_node: 2,
-            threads_per_core: 1,
-            cores_per_llc: 2,
-        };
         let ns = |mut pa: PageAlloc, gfp: Gfp| {
             let mut cx = Cx::new(VcpuId(0), table.clone());
-            cx.set_llc(LlcClocks::new(1 << 20, Some(topo), 2));
+            cx.set_llc(LlcClocks::new(1 << 20, Some(TWO_CPUS), 2));
             cx.begin(VcpuId(0), SimTime(0));
             pa.alloc_pages(&mut cx, gfp, 2).expect("free memory");
             let llc = cx.llc_mut().map(|c| c.now(0));
@@ -2245,6 +2240,13 @@ mod tests {
         );
     }
 
+    /// Two CPUs, each a core of its own, sharing one LLC.
+    const TWO_CPUS: CpuTopology = CpuTopology {
+        cpus_per_node: 2,
+        threads_per_core: 1,
+        cores_per_llc: 2,
+    };
+
     fn two_cpu_lines(xfer_ns: u64) -> (PageAlloc, CostTable) {
         let layout = MemoryLayout {
             nodes: vec![NodeLayout {
@@ -2256,11 +2258,7 @@ mod tests {
         let mut table = CostTable::uniform(0);
         table.set(Cost::C2cSameLlc, xfer_ns);
         let mut pa = PageAlloc::new(&layout, VmSysctl::default(), Default::default());
-        pa.set_cpu_topology(CpuTopology {
-            cpus_per_node: 2,
-            threads_per_core: 1,
-            cores_per_llc: 2,
-        });
+        pa.set_cpu_topology(TWO_CPUS);
         (pa, table)
     }
 }

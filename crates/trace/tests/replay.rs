@@ -358,6 +358,19 @@ fn two_cpus_auto_tuned() -> (Header, PageAlloc, usize) {
     (h, pa, pi)
 }
 
+/// Records CPU 1's list (pageset `pi` of `pa`) with `high` at its
+/// `high_max` and 200 pages under it: more than four refills of
+/// `batch << CONFIG_PCP_BATCH_SCALE_MAX` (2 016) pages, enough to grow
+/// `alloc_factor` and to saturate `free_count`. Returns (count, high).
+fn cpu1_list_near_high_max(h: &mut Header, pa: &PageAlloc, pi: usize) -> (u64, i32) {
+    let (lo, hi) = (pa.pcp[pi].high_min, pa.pcp[pi].high_max);
+    let want = (hi - 200) as u64;
+    assert!(want > 4 * 2016, "a list of over 4 x 2016 pages: {lo}..{hi}");
+    h.machine.zones[0].pagesets[1].count = want;
+    h.machine.zones[0].pagesets[1].high = hi as u64;
+    (want, hi)
+}
+
 /// The warm-up allocates the recorded pages and frees them onto the lists;
 /// under auto-tuning each refill on the way raises `high` by a batch, so
 /// `high` is set to the recorded one again afterwards.
@@ -392,14 +405,7 @@ fn warm_pcp_keeps_the_recorded_high() {
 #[test]
 fn warm_pcp_leaves_no_refill_remainder_on_the_lists() {
     let (mut h, mut pa, pi) = two_cpus_auto_tuned();
-    let (lo, hi) = (pa.pcp[pi].high_min, pa.pcp[pi].high_max);
-    let want = (hi - 200) as u64;
-    assert!(
-        want > 4 * 2016,
-        "enough refills to grow alloc_factor: {lo}..{hi}"
-    );
-    h.machine.zones[0].pagesets[1].count = want;
-    h.machine.zones[0].pagesets[1].high = hi as u64;
+    let (want, _) = cpu1_list_near_high_max(&mut h, &pa, pi);
     let p = tmp("warm-remainder.mmtrace");
     write(&p, &h, &synthetic(2, 10));
     let prep = Prepared::open(&p).expect("prepare");
@@ -454,15 +460,7 @@ fn frees_of_pages_from_before_the_recording_are_replayed() {
 #[test]
 fn warm_pcp_with_high_order_lists_keeps_its_pages() {
     let (mut h, mut pa, pi) = two_cpus_auto_tuned();
-    let (lo, hi) = (pa.pcp[pi].high_min, pa.pcp[pi].high_max);
-    let high = hi;
-    let want = (high - 200) as u64;
-    assert!(
-        want > 4 * 2016,
-        "a list big enough to saturate free_count: {lo}..{hi}"
-    );
-    h.machine.zones[0].pagesets[1].count = want;
-    h.machine.zones[0].pagesets[1].high = high as u64;
+    let (want, high) = cpu1_list_near_high_max(&mut h, &pa, pi);
     // CPU 1 takes blocks of orders 0 to 3 from its lists before it frees
     // any: the inferred lists hold high-order blocks.
     let mut events = Vec::new();
