@@ -498,8 +498,15 @@ pub fn live_lock() -> Result<LiveLock, NativeError> {
 /// have scheduled it, so even memory freed a moment ago is sometimes gone;
 /// a run can only be slowed by this, never sped up, and the faster of two
 /// runs is the more likely to measure the guest kernel alone.
-pub fn run_pattern_runs(p: &LivePattern, runs: usize) -> Result<(Vec<f64>, u64), NativeError> {
-    run_pattern_runs_reported(p, runs).map(|(ns, faults, _)| (ns, faults))
+///
+/// The caller holds the live-kernel lock (`lock`), for as many patterns
+/// as it runs together.
+pub fn run_pattern_runs(
+    p: &LivePattern,
+    runs: usize,
+    lock: &LiveLock,
+) -> Result<(Vec<f64>, u64), NativeError> {
+    run_pattern_runs_reported(p, runs, lock).map(|(ns, faults, _)| (ns, faults))
 }
 
 /// [`run_pattern_runs`], and the KiB the guest's free page reporting handed
@@ -510,9 +517,9 @@ pub fn run_pattern_runs(p: &LivePattern, runs: usize) -> Result<(Vec<f64>, u64),
 pub fn run_pattern_runs_reported(
     p: &LivePattern,
     runs: usize,
+    lock: &LiveLock,
 ) -> Result<(Vec<f64>, u64, Vec<Option<u64>>), NativeError> {
-    let lock = live_lock()?;
-    let mut guard = KnobGuard::new(&lock);
+    let mut guard = KnobGuard::new(lock);
     let path = Path::new(PERCPU_PAGELIST_HIGH_FRACTION);
     let want = p.fraction.to_string();
     if native::knobs::read_knob(path)? != want {
@@ -528,7 +535,7 @@ pub fn run_pattern_runs_reported(
     // each run: memory reported then may be what the run faults.
     let mut prev = kernel::reported_kib();
     for _ in 0..runs.max(1) {
-        let run = native::faults::run_locked(&p.pattern, &lock);
+        let run = native::faults::run_locked(&p.pattern, lock);
         let now = kernel::reported_kib();
         out.2.push(prev.zip(now).map(|(a, b)| b.saturating_sub(a)));
         prev = now;
@@ -614,27 +621,85 @@ impl CheckLive {
     }
 }
 
-/// Each check pattern `reps` times, interleaved, each time twice back to
-/// back; or why it could not run.
-pub fn run_check_patterns(
+/// One repetition of every check pattern, each twice back to back; a
+/// pattern that fails keeps why in place of its runs.
+fn run_check_rep(
     pats: &[LivePattern],
-    reps: usize,
+    out: &mut [Result<CheckLive, String>],
+    first: bool,
+    lock: &LiveLock,
     progress: &mut dyn FnMut(&str),
-) -> Vec<Result<CheckLive, String>> {
-    let mut out: Vec<Result<CheckLive, String>> = vec![Ok(CheckLive::default()); pats.len()];
-    for r in 0..reps {
-        for (p, o) in pats.iter().zip(out.iter_mut()) {
-            let Ok(c) = o else { continue };
-            if r == 0 {
-                progress(&p.pattern.name);
-            }
-            match run_pattern_runs_reported(p, 2) {
-                Ok((ns, f, kib)) => c.push(&ns, &kib, f),
-                Err(e) => *o = Err(e.to_string()),
-            }
+) {
+    for (p, o) in pats.iter().zip(out.iter_mut()) {
+        let Ok(c) = o else { continue };
+        if first {
+            progress(&p.pattern.name);
+        }
+        match run_pattern_runs_reported(p, 2, lock) {
+            Ok((ns, f, kib)) => c.push(&ns, &kib, f),
+            Err(e) => *o = Err(e.to_string()),
         }
     }
-    out
+}
+
+/// The fit's patterns (`fit_rounds` rounds) and the check's (`check_reps`
+/// repetitions) in alternation, each run twice back to back (see
+/// [`run_pattern_runs`]): the fit's rounds spread evenly before, between
+/// and after the check's repetitions. Returns the fit's samples (per
+/// pattern, the faster run of each round, and the last run's faults) and
+/// the check's runs; for a pattern that could not run, why.
+///
+/// Why alternate: what a fault costs here moves with what the host's other
+/// tenants do over minutes. A probe of 2026-11-25 (04:25 UTC, load rising
+/// 5 -> 8 as three builds started) measured the 256 MiB DRAM chase at
+/// 185 -> 300 ns and, right beside it, the fork-COW pattern at 123 -> 145
+/// ms and 256 MiB of 4K writes at 84 -> 95 ms (the faster of two runs
+/// each); at load 1.4-1.8 the fork-COW pattern pinned to CPU 0, to CPU 1
+/// or unpinned took 115-129 ms alike, so the placement does not move it.
+/// A fit measured in the first minute and a check in the next then
+/// compare two hosts; measured side by side, a slow phase meets both.
+/// The phase holds the live-kernel lock throughout (~40-90 s here), so
+/// that another user's measurement cannot fall between its rounds.
+pub fn run_fit_and_check(
+    fit: &[LivePattern],
+    fit_rounds: usize,
+    check: &[LivePattern],
+    check_reps: usize,
+    progress: &mut dyn FnMut(&str),
+) -> (FitLive, Vec<Result<CheckLive, String>>) {
+    let lock = match live_lock() {
+        Ok(l) => l,
+        Err(e) => {
+            let why = e.to_string();
+            return (
+                vec![Err(why.clone()); fit.len()],
+                vec![Err(why); check.len()],
+            );
+        }
+    };
+    let mut fit_out: FitLive = vec![Ok((Vec::new(), 0)); fit.len()];
+    let mut check_out: Vec<Result<CheckLive, String>> = vec![Ok(CheckLive::default()); check.len()];
+    let mut done = 0;
+    for (slot, n) in fit_schedule(fit_rounds, check_reps).into_iter().enumerate() {
+        for _ in 0..n {
+            run_fit_round(fit, &mut fit_out, done == 0, &lock, progress);
+            done += 1;
+        }
+        if slot < check_reps {
+            run_check_rep(check, &mut check_out, slot == 0, &lock, progress);
+        }
+    }
+    (fit_out, check_out)
+}
+
+/// How many of `fit_rounds` fit rounds run before each of `check_reps`
+/// check repetitions, and (last) after them: shares that differ by one at
+/// most.
+fn fit_schedule(fit_rounds: usize, check_reps: usize) -> Vec<usize> {
+    let slots = check_reps + 1;
+    (0..slots)
+        .map(|s| ((s + 1) * fit_rounds).div_ceil(slots) - (s * fit_rounds).div_ceil(slots))
+        .collect()
 }
 
 /// Re-runs, up to `max_retries` times per pattern, each repetition whose
@@ -663,7 +728,8 @@ pub fn retry_slow_reps(
             let Ok(c) = o else { break };
             let Some(i) = c.slow_rep(slow) else { break };
             progress(&format!("{}: a slow repetition again", p.pattern.name));
-            match run_pattern_runs_reported(p, 2) {
+            let run = live_lock().and_then(|lock| run_pattern_runs_reported(p, 2, &lock));
+            match run {
                 Ok((ns, f, kib)) => {
                     c.set_aside_rep(i);
                     c.push(&ns, &kib, f);
@@ -678,30 +744,46 @@ pub fn retry_slow_reps(
     }
 }
 
-/// Each pattern `reps` times, interleaved, each time twice back to back
-/// (see [`run_pattern_runs`]): per pattern, the samples (CPU ns of the
-/// timed phases, the faster of the two runs of each round) and the faults
-/// of the last run; or why it could not run.
-pub fn run_patterns(
+/// Per pattern, the samples of its rounds (CPU ns of the timed phases,
+/// the faster of the two runs of each round) and the faults of the last
+/// run; or why it could not run.
+pub type FitLive = Vec<Result<(Vec<f64>, u64), String>>;
+
+/// One round of every pattern, each twice back to back; a pattern that
+/// fails keeps why in place of its samples.
+fn run_fit_round(
     pats: &[LivePattern],
-    reps: usize,
+    out: &mut FitLive,
+    first: bool,
+    lock: &LiveLock,
     progress: &mut dyn FnMut(&str),
-) -> Vec<Result<(Vec<f64>, u64), String>> {
-    let mut out: Vec<Result<(Vec<f64>, u64), String>> = vec![Ok((Vec::new(), 0)); pats.len()];
-    for r in 0..reps {
-        for (p, o) in pats.iter().zip(out.iter_mut()) {
-            let Ok((samples, faults)) = o else { continue };
-            if r == 0 {
-                progress(&p.pattern.name);
-            }
-            match run_pattern_runs(p, 2) {
-                Ok((ns, f)) => {
-                    samples.push(ns[0].min(ns[1]));
-                    *faults = f;
-                }
-                Err(e) => *o = Err(e.to_string()),
-            }
+) {
+    for (p, o) in pats.iter().zip(out.iter_mut()) {
+        let Ok((samples, faults)) = o else { continue };
+        if first {
+            progress(&p.pattern.name);
         }
+        match run_pattern_runs(p, 2, lock) {
+            Ok((ns, f)) => {
+                samples.push(ns[0].min(ns[1]));
+                *faults = f;
+            }
+            Err(e) => *o = Err(e.to_string()),
+        }
+    }
+}
+
+/// Each pattern `reps` times, interleaved, each time twice back to back
+/// (see [`run_pattern_runs`]), under one hold of the live-kernel lock:
+/// [`FitLive`]; every pattern fails if the lock cannot be taken.
+pub fn run_patterns(pats: &[LivePattern], reps: usize, progress: &mut dyn FnMut(&str)) -> FitLive {
+    let lock = match live_lock() {
+        Ok(l) => l,
+        Err(e) => return vec![Err(e.to_string()); pats.len()],
+    };
+    let mut out: FitLive = vec![Ok((Vec::new(), 0)); pats.len()];
+    for r in 0..reps {
+        run_fit_round(pats, &mut out, r == 0, &lock, progress);
     }
     out
 }
@@ -758,6 +840,21 @@ pub fn run_fresh_pte(rounds: usize) -> Outcome {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_fit_rounds_are_spread_evenly_around_the_check_repetitions() {
+        // The default run: 14 fit rounds around 5 check repetitions.
+        assert_eq!(fit_schedule(14, 5), vec![3, 2, 2, 3, 2, 2]);
+        // --quick: 4 around 1.
+        assert_eq!(fit_schedule(4, 1), vec![2, 2]);
+        for (f, c) in [(7, 5), (14, 3), (3, 8), (10, 1)] {
+            let s = fit_schedule(f, c);
+            assert_eq!(s.len(), c + 1);
+            assert_eq!(s.iter().sum::<usize>(), f, "{f} around {c}: {s:?}");
+            let (lo, hi) = (s.iter().min().unwrap(), s.iter().max().unwrap());
+            assert!(hi - lo <= 1, "{f} around {c}: {s:?}");
+        }
+    }
 
     #[test]
     fn a_repetition_is_slow_only_when_both_its_runs_are() {
