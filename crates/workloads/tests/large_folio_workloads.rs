@@ -278,6 +278,34 @@ fn folio_buckets_puts_each_region_in_its_bucket_and_simple_folds_the_middle_ones
     );
 }
 
+/// The companion reading of seed 004's mix (large-anon-folios-order-mix):
+/// bytes of 64 / 19 / 10 / 7 % with no churn make v1's faults fall in the
+/// seed's 25 / 15 / 15 / 45 %, and the simple order about 2.5 times them.
+#[test]
+fn the_mix_read_as_fault_counts_gives_v1_the_seeds_fault_shares() {
+    let m = machine(2, 256 << 20);
+    let p = params(&[
+        ("heap_kib", ParamValue::Int(4096)),
+        ("runs", ParamValue::Int(2)),
+        ("churn_pct", ParamValue::Int(0)),
+        ("mix_64k_pct", ParamValue::Int(64)),
+        ("mix_32k_pct", ParamValue::Int(19)),
+        ("mix_16k_pct", ParamValue::Int(10)),
+        ("mix_4k_pct", ParamValue::Int(7)),
+    ]);
+    let alloc = |v: &VmStat, o: u8| v.mthp(o, MthpStat::AnonFaultAlloc) as f64;
+    let (_, v1) = run("folio-buckets", &p, policy("v1"), &m);
+    let counts = [alloc(&v1, 4), alloc(&v1, 3), alloc(&v1, 2), alloc(&v1, 0)];
+    let total: f64 = counts.iter().sum();
+    for (c, seed) in counts.iter().zip([25.0, 15.0, 15.0, 45.0]) {
+        assert!((c / total * 100.0 - seed).abs() < 1.5, "{counts:?}");
+    }
+    let (_, simple) = run("folio-buckets", &p, policy("simple"), &m);
+    let faults = |v: &VmStat| v.get(VmEvent::PGFAULT) as f64;
+    let ratio = faults(&simple) / faults(&v1);
+    assert!((2.4..2.6).contains(&ratio), "simple / v1 = {ratio}");
+}
+
 #[test]
 fn folio_buckets_rejects_a_mix_that_does_not_sum_to_100() {
     let m = machine(2, 256 << 20);
