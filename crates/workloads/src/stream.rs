@@ -24,8 +24,9 @@
 //! Deviation: the network stack itself (protocol processing, copies) is a
 //! time per message (`work_ns`, or the time the message's bytes take at
 //! `mbps`), not modelled; only the page allocations and frees are. Without
-//! `unix_write` the sizes are synthetic. The sender never blocks: the
-//! socket's send-buffer limit is not modelled.
+//! `unix_write` the sizes are synthetic. With `unix_write` in a one-way
+//! stream the writer sleeps while the socket's send buffer is full
+//! ([`SndBuf`]); otherwise the sender never blocks.
 //!
 //! # The receiver's copy
 //!
@@ -60,6 +61,8 @@ use crate::params::{Args, Count, Count::N, ParamError, ParamSpec as P};
 use crate::WorkloadDef;
 use mm::page_alloc::Gfp;
 use sim::{Block, Op, OpResult, Program, Rng, TaskSpec};
+use std::cell::Cell;
+use std::rc::Rc;
 
 pub(crate) const DEF: WorkloadDef = WorkloadDef {
     name: "stream",
@@ -177,7 +180,7 @@ const SK_SNDBUF: u64 = 212_992;
 /// retry one order lower is not modelled (the workload goes on without
 /// the block).
 pub fn unix_stream_write_orders(len: u64) -> Vec<u8> {
-    let max_size = (SK_SNDBUF / 2 - 64).min(SKB_MAX_HEAD0 + UNIX_SKB_FRAGS_SZ);
+    let max_size = unix_stream_max_skb();
     let max_order = (UNIX_SKB_FRAGS_SZ / PAGE).trailing_zeros() as u8;
     let mut orders = Vec::new();
     let mut sent = 0;
@@ -213,17 +216,31 @@ fn build(a: &Args) -> Result<Vec<TaskSpec>, ParamError> {
         recv_copy_mbps: a.int("recv_copy_mbps")? as u64,
         pingpong: a.flag("pingpong")?,
     };
-    let layout: Option<Vec<u8>> = a.opt_size("unix_write")?.map(unix_stream_write_orders);
+    let unix_write = a.opt_size("unix_write")?;
+    let layout: Option<Vec<u8>> = unix_write.map(unix_stream_write_orders);
+    let truesize = unix_write.map_or(0, unix_stream_truesize);
     let spread = a.choice("placement")? == "spread";
     let mut tasks = Vec::new();
     for i in 0..pairs {
         let (a, b) = pair_cpus(m, i, spread);
+        // A one-way AF_UNIX stream: the send buffer bounds what is in flight.
+        let sndbuf = (unix_write.is_some() && !sp.pingpong).then(|| {
+            Rc::new(SndBuf {
+                wmem: Cell::new(0),
+                waiting: Cell::new(false),
+            })
+        });
+        let sock = Sock {
+            layout: layout.clone(),
+            sndbuf,
+            truesize,
+        };
         tasks.push(TaskSpec::new(
-            Box::new(Side::new(sp, layout.clone(), a, b, true)),
+            Box::new(Side::new(sp, sock.clone(), a, b, true)),
             mm::VcpuId(a % nr_cpus),
         ));
         tasks.push(TaskSpec::new(
-            Box::new(Side::new(sp, layout.clone(), b, a, false)),
+            Box::new(Side::new(sp, sock, b, a, false)),
             mm::VcpuId(b % nr_cpus),
         ));
     }
@@ -243,8 +260,46 @@ fn pair_cpus(m: &sim::Machine, i: u32, spread: bool) -> (u32, u32) {
     (first + (2 * k) % per, first + (2 * k + 1) % per)
 }
 
+/// The most bytes one skb of `unix_stream_sendmsg()` carries.
+fn unix_stream_max_skb() -> u64 {
+    (SK_SNDBUF / 2 - 64).min(SKB_MAX_HEAD0 + UNIX_SKB_FRAGS_SZ)
+}
+
+/// `SKB_TRUESIZE()` of an skb whose head is a 4 KiB `kmalloc()`: the head's
+/// `SKB_MAX_HEAD(0)` bytes, the aligned `struct sk_buff` (256 bytes) and
+/// `struct skb_shared_info` (320).
+const SKB_TRUESIZE_HEAD: u64 = SKB_MAX_HEAD0 + 256 + 320;
+
+/// What one `write()` of `len` bytes charges to the socket's
+/// `sk_wmem_alloc`: its fragment pages and each skb's head truesize (every
+/// head counted as a 4 KiB one: an upper bound; a short last skb's head is
+/// a smaller `kmalloc()`).
+pub fn unix_stream_truesize(len: u64) -> u64 {
+    let pages: u64 = unix_stream_write_orders(len)
+        .iter()
+        .map(|&o| PAGE << o)
+        .sum();
+    pages + len.div_ceil(unix_stream_max_skb()) * SKB_TRUESIZE_HEAD
+}
+
+/// An AF_UNIX stream socket's send-buffer accounting, shared by a pair's
+/// writer and reader: `sock_alloc_send_pskb()` makes the writer sleep while
+/// `sk_wmem_alloc` is at `sk_sndbuf` or above, and the reader's frees wake
+/// it (`sock_wfree()` → `unix_write_space()`) only once a quarter of the
+/// buffer or less is still in flight (`unix_writable()`). Deviation: the
+/// writer checks before each write, not before each skb, and its wake-up
+/// costs no time.
+struct SndBuf {
+    /// `sk_wmem_alloc`: truesize of the writes sent and not yet freed.
+    wmem: Cell<u64>,
+    /// The writer sleeps for buffer space.
+    waiting: Cell<bool>,
+}
+
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Phase {
+    /// The writer sleeps until the reader frees enough of the send buffer.
+    WaitSpace,
     Alloc,
     Work,
     Send,
@@ -258,11 +313,21 @@ fn message_bytes(blocks: &[Block]) -> u64 {
     blocks.iter().map(|b| mm::PAGE_SIZE << b.1).sum()
 }
 
+/// With `unix_write`: what a pair's socket adds to its messages.
+#[derive(Clone)]
+struct Sock {
+    /// The orders of each message's blocks.
+    layout: Option<Vec<u8>>,
+    /// The send buffer (a one-way stream only).
+    sndbuf: Option<Rc<SndBuf>>,
+    /// A message's `sk_wmem_alloc` charge.
+    truesize: u64,
+}
+
 /// One side of a pair.
 struct Side {
     p: StreamParams,
-    /// With `unix_write`: the orders of each message's blocks.
-    layout: Option<Vec<u8>>,
+    sock: Sock,
     me: u32,
     peer: u32,
     sends: bool,
@@ -280,12 +345,12 @@ struct Side {
 }
 
 impl Side {
-    fn new(p: StreamParams, layout: Option<Vec<u8>>, me: u32, peer: u32, first: bool) -> Side {
+    fn new(p: StreamParams, sock: Sock, me: u32, peer: u32, first: bool) -> Side {
         // In a one-way stream the first side only sends and the second only
         // receives; in a ping-pong both do both, the first one starting.
         Side {
             p,
-            layout,
+            sock,
             me,
             peer,
             sends: first || p.pingpong,
@@ -305,7 +370,7 @@ impl Side {
     /// blocks of order 0 or (`high_order_pct` %) 1-3.
     fn next_order(&self, rng: &mut Rng) -> Option<u8> {
         let i = self.nr_tried as usize;
-        if let Some(layout) = &self.layout {
+        if let Some(layout) = &self.sock.layout {
             return layout.get(i).copied();
         }
         if self.nr_tried == self.p.blocks {
@@ -315,6 +380,35 @@ impl Side {
             1 + rng.below(3) as u8
         } else {
             0
+        })
+    }
+
+    /// The writer, about to build a message: sleeps (waits on its own
+    /// channel) if the send buffer is full.
+    fn wait_for_space(&mut self) -> Option<Op> {
+        let sb = self.sock.sndbuf.as_ref()?;
+        if self.nr_tried > 0 || sb.wmem.get() < SK_SNDBUF {
+            return None;
+        }
+        sb.waiting.set(true);
+        self.phase = Phase::WaitSpace;
+        Some(Op::Recv { chan: self.me })
+    }
+
+    /// The reader, having freed a message: its truesize leaves the send
+    /// buffer, and a sleeping writer is woken once a quarter of the buffer
+    /// or less is in flight (an empty message on the writer's channel).
+    fn release_space(&mut self) -> Option<Op> {
+        let sb = self.sock.sndbuf.as_ref()?;
+        sb.wmem
+            .set(sb.wmem.get().saturating_sub(self.sock.truesize));
+        if !sb.waiting.get() || sb.wmem.get() * 4 > SK_SNDBUF {
+            return None;
+        }
+        sb.waiting.set(false);
+        Some(Op::Send {
+            chan: self.peer,
+            blocks: Vec::new(),
         })
     }
 
@@ -346,6 +440,9 @@ impl Program for Side {
                         self.phase = Phase::Recv;
                         continue;
                     }
+                    if let Some(op) = self.wait_for_space() {
+                        return Some(op);
+                    }
                     if let Some(order) = self.next_order(rng) {
                         self.nr_tried += 1;
                         self.order = order;
@@ -367,7 +464,11 @@ impl Program for Side {
                         return Some(Op::Compute { ns });
                     }
                 }
+                Phase::WaitSpace => self.phase = Phase::Alloc,
                 Phase::Send => {
+                    if let Some(sb) = &self.sock.sndbuf {
+                        sb.wmem.set(sb.wmem.get() + self.sock.truesize);
+                    }
                     self.sent += 1;
                     self.nr_tried = 0;
                     self.phase = if self.p.pingpong {
@@ -408,6 +509,9 @@ impl Program for Side {
                     } else {
                         Phase::Recv
                     };
+                    if let Some(op) = self.release_space() {
+                        return Some(op);
+                    }
                 }
             }
         }
@@ -417,7 +521,7 @@ impl Program for Side {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use sim::{Machine, NodeSpec};
+    use sim::{Machine, NodeSpec, Rng};
 
     /// lmbench3's 64 KiB write: a 35.7 KiB skb (3 776 bytes in its head,
     /// one order-3 fragment) and a 28.3 KiB one (28 KiB of fragments:
@@ -436,6 +540,84 @@ mod tests {
         // Two full skbs: an order-3 fragment each.
         let two = 2 * (SKB_MAX_HEAD0 + UNIX_SKB_FRAGS_SZ);
         assert_eq!(unix_stream_write_orders(two), vec![3, 3]);
+    }
+
+    /// A 64 KiB write charges its 15 pages and two skb heads.
+    #[test]
+    fn a_64k_unix_write_charges_its_pages_and_two_heads() {
+        assert_eq!(unix_stream_truesize(64 * 1024), 15 * PAGE + 2 * 4352);
+    }
+
+    /// Runs `side` until it asks for something other than an allocation,
+    /// answering each allocation with a fresh pfn.
+    fn until_not_alloc(side: &mut Side, mut last: OpResult, rng: &mut Rng) -> Option<Op> {
+        let mut pfn = 0;
+        loop {
+            match side.next(last, rng) {
+                Some(Op::AllocPages { order, .. }) => {
+                    pfn += 1 << order;
+                    last = OpResult::Alloc(Ok(mm::Pfn(pfn)));
+                }
+                op => return op,
+            }
+        }
+    }
+
+    /// The writer of a one-way 64 KiB stream sends four writes (70 144
+    /// bytes of truesize each: the fourth starts at 210 432, under the
+    /// 212 992-byte buffer) and then sleeps; the reader wakes it only when
+    /// it has freed all four (three leave 70 144 in flight, above a
+    /// quarter of the buffer).
+    #[test]
+    fn a_full_send_buffer_puts_the_writer_to_sleep_until_the_reader_frees() {
+        let p = StreamParams {
+            messages: 10,
+            blocks: 4,
+            high_order_pct: 0,
+            work_ns: 0,
+            mbps: 0,
+            recv_copy_mbps: 0,
+            pingpong: false,
+        };
+        let sock = Sock {
+            layout: Some(unix_stream_write_orders(64 * 1024)),
+            sndbuf: Some(Rc::new(SndBuf {
+                wmem: Cell::new(0),
+                waiting: Cell::new(false),
+            })),
+            truesize: unix_stream_truesize(64 * 1024),
+        };
+        let mut rng = Rng::stream(1, 0);
+        let mut writer = Side::new(p, sock.clone(), 0, 1, true);
+        let mut reader = Side::new(p, sock, 1, 0, false);
+        let mut sent = Vec::new();
+        let mut last = OpResult::Start;
+        let sleep = loop {
+            match until_not_alloc(&mut writer, last, &mut rng) {
+                Some(Op::Send { chan: 1, blocks }) => sent.push(blocks),
+                op => break op,
+            }
+            last = OpResult::Done;
+        };
+        assert_eq!(sent.len(), 4);
+        assert!(matches!(sleep, Some(Op::Recv { chan: 0 })), "{sleep:?}");
+        assert!(matches!(
+            reader.next(OpResult::Start, &mut rng),
+            Some(Op::Recv { chan: 1 })
+        ));
+        for (i, msg) in sent.into_iter().enumerate() {
+            let mut op = reader.next(OpResult::Received(msg), &mut rng);
+            while let Some(Op::FreePages { .. }) = op {
+                op = reader.next(OpResult::Done, &mut rng);
+            }
+            if i < 3 {
+                assert!(matches!(op, Some(Op::Recv { chan: 1 })), "{i}: {op:?}");
+            } else {
+                let wake =
+                    matches!(op, Some(Op::Send { chan: 0, ref blocks }) if blocks.is_empty());
+                assert!(wake, "{op:?}");
+            }
+        }
     }
 
     fn machine(nodes: u32, cpus: u32) -> Machine {
