@@ -677,6 +677,14 @@ pub fn validate_text(
         "frees of pages allocated before the recording (replayed with pages set aside at the start): {}; frees on another CPU than the allocation: {}; allocations failed in the model: {}; never freed: {}",
         rec.unmatched_frees, rec.cross_cpu_frees, st.alloc_failed, rec.never_freed
     );
+    if prep.header.snapshot_at_exec {
+        let _ = writeln!(
+            s,
+            "the snapshot was read at the command's exec: the {} allocator events before it (already in \
+             the snapshot's lists) are left out of the replay and of the recorded counts",
+            rec.before_snapshot
+        );
+    }
     if warm {
         let at_start: u64 = prep
             .header

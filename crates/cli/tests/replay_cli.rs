@@ -592,3 +592,47 @@ fn validate_names_the_allocations_without_an_event() {
         "{line}"
     );
 }
+
+/// A snapshot directory's `taken-at` file says when its zoneinfo was read:
+/// `exec` makes validate start the allocator stream at the command's exec
+/// and say so; anything but `exec` or `start` is refused naming the file
+/// and line.
+#[test]
+fn import_reads_when_the_snapshot_was_taken() {
+    let fixtures = Path::new(env!("CARGO_MANIFEST_DIR")).join("../trace/tests/fixtures");
+    let snap = tmp("snap");
+    std::fs::create_dir_all(&*snap).expect("snapshot dir");
+    std::fs::copy(
+        fixtures.join("zoneinfo-2cpu-6.18.txt"),
+        snap.join("zoneinfo"),
+    )
+    .expect("zoneinfo");
+    let perf = fixtures.join("kmem.perf.data");
+    let t = tmp("at-exec.mmtrace");
+    let import = |taken: &str| {
+        std::fs::write(snap.join("taken-at"), taken).expect("taken-at");
+        mmlab(&[
+            "import",
+            perf.to_str().expect("utf-8"),
+            "-o",
+            t.to_str().expect("utf-8"),
+            "--snapshot",
+            snap.to_str().expect("utf-8"),
+            "-q",
+        ])
+    };
+    let o = import("exec\n");
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let v = mmlab(&["validate", t.to_str().expect("utf-8"), "--mode", "alloc"]);
+    assert!(
+        String::from_utf8_lossy(&v.stdout).contains("the snapshot was read at the command's exec"),
+        "{}",
+        String::from_utf8_lossy(&v.stdout)
+    );
+    let o = import("soon\n");
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        !o.status.success() && err.contains("taken-at: line 1: expected `exec`"),
+        "{err}"
+    );
+}
