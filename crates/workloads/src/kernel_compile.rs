@@ -47,12 +47,13 @@
 //!   ~40 MiB each). `job_mib` (32, an estimate) is the `uniform`
 //!   alternative's mean.
 //! - `work_per_page_ns` = 26 280: the build's user time per anonymous page.
-//! - `other_sys_permille` = 117: the kernel time the model does not play
+//! - `other_sys_permille` = 67: the kernel time the model does not play
 //!   (exec, file-backed faults, the page cache, file system calls,
-//!   scheduling), in ‰ of user time: the recorded system time less the
-//!   model's anonymous-memory part of it on this host's profile. Added as
-//!   system time in proportion to each job's user time; large anonymous
-//!   folios do not change it.
+//!   scheduling), in ‰ of user time: the same build's sampled kernel time
+//!   outside the anonymous fault path, measured with `perf` on this host
+//!   under 4 KiB and 64 KiB folios alike (it does not move between them).
+//!   Added as system time in proportion to each job's user time; large
+//!   anonymous folios do not change it.
 //! - The glibc constants (128 KiB mmap threshold, top pad and trim
 //!   threshold) are glibc's documented defaults (mallopt(3)).
 //! - `mmap_pct` = 30, `free_pct` = 20 and the request-size ranges are

@@ -125,6 +125,38 @@ fn compile_and_speedometer_run_under_every_policy_and_large_folios_cut_faults() 
     }
 }
 
+/// The build's kernel time outside anonymous memory (`other_sys_permille`)
+/// is system time in proportion to user time, and the same under 4 KiB and
+/// large folios: measured so on the live kernel (docs/kbuild-recording.md),
+/// and what lets seed 004's kernel-time change come from the anonymous part
+/// alone.
+#[test]
+fn kernel_compile_adds_the_unplayed_kernel_time_alike_under_every_policy() {
+    let m = machine(2, 256 << 20);
+    let with = |permille: i64| {
+        let mut p = small("kernel-compile");
+        p.0.insert("tasks".into(), ParamValue::Int(1));
+        p.0.insert("other_sys_permille".into(), ParamValue::Int(permille));
+        p
+    };
+    let mut added = Vec::new();
+    for pol in ["off", "v2"] {
+        let (none, _) = run("kernel-compile", &with(0), policy(pol), &m);
+        let (some, _) = run("kernel-compile", &with(67), policy(pol), &m);
+        assert_eq!(some.user_ns, none.user_ns, "{pol}: user time moved");
+        let extra = some.sys_ns - none.sys_ns;
+        // Each compute step adds its own share, rounded down: within one
+        // nanosecond a step of the whole-run share.
+        let share = none.user_ns * 67 / 1000;
+        assert!(
+            extra <= share && share - extra < share / 1000,
+            "{pol}: {extra} ns added for {share} ns of share"
+        );
+        added.push(extra);
+    }
+    assert!(added[1].abs_diff(added[0]) < added[0] / 100, "{added:?}");
+}
+
 #[test]
 fn kernel_compile_grows_the_heap_with_brk() {
     // All allocations from the heap and none freed: no mmap at all, yet at
@@ -244,6 +276,34 @@ fn folio_buckets_puts_each_region_in_its_bucket_and_simple_folds_the_middle_ones
         [alloc(&v1, 4), alloc(&v1, 3), alloc(&v1, 2), alloc(&v1, 0)],
         [4, 16, 36, 460]
     );
+}
+
+/// The companion reading of seed 004's mix (large-anon-folios-order-mix):
+/// bytes of 64 / 19 / 10 / 7 % with no churn make v1's faults fall in the
+/// seed's 25 / 15 / 15 / 45 %, and the simple order about 2.5 times them.
+#[test]
+fn the_mix_read_as_fault_counts_gives_v1_the_seeds_fault_shares() {
+    let m = machine(2, 256 << 20);
+    let p = params(&[
+        ("heap_kib", ParamValue::Int(4096)),
+        ("runs", ParamValue::Int(2)),
+        ("churn_pct", ParamValue::Int(0)),
+        ("mix_64k_pct", ParamValue::Int(64)),
+        ("mix_32k_pct", ParamValue::Int(19)),
+        ("mix_16k_pct", ParamValue::Int(10)),
+        ("mix_4k_pct", ParamValue::Int(7)),
+    ]);
+    let alloc = |v: &VmStat, o: u8| v.mthp(o, MthpStat::AnonFaultAlloc) as f64;
+    let (_, v1) = run("folio-buckets", &p, policy("v1"), &m);
+    let counts = [alloc(&v1, 4), alloc(&v1, 3), alloc(&v1, 2), alloc(&v1, 0)];
+    let total: f64 = counts.iter().sum();
+    for (c, seed) in counts.iter().zip([25.0, 15.0, 15.0, 45.0]) {
+        assert!((c / total * 100.0 - seed).abs() < 1.5, "{counts:?}");
+    }
+    let (_, simple) = run("folio-buckets", &p, policy("simple"), &m);
+    let faults = |v: &VmStat| v.get(VmEvent::PGFAULT) as f64;
+    let ratio = faults(&simple) / faults(&v1);
+    assert!((2.4..2.6).contains(&ratio), "simple / v1 = {ratio}");
 }
 
 #[test]
