@@ -60,7 +60,8 @@ pub struct ImportArgs {
     #[arg(long, short)]
     pub quiet: bool,
     /// A snapshot directory: `zoneinfo` (required), and where present `vmstat`,
-    /// `vmstat-after`, `thp/`, `thp-after/`, `percpu_pagelist_high_fraction` (see below).
+    /// `vmstat-after`, `thp/`, `thp-after/`, `percpu_pagelist_high_fraction`, `taken-at`
+    /// (see below and --snapshot-at-exec).
     #[arg(long, value_name = "DIR")]
     pub snapshot: Option<PathBuf>,
     /// A copy of /proc/zoneinfo taken just before the recording: the machine's zones,
@@ -95,6 +96,12 @@ pub struct ImportArgs {
     /// segments, .bss) from the ELF files on this host.
     #[arg(long)]
     pub no_elf_layouts: bool,
+    /// The zoneinfo was read when the command exec'd, perf's events already on (a
+    /// --snapshot directory says so with a `taken-at` file reading `exec`): validate
+    /// replays the allocator events from the command's exec on, since the snapshot
+    /// already holds what the earlier ones did to the per-CPU lists.
+    #[arg(long)]
+    pub snapshot_at_exec: bool,
 }
 
 fn read(path: &Path) -> Result<String> {
@@ -142,6 +149,31 @@ fn sources(a: &ImportArgs) -> Result<Sources> {
     })
 }
 
+/// Whether the snapshot was read at the command's exec: the flag, or a
+/// `--snapshot` directory's `taken-at` file (`exec` or `start`; anything
+/// else is an error naming the file), which speaks for the directory's own
+/// zoneinfo only: not for one given with --zoneinfo.
+fn snapshot_at_exec(a: &ImportArgs) -> Result<bool> {
+    let dir_zoneinfo = a.zoneinfo.is_none();
+    let Some(p) = a
+        .snapshot
+        .as_deref()
+        .map(|d| d.join("taken-at"))
+        .filter(|p| dir_zoneinfo && p.exists())
+    else {
+        return Ok(a.snapshot_at_exec);
+    };
+    match read(&p)?.trim() {
+        "exec" => Ok(true),
+        "start" => Ok(a.snapshot_at_exec),
+        other => bail!(
+            "{}: line 1: expected `exec` (read when the command exec'd) or `start` (before \
+             the recording), found {other:?}",
+            p.display()
+        ),
+    }
+}
+
 /// The import options of the arguments: every snapshot read and checked.
 pub fn options(a: &ImportArgs) -> Result<ImportOptions> {
     let src = sources(a)?;
@@ -149,6 +181,7 @@ pub fn options(a: &ImportArgs) -> Result<ImportOptions> {
         ignore_events: a.ignore_events.iter().cloned().collect(),
         tracefs_events: a.tracefs_events.clone(),
         no_elf_layouts: a.no_elf_layouts,
+        snapshot_at_exec: snapshot_at_exec(a)?,
         ..ImportOptions::default()
     };
     opts.check().map_err(|e| anyhow!("--ignore-event: {e}"))?;

@@ -677,6 +677,14 @@ pub fn validate_text(
         "frees of pages allocated before the recording (replayed with pages set aside at the start): {}; frees on another CPU than the allocation: {}; allocations failed in the model: {}; never freed: {}",
         rec.unmatched_frees, rec.cross_cpu_frees, st.alloc_failed, rec.never_freed
     );
+    if prep.header.snapshot_at_exec {
+        let _ = writeln!(
+            s,
+            "the snapshot was read at the command's exec: the {} allocator events before it (already in \
+             the snapshot's lists) are left out of the replay and of the recorded counts",
+            rec.before_snapshot
+        );
+    }
     if warm {
         let at_start: u64 = prep
             .header
@@ -736,14 +744,27 @@ fn machine_share_text(prep: &Prepared) -> Option<String> {
     }
     // pgalloc_* count pages, mm_page_alloc blocks of any order.
     let traced = prep.recorded.pages_allocated;
+    let untraced = machine.saturating_sub(traced);
     Some(format!(
         "pages allocated on the whole machine during the recording (pgalloc_*): {machine}; in the trace: {traced} ({:.0}%){}",
         100.0 * traced as f64 / machine as f64,
-        if prep.header.kmem_system_wide {
-            " (every process's allocator events were recorded)"
+        if prep.header.kmem_system_wide && untraced > 0 {
+            // 6.18's alloc_pages_bulk() takes pages from the PCP lists and
+            // counts PGALLOC, but has no trace_mm_page_alloc(); the pages'
+            // frees are traced. (A snapshot copied with sendfile(), as
+            // Python's shutil.copy() does, takes thousands this way.)
+            format!(
+                " (every process's allocator events were recorded; the other {untraced} pages were allocated \
+                 without an mm_page_alloc event (alloc_pages_bulk() has none: vmalloc, sendfile() or splice() \
+                 from /proc and sysfs, page_pool); they left the per-CPU lists unseen, and where they are freed in \
+                 the trace the model sees frees without allocations)"
+            )
+        } else if prep.header.kmem_system_wide {
+            " (every process's allocator events were recorded)".to_string()
         } else {
             ": the other processes' allocations and frees went through the same per-CPU lists and are not \
              in the trace; record with --kmem-system-wide to replay them"
+                .to_string()
         }
     ))
 }

@@ -33,9 +33,11 @@ const SMALL: &str = "under 300 faults: a few faults of layout noise are over 2 %
 /// The first host's data.
 const ZEN3: &str = "host-zen3/";
 
-/// This host's node: the recorded 4 KiB run (10 985 faults) was the lowest
-/// of its eight (10 881–11 242), and the predictions follow it down.
-const JIT_RECORDED_LOW: &str = "JIT runtime: the recorded run was the 4 KiB run with the fewest faults of the eight (V8's concurrent threads); its 64 KiB prediction is 3.9 % under the live mean";
+/// This host's node (2026-11-25 05:20): the mean of eight recordings'
+/// predictions, each within its own 4 KiB run, is under the live mean only
+/// where large folios are on (64k −3.9 %, all −7.4 %), whose own runs
+/// spread ±3.7 % and ±7.2 %.
+const JIT_LARGE_FOLIOS: &str = "JIT runtime: the mean of eight recordings predicts 4k to 0.0 % but 64k −3.9 % and all −7.4 %, whose own live runs spread ±3.7 % and ±7.2 % (V8's concurrent threads; not judgeable to 2 %)";
 
 /// The (program, configuration) pairs whose page faults the model misses by
 /// more than 2 %, each with the mechanism (see scripts/corpus/README.md),
@@ -43,10 +45,8 @@ const JIT_RECORDED_LOW: &str = "JIT runtime: the recorded run was the 4 KiB run 
 /// ASLR `""` or without `"-noaslr"`). A pair not listed must be within 2 %;
 /// a listed one may improve.
 const KNOWN_MISSES: &[(&str, &str, &str, &str)] = &[
-    ("-noaslr", "node", "16k", JIT_RECORDED_LOW),
-    ("-noaslr", "node", "64k", JIT_RECORDED_LOW),
-    ("-noaslr", "node", "all", JIT_RECORDED_LOW),
-    ("-noaslr", "java", "*", JVM),
+    ("-noaslr", "node", "64k", JIT_LARGE_FOLIOS),
+    ("-noaslr", "node", "all", JIT_LARGE_FOLIOS),
     ("host-zen3/-noaslr", "node", "64k", JIT),
     ("host-zen3/-noaslr", "node", "all", JIT),
     ("host-zen3/-noaslr", "node", "hf100", JIT),
@@ -188,8 +188,8 @@ const KFAULT: &str = "no exceptions:page_fault_kernel: the kernel's faults are a
 /// --no-aslr`, one line per source; this host's `full` line and the first
 /// host's three) and their pairs outside 2 %.
 const PERF_MISSES: &[(&str, &str, &str, &str)] = &[
-    ("perf-full", "node", "all", JIT),
-    ("perf-full", "java", "*", JVM),
+    ("perf-full", "node", "*", JIT_ONE_RUN),
+    ("perf-full", "gzip", "all", SMALL),
     ("host-zen3/perf-full", "node", "64k", JIT),
     ("host-zen3/perf-full", "node", "all", JIT),
     ("host-zen3/perf-full", "node", "hf100", JIT),
@@ -210,6 +210,8 @@ const PERF_MISSES: &[(&str, &str, &str, &str)] = &[
     ("host-zen3/perf-minimal", "sort", "*", NO_KMEM),
     ("host-zen3/perf-minimal", "gzip", "*", NO_KMEM),
 ];
+
+const JIT_ONE_RUN: &str = "JIT runtime: one perf recording of node (its 4 KiB prediction −0.7 % under the live mean of eight runs that spread ±1.1 %); large folios −2.1..−7.9 %";
 
 const NO_KMEM: &str = "no kmem and no exceptions:page_fault_kernel: the kernel's faults cannot be estimated (NOT ESTIMATED, with a band)";
 const MREMAP_IN_PLACE: &str = "no mremap: the mappings are inferred up to the next mapping above; one grown in place ends lower, and a THP fits in the model where it did not";
@@ -263,7 +265,9 @@ fn predictions_file_meets_goals(
             } else {
                 "4k"
             };
-            let model = p["kernels"][kernel]["pgfault"].as_f64().expect("pgfault") + outside;
+            let model = recordings_mean(p, kernel).unwrap_or_else(|| {
+                p["kernels"][kernel]["pgfault"].as_f64().expect("pgfault") + outside
+            });
             let err = pct(model, l["faults"]["mean"].as_f64().expect("mean"));
             pairs += 1;
             let known = known
@@ -285,6 +289,18 @@ fn predictions_file_meets_goals(
         "outside the 2 % goal and not a named miss:\n{}",
         failures.join("\n")
     );
+}
+
+/// The mean predicted faults under `kernel` of a program recorded several
+/// times (`recordings` in predictions*.json: each 4 KiB run kept and
+/// replayed, `corpus.py predict`); `None` for a program recorded once.
+fn recordings_mean(p: &Value, kernel: &str) -> Option<f64> {
+    let recs = p.get("recordings")?.as_array()?;
+    let sum: f64 = recs
+        .iter()
+        .map(|r| r[kernel]["pgfault"].as_f64().expect("pgfault"))
+        .sum();
+    Some(sum / recs.len() as f64)
 }
 
 const SORT_TOP: &str = "sort sets the corpus's most kernel faults (17.7 % of its faults), the band's top; its live runs under these kernels are a few faults above its recorded run";

@@ -529,3 +529,110 @@ fn warm_pcp_refuses_lists_that_do_not_fit_the_host() {
     let o = mmlab(&["replay", t.to_str().expect("utf-8"), "--quiet"]);
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
 }
+
+/// A recording of every process's allocator events whose machine counted
+/// more allocations (`pgalloc_*`) than it traced: the pages
+/// alloc_pages_bulk() took without an `mm_page_alloc` event (a snapshot
+/// copied with sendfile() took ~4,400 of them in each corpus recording).
+/// validate says how many, and why, instead of calling the recording
+/// complete.
+#[test]
+fn validate_names_the_allocations_without_an_event() {
+    let t = tmp("bulk.mmtrace");
+    let counters = |n: u64| trace::event::Counters {
+        vmstat: [("pgalloc_normal".to_string(), n)].into_iter().collect(),
+        thp_stats: Default::default(),
+    };
+    let mut h = header();
+    h.kmem_system_wide = true;
+    h.counters_before = Some(counters(1000));
+    let mut w = TraceWriter::create(&t, &h).expect("create");
+    for r in 0..100u64 {
+        let pfn = 4096 + r;
+        for (i, kind) in [
+            EventKind::PageAlloc {
+                pfn,
+                order: 0,
+                migratetype: 1,
+                gfp_flags: 0x140cca,
+            },
+            EventKind::PageFree { pfn, order: 0 },
+        ]
+        .into_iter()
+        .enumerate()
+        {
+            w.write(&Event {
+                ts_ns: 2 * r + i as u64,
+                cpu: 0,
+                pid: 1,
+                tid: 1,
+                kind,
+            })
+            .expect("write");
+        }
+    }
+    w.finish(&Trailer {
+        nr_events: 200,
+        // 100 traced, 37 more counted by the machine.
+        counters_after: Some(counters(1137)),
+        ..Trailer::default()
+    })
+    .expect("finish");
+    let o = mmlab(&["validate", t.to_str().expect("utf-8"), "--mode", "alloc"]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let out = String::from_utf8_lossy(&o.stdout);
+    let line = out
+        .lines()
+        .find(|l| l.contains("pgalloc_*"))
+        .unwrap_or_else(|| panic!("no machine share line in\n{out}"));
+    assert!(
+        line.contains("137; in the trace: 100 (73%)")
+            && line.contains("the other 37 pages were allocated without an mm_page_alloc event")
+            && line.contains("alloc_pages_bulk()"),
+        "{line}"
+    );
+}
+
+/// A snapshot directory's `taken-at` file says when its zoneinfo was read:
+/// `exec` makes validate start the allocator stream at the command's exec
+/// and say so; anything but `exec` or `start` is refused naming the file
+/// and line.
+#[test]
+fn import_reads_when_the_snapshot_was_taken() {
+    let fixtures = Path::new(env!("CARGO_MANIFEST_DIR")).join("../trace/tests/fixtures");
+    let snap = tmp("snap");
+    std::fs::create_dir_all(&*snap).expect("snapshot dir");
+    std::fs::copy(
+        fixtures.join("zoneinfo-2cpu-6.18.txt"),
+        snap.join("zoneinfo"),
+    )
+    .expect("zoneinfo");
+    let perf = fixtures.join("kmem.perf.data");
+    let t = tmp("at-exec.mmtrace");
+    let import = |taken: &str| {
+        std::fs::write(snap.join("taken-at"), taken).expect("taken-at");
+        mmlab(&[
+            "import",
+            perf.to_str().expect("utf-8"),
+            "-o",
+            t.to_str().expect("utf-8"),
+            "--snapshot",
+            snap.to_str().expect("utf-8"),
+            "-q",
+        ])
+    };
+    let o = import("exec\n");
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let v = mmlab(&["validate", t.to_str().expect("utf-8"), "--mode", "alloc"]);
+    assert!(
+        String::from_utf8_lossy(&v.stdout).contains("the snapshot was read at the command's exec"),
+        "{}",
+        String::from_utf8_lossy(&v.stdout)
+    );
+    let o = import("soon\n");
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        !o.status.success() && err.contains("taken-at: line 1: expected `exec`"),
+        "{err}"
+    );
+}

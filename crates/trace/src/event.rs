@@ -356,6 +356,13 @@ pub struct Header {
     /// --kmem-system-wide`), not only the recorded command's.
     #[serde(default)]
     pub kmem_system_wide: bool,
+    /// The zoneinfo snapshot (the PCP lists' `count` and `high`) was read
+    /// when the command exec'd, with the events already on (`mmlab import
+    /// --snapshot-at-exec`): the allocator events before the command's
+    /// first exec are already in it, so the replay of the allocator stream
+    /// starts at that exec. False: the snapshot is of the trace's start.
+    #[serde(default)]
+    pub snapshot_at_exec: bool,
 }
 
 impl Header {
@@ -372,6 +379,7 @@ impl Header {
             trace_clock: "none".to_string(),
             counters_before: None,
             kmem_system_wide: false,
+            snapshot_at_exec: false,
         }
     }
 }

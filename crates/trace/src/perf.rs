@@ -695,6 +695,7 @@ fn import_header(perf_file: &linux_perf_data::PerfFile, source_name: &str) -> He
         trace_clock: "perf".to_string(),
         counters_before: None,
         kmem_system_wide: system_wide,
+        snapshot_at_exec: false,
     }
 }
 
@@ -861,6 +862,9 @@ pub struct ImportOptions {
     /// (a perf killed before it wrote its feature sections): an `events/`
     /// directory of tracefs or a copy of it. Default: this host's.
     pub tracefs_events: Option<PathBuf>,
+    /// The zoneinfo was read when the command exec'd, perf's events already
+    /// on (the header's [`Header::snapshot_at_exec`]).
+    pub snapshot_at_exec: bool,
 }
 
 impl ImportOptions {
@@ -978,6 +982,7 @@ pub fn import_from_with<R: Read + Seek, W: crate::format::TraceSink>(
         header.knobs = k.clone();
     }
     header.counters_before = opts.counters_before.clone();
+    header.snapshot_at_exec = opts.snapshot_at_exec;
     let writer = TraceWriter::new(out, &header).map_err(|source| PerfImportError::Output {
         path: output.to_path_buf(),
         source,

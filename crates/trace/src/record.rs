@@ -702,6 +702,8 @@ pub fn record(
         trace_clock: CLOCK.to_string(),
         counters_before: Some(counters_before),
         kmem_system_wide: opts.kmem_system_wide,
+        // The recorder reads its snapshot before it enables its events.
+        snapshot_at_exec: false,
     };
     let mut summary = write_trace(
         output,

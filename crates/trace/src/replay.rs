@@ -194,6 +194,11 @@ pub struct Recorded {
     pub order0_mix: BTreeMap<u32, [u64; 3]>,
     /// Events in the trace, all kinds.
     pub nr_events: u64,
+    /// Allocator events before the command's exec in a trace whose
+    /// snapshot was read at that exec ([`Header::snapshot_at_exec`]):
+    /// already in the snapshot's lists, so left out of the replay and of
+    /// the counts above.
+    pub before_snapshot: u64,
     /// Nanoseconds from the first to the last allocator event.
     pub span_ns: u64,
     /// What each CPU's lists held at the start, inferred from the trace
@@ -352,6 +357,9 @@ struct FirstPass {
     first_ts: Option<u64>,
     last_ts: u64,
     inference: PcpInference,
+    /// Still before the snapshot's moment (the command's exec, when the
+    /// header says the snapshot was read there).
+    before_snapshot: bool,
 }
 
 /// Notes the migratetype of the PCP list a drained page sat on: its
@@ -400,12 +408,43 @@ impl FirstPass {
             first_ts: None,
             last_ts: 0,
             inference: PcpInference::new(&header.machine.zones),
+            before_snapshot: header.snapshot_at_exec,
+        }
+    }
+
+    /// True for an allocator event the snapshot already holds: one before
+    /// the command's first exec (its `comm` change or `sched_process_exec`,
+    /// whichever comes first) in a trace whose snapshot was read at that
+    /// exec. The kernel's lists at the snapshot include what those events
+    /// did, and replaying them again on top would count them twice (a
+    /// 63-page drain of perf's child 0.25 ms before perl's exec did).
+    fn before_snapshot(&mut self, ev: &crate::event::Event) -> bool {
+        if !self.before_snapshot {
+            return false;
+        }
+        match ev.kind {
+            EventKind::Exec { .. } | EventKind::Comm { exec: true, .. } => {
+                self.before_snapshot = false;
+                false
+            }
+            EventKind::PageAlloc { .. }
+            | EventKind::PageFree { .. }
+            | EventKind::PageAllocZoneLocked { .. }
+            | EventKind::PagePcpuDrain { .. }
+            | EventKind::VmstatWork {} => {
+                self.rec.before_snapshot += 1;
+                true
+            }
+            _ => false,
         }
     }
 
     /// One event of the trace.
     fn event(&mut self, ev: &crate::event::Event) -> Result<(), ReplayError> {
         self.rec.nr_events += 1;
+        if self.before_snapshot(ev) {
+            return Ok(());
+        }
         self.inference.observe(ev);
         let r = match ev.kind {
             EventKind::PageAlloc {
