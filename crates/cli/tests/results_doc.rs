@@ -472,3 +472,122 @@ fn the_html_report_of_every_builtin_renders_in_chromium_without_errors() {
     );
     assert!(!dom.contains("chart not drawn"), "a chart failed to draw");
 }
+
+/// Perfetto's `trace_processor_shell`, or why there is none: the one
+/// `MMLAB_TRACE_PROCESSOR` names, else one on PATH. Nothing installs it:
+/// Perfetto ships it only from get.perfetto.dev (which the `perfetto`
+/// Python package downloads it from), and no package registry has it.
+fn trace_processor() -> Result<PathBuf, String> {
+    if let Some(p) = std::env::var_os("MMLAB_TRACE_PROCESSOR") {
+        let p = PathBuf::from(p);
+        return if p.is_file() {
+            Ok(p)
+        } else {
+            Err(format!(
+                "MMLAB_TRACE_PROCESSOR={} is not a file",
+                p.display()
+            ))
+        };
+    }
+    let path = std::env::var_os("PATH").unwrap_or_default();
+    for dir in std::env::split_paths(&path) {
+        let p = dir.join("trace_processor_shell");
+        if p.is_file() {
+            return Ok(p);
+        }
+    }
+    Err(
+        "no trace_processor_shell on PATH and MMLAB_TRACE_PROCESSOR unset \
+         (Perfetto's binary; see the README's Timelines section)"
+            .into(),
+    )
+}
+
+/// Runs `sql` in the trace processor on `trace`; the rows of its last
+/// statement, each a list of fields (the shell prints CSV, quoting text).
+fn tp_query(tp: &Path, scratch: &Scratch, trace: &Path, sql: &str) -> Vec<Vec<String>> {
+    let q = scratch.join("query.sql");
+    std::fs::write(&q, sql).expect("write query");
+    let o = Command::new(tp)
+        .arg("-q")
+        .arg(&q)
+        .arg(trace)
+        .output()
+        .expect("run trace_processor_shell");
+    assert!(
+        o.status.success(),
+        "trace_processor_shell failed on {}: {}",
+        trace.display(),
+        String::from_utf8_lossy(&o.stderr)
+    );
+    let out = String::from_utf8(o.stdout).expect("utf-8");
+    let mut lines = out.lines().filter(|l| !l.trim().is_empty());
+    let header = lines.next().unwrap_or_default();
+    assert!(!header.is_empty(), "no result from {sql}");
+    lines.map(csv_fields).collect()
+}
+
+/// The fields of one CSV line: commas inside double quotes belong to the
+/// field, a doubled quote is one quote.
+fn csv_fields(line: &str) -> Vec<String> {
+    let (mut fields, mut field, mut quoted) = (Vec::new(), String::new(), false);
+    let mut chars = line.chars().peekable();
+    while let Some(c) = chars.next() {
+        match c {
+            '"' if quoted && chars.peek() == Some(&'"') => {
+                field.push('"');
+                chars.next();
+            }
+            '"' => quoted = !quoted,
+            ',' if !quoted => fields.push(std::mem::take(&mut field)),
+            c => field.push(c),
+        }
+    }
+    fields.push(field);
+    fields
+}
+
+#[test]
+fn every_builtin_timeline_loads_in_perfettos_trace_processor() {
+    let tp = match trace_processor() {
+        Ok(p) => p,
+        Err(why) => {
+            eprintln!("SKIPPED (cannot run here): {why}");
+            return;
+        }
+    };
+    let scratch = Scratch::new("results-doc");
+    let trace = scratch.join("all.pftrace");
+    let bytes = &reproduce_all_runs().timeline;
+    std::fs::write(&trace, bytes).expect("write timeline");
+    let ours = perfetto_check::check_bytes(bytes);
+    // What the trace processor refused or lost while importing.
+    let problems = tp_query(
+        &tp,
+        &scratch,
+        &trace,
+        "select name, idx, value from stats \
+         where severity in ('error', 'data_loss') and value > 0;",
+    );
+    assert!(problems.is_empty(), "import problems: {problems:?}");
+    // It holds every slice and counter value the file has (an instant
+    // event is a slice of no duration there).
+    let counts = tp_query(
+        &tp,
+        &scratch,
+        &trace,
+        "select (select count(*) from slice), (select count(*) from counter);",
+    );
+    let nr_slices = ours.slices.values().sum::<u64>() + ours.instants.len() as u64;
+    assert_eq!(
+        counts,
+        vec![vec![nr_slices.to_string(), ours.counters.to_string()]],
+        "slices and counter values: trace processor vs the file"
+    );
+    // Every run's root track is there by name.
+    let names = tp_query(&tp, &scratch, &trace, "select distinct name from track;");
+    let names: std::collections::BTreeSet<&str> = names.iter().map(|r| r[0].as_str()).collect();
+    for t in ours.tracks.values().filter(|t| t.parent.is_none()) {
+        assert!(names.contains(t.name.as_str()), "no track {:?}", t.name);
+    }
+}
