@@ -341,21 +341,7 @@ impl Program for CowChild {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use sim::NodeSpec;
-
-    fn machine(nodes: u32, cpus: u32) -> Machine {
-        Machine {
-            name: "m".into(),
-            nodes: (0..nodes)
-                .map(|_| NodeSpec {
-                    cpus,
-                    memory_bytes: 64 << 20,
-                })
-                .collect(),
-            llc_bytes: 0,
-            dma32_bytes: 0,
-        }
-    }
+    use crate::test_machine as machine;
 
     /// `spread` takes the nodes in turn and skips the parent's CPU 0:
     /// 6 children on 2 × 4 CPUs run on 1, 4, 2, 5, 3, 6.

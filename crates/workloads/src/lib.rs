@@ -111,6 +111,23 @@ pub fn build(name: &str, params: &Params, machine: &Machine) -> Result<Vec<TaskS
     Ok(tasks)
 }
 
+/// The unit tests' machine: `nodes` nodes of `cpus` CPUs and 64 MiB each,
+/// no LLC and no DMA32 zone.
+#[cfg(test)]
+pub(crate) fn test_machine(nodes: u32, cpus: u32) -> sim::Machine {
+    sim::Machine {
+        name: "m".into(),
+        nodes: (0..nodes)
+            .map(|_| sim::NodeSpec {
+                cpus,
+                memory_bytes: 64 << 20,
+            })
+            .collect(),
+        llc_bytes: 0,
+        dma32_bytes: 0,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

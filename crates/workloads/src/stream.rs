@@ -521,7 +521,8 @@ impl Program for Side {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use sim::{Machine, NodeSpec, Rng};
+    use crate::test_machine as machine;
+    use sim::Rng;
 
     /// lmbench3's 64 KiB write: a 35.7 KiB skb (3 776 bytes in its head,
     /// one order-3 fragment) and a 28.3 KiB one (28 KiB of fragments:
@@ -617,20 +618,6 @@ mod tests {
                     matches!(op, Some(Op::Send { chan: 0, ref blocks }) if blocks.is_empty());
                 assert!(wake, "{op:?}");
             }
-        }
-    }
-
-    fn machine(nodes: u32, cpus: u32) -> Machine {
-        Machine {
-            name: "m".into(),
-            nodes: (0..nodes)
-                .map(|_| NodeSpec {
-                    cpus,
-                    memory_bytes: 64 << 20,
-                })
-                .collect(),
-            llc_bytes: 0,
-            dma32_bytes: 0,
         }
     }
 
