@@ -31,7 +31,7 @@ import sys
 
 
 def fault_gaps(data):
-    """{comm: [on-CPU microseconds between consecutive faults of a pid]}."""
+    """{comm: [[on-CPU microseconds between consecutive faults] per pid]}."""
     out = subprocess.run(
         ["perf", "script", "-i", data, "--show-switch-events", "-F", "comm,pid,time,event"],
         capture_output=True, text=True, check=True).stdout
@@ -56,9 +56,12 @@ def fault_gaps(data):
             since[pid] = t  # its first record: on CPU from here
         clock = ran[pid] + t - since[pid]
         if pid in last:
-            gaps[comm].append((clock - last[pid]) * 1e6)
+            gaps[(comm, pid)].append((clock - last[pid]) * 1e6)
         last[pid] = clock
-    return gaps
+    by_comm = collections.defaultdict(list)
+    for (comm, _), g in sorted(gaps.items()):
+        by_comm[comm].append(g)
+    return by_comm
 
 
 def print_distribution(comm, g):
@@ -82,17 +85,20 @@ def interpolate(curve, x):
     return curve[0][1]
 
 
-def expected_excess(g, a, curve):
-    """Mean ns a fault adds over a back-to-back one, and the share of faults
-    that come after a whole L2 of the program's lines."""
-    total, past_l2 = 0.0, 0
-    for gap in g:
-        user = max(0.0, gap - a.fault_us)
-        ns = interpolate(curve, user * a.code_kb_per_us)
-        if user * a.l2_kb_per_us >= a.l2_kb:
-            ns, past_l2 = max(ns, a.l2_penalty_ns), past_l2 + 1
-        total += ns
-    return total / len(g), past_l2 / len(g)
+def expected_excess(per_pid, a, curve, m=1):
+    """Mean ns a fault adds over a back-to-back one when it comes m of the
+    program's faults after the last (a folio of m pages: the m - 1 faults
+    between do not happen, so their own time is not user time), and the
+    share of those faults that come after a whole L2 of its lines."""
+    total, past_l2, n = 0.0, 0, 0
+    for g in per_pid:
+        for i in range(m - 1, len(g)):
+            user = max(0.0, sum(g[i - m + 1:i + 1]) - m * a.fault_us)
+            ns = interpolate(curve, user * a.code_kb_per_us)
+            if user * a.l2_kb_per_us >= a.l2_kb:
+                ns, past_l2 = max(ns, a.l2_penalty_ns), past_l2 + 1
+            total, n = total + ns, n + 1
+    return total / n, past_l2 / n
 
 
 def main():
@@ -105,6 +111,8 @@ def main():
     ap.add_argument("--code-curve", default="0:0,8:140,16:220,32:270,64:330,128:320,256:350")
     ap.add_argument("--l2-penalty-ns", type=float, default=796)
     ap.add_argument("--l2-kb", type=float, default=1024)
+    ap.add_argument("--per-pages", type=int, default=1,
+                    help="also the excess of a fault m = 1..N faults after the last")
     a = ap.parse_args()
     try:
         curve = [tuple(map(float, p.split(":"))) for p in a.code_curve.split(",")]
@@ -113,14 +121,16 @@ def main():
     if len(curve) < 2 or any(x1 <= x0 for (x0, _), (x1, _) in zip(curve, curve[1:])):
         sys.exit("--code-curve: at least two points, KiB increasing")
     gaps = fault_gaps(a.data)
-    for comm, g in sorted(gaps.items(), key=lambda x: -len(x[1])):
+    for comm, per_pid in sorted(gaps.items(), key=lambda x: -sum(map(len, x[1]))):
+        g = [x for p in per_pid for x in p]
         if len(g) >= 1000:
             print_distribution(comm, g)
-    if not gaps.get(a.comm):
+    if not any(gaps.get(a.comm, [])):
         sys.exit(f"{a.data}: no two faults of a process named {a.comm!r}")
-    ns, past = expected_excess(gaps[a.comm], a, curve)
-    print(f"{a.comm}: expected excess over a back-to-back fault {ns:.0f} ns a fault "
-          f"({100 * past:.2f} % of faults after a whole L2 of its lines)")
+    for m in range(1, max(1, a.per_pages) + 1):
+        ns, past = expected_excess(gaps[a.comm], a, curve, m)
+        print(f"{a.comm}: a fault {m} fault(s) after the last: expected excess over a "
+              f"back-to-back fault {ns:.0f} ns ({100 * past:.2f} % after a whole L2 of its lines)")
 
 
 if __name__ == "__main__":
