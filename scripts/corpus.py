@@ -69,7 +69,15 @@ PROGRAMS = [
     ("build", "make -j2 of a 41-file C project (~125 execs)", False,
      ["make", "-C", "cproj", "-j2", "-s"], ["make", "-C", "cproj", "-s", "clean"]),
     ("python", "CPython interpreter: dicts, sort, JSON", False, ["{python}", "workload.py"], None),
-    ("node", "Node.js (V8 JIT): Map, sort, JSON", False, ["node", "workload.js"], None),
+    # --single-threaded (a documented V8 option: no background tasks, so
+    # GC marking/sweeping and JIT compilation run in the main thread) makes
+    # the fault count repeat: 4k runs 10,551..10,556 against 10,827..11,433
+    # by default, whose level moves with the host's state within minutes
+    # (2026-11-25 07:13: 11,226..11,433; 07:15: 10,927..10,948), so that
+    # the default's recordings predicted 64k -3.9 % at 05:20 and +3.4 % at
+    # 07:13 against live runs of the same minutes (setarch -R, ru_minflt).
+    ("node", "Node.js (V8 JIT, background tasks off): Map, sort, JSON", False,
+     ["node", "--single-threaded", "workload.js"], None),
     ("sqlite", "SQLite engine: 400k-row table, index, queries", False,
      ["sqlite3", ":memory:", ".read workload.sql"], None),
     ("server", "HTTP server (forked) under 400 loopback requests", False, ["{python}", "server.py"], None),
@@ -192,17 +200,26 @@ def suffix(args):
     return "-noaslr" if getattr(args, "no_aslr", False) else ""
 
 
+def lend_lock(env):
+    """`env` and the descriptors to pass so that an `mmlab` child started
+    while this process holds the live-kernel lock finds it lent
+    (host::lock::LEND_ENV) instead of waiting for it: `mmlab record` takes
+    the lock, and every mmlab command takes it when it finds state a killed
+    mmlab left (`recover_stale_state()`), which under the held lock would
+    wait forever (2026-11-25 07:21: `mmlab import` in `perf-record`, after
+    another engineer's test left a journal in /run/mmlab)."""
+    if LiveKernel.held_fd is None:
+        return env, ()
+    return dict(env, MMLAB_LIVE_LOCK_FD=str(LiveKernel.held_fd)), (LiveKernel.held_fd,)
+
+
 def run_once(p, inputs, python, trace, no_aslr):
     if p[4]:
         subprocess.run(p[4], cwd=inputs, check=True, stdout=subprocess.DEVNULL)
     cmd = [mmlab(), "record", "-o", trace, "--"] + argv_of(p, python, no_aslr)
     # Python randomizes its string hashes per run, which moves its dicts'
     # memory from run to run; a fixed seed makes the runs comparable.
-    env = dict(os.environ, PYTHONHASHSEED="0")
-    fds = ()
-    if LiveKernel.held_fd is not None:
-        env["MMLAB_LIVE_LOCK_FD"] = str(LiveKernel.held_fd)
-        fds = (LiveKernel.held_fd,)
+    env, fds = lend_lock(dict(os.environ, PYTHONHASHSEED="0"))
     r = subprocess.run(cmd, cwd=inputs, env=env, pass_fds=fds, stdout=subprocess.DEVNULL,
                        stderr=subprocess.PIPE, text=True)
     if r.returncode != 0:
@@ -818,8 +835,9 @@ def perf_once(p, kind, inputs, python, no_aslr, trace, keep=None):
                 raise RuntimeError(f"{p[0]}: perf record failed: {err.read().strip()[-400:]}")
         if not after:
             snapshot(snap, after=True)
+        ienv, fds = lend_lock(dict(os.environ))
         imp = subprocess.run([mmlab(), "import", data, "-o", trace, "--snapshot", snap],
-                             capture_output=True, text=True)
+                             capture_output=True, text=True, env=ienv, pass_fds=fds)
         if imp.returncode != 0:
             raise RuntimeError(f"{p[0]}: mmlab import failed: {imp.stderr.strip()[-400:]}")
         res = {"perf_data_bytes": os.path.getsize(data), "import": imp.stderr.strip().splitlines(),

@@ -33,20 +33,12 @@ const SMALL: &str = "under 300 faults: a few faults of layout noise are over 2 %
 /// The first host's data.
 const ZEN3: &str = "host-zen3/";
 
-/// This host's node (2026-11-25 05:20): the mean of eight recordings'
-/// predictions, each within its own 4 KiB run, is under the live mean only
-/// where large folios are on (64k −3.9 %, all −7.4 %), whose own runs
-/// spread ±3.7 % and ±7.2 %.
-const JIT_LARGE_FOLIOS: &str = "JIT runtime: the mean of eight recordings predicts 4k to 0.0 % but 64k −3.9 % and all −7.4 %, whose own live runs spread ±3.7 % and ±7.2 % (V8's concurrent threads; not judgeable to 2 %)";
-
 /// The (program, configuration) pairs whose page faults the model misses by
 /// more than 2 %, each with the mechanism (see scripts/corpus/README.md),
 /// keyed by the directory and suffix of the live runs (`""`/`ZEN3`, with
 /// ASLR `""` or without `"-noaslr"`). A pair not listed must be within 2 %;
 /// a listed one may improve.
 const KNOWN_MISSES: &[(&str, &str, &str, &str)] = &[
-    ("-noaslr", "node", "64k", JIT_LARGE_FOLIOS),
-    ("-noaslr", "node", "all", JIT_LARGE_FOLIOS),
     ("host-zen3/-noaslr", "node", "64k", JIT),
     ("host-zen3/-noaslr", "node", "all", JIT),
     ("host-zen3/-noaslr", "node", "hf100", JIT),
@@ -188,7 +180,6 @@ const KFAULT: &str = "no exceptions:page_fault_kernel: the kernel's faults are a
 /// --no-aslr`, one line per source; this host's `full` line and the first
 /// host's three) and their pairs outside 2 %.
 const PERF_MISSES: &[(&str, &str, &str, &str)] = &[
-    ("perf-full", "node", "*", JIT_ONE_RUN),
     ("perf-full", "gzip", "all", SMALL),
     ("host-zen3/perf-full", "node", "64k", JIT),
     ("host-zen3/perf-full", "node", "all", JIT),
@@ -210,8 +201,6 @@ const PERF_MISSES: &[(&str, &str, &str, &str)] = &[
     ("host-zen3/perf-minimal", "sort", "*", NO_KMEM),
     ("host-zen3/perf-minimal", "gzip", "*", NO_KMEM),
 ];
-
-const JIT_ONE_RUN: &str = "JIT runtime: one perf recording of node (its 4 KiB prediction −0.7 % under the live mean of eight runs that spread ±1.1 %); large folios −2.1..−7.9 %";
 
 const NO_KMEM: &str = "no kmem and no exceptions:page_fault_kernel: the kernel's faults cannot be estimated (NOT ESTIMATED, with a band)";
 const MREMAP_IN_PLACE: &str = "no mremap: the mappings are inferred up to the next mapping above; one grown in place ends lower, and a THP fits in the model where it did not";

@@ -312,12 +312,19 @@ struct Task {
     in_touch: bool,
     /// `set_mempolicy(MPOL_PREFERRED)`'s node; `None`: the default policy.
     mempolicy: Option<NodeId>,
+    /// [`Program::cold_fault_ns`] of its program, copied at start.
+    cold_fault_ns: Option<Box<[u64]>>,
+    /// Pages its accesses reached since its last user fault (saturating;
+    /// `u32::MAX` before its first).
+    pages_since_fault: u32,
 }
 
 impl Task {
     /// Task number `id` of process `pid`, about to run `program` on `cpu`.
     fn new(id: TaskId, seed: u64, program: Box<dyn Program>, cpu: VcpuId, pid: Pid) -> Task {
         Task {
+            cold_fault_ns: program.cold_fault_ns().map(Box::from),
+            pages_since_fault: u32::MAX,
             program,
             rng: Rng::stream(seed, id.0 as u64 + 1),
             cpu,
@@ -1992,6 +1999,8 @@ impl Engine {
             let addr = cur.next;
             cur.next = cur.next.saturating_add(cur.stride);
             n += 1;
+            let task = &mut self.tasks[tid];
+            task.pages_since_fault = task.pages_since_fault.saturating_add(1);
             self.cx.charge(Cost::Touch);
             // The bytes of this access, within its page.
             let in_page = mm::PAGE_SIZE - (addr & (mm::PAGE_SIZE - 1));
@@ -2025,6 +2034,7 @@ impl Engine {
         len: u32,
         write: bool,
     ) -> Result<(), VmFault> {
+        self.charge_cold_fault(tid);
         let mm = self.procs[pid].mm.as_mut().expect("the access found it");
         let policy = self.vmacache_policy;
         let task = self.tasks[tid]
@@ -2049,6 +2059,19 @@ impl Engine {
             self.cx.user_access(phys, len, write);
         }
         Ok(())
+    }
+
+    /// What task `tid`'s program says a fault costs after the pages it used
+    /// since its last one ([`Program::cold_fault_ns`]), charged as part of
+    /// the fault; the count starts again.
+    fn charge_cold_fault(&mut self, tid: TaskId) {
+        let task = &mut self.tasks[tid];
+        let m = std::mem::take(&mut task.pages_since_fault).max(1) as usize;
+        if let Some(table) = task.cold_fault_ns.as_deref() {
+            if let Some(&ns) = table.get(m - 1).or(table.last()) {
+                self.cx.charge_ns(ns);
+            }
+        }
     }
 
     /// `fork()` by task `tid` at `t`: copies its process's address space and

@@ -293,6 +293,22 @@ pub trait Program {
     /// The next operation, given the result of the last one; `None` ends the
     /// task. `rng` is this task's own seeded stream.
     fn next(&mut self, last: OpResult, rng: &mut Rng) -> Option<Op>;
+
+    /// What each of this program's user page faults costs beyond a fault
+    /// that follows another at once, by how many pages the program has
+    /// touched since its last fault: element `m - 1` for a fault `m` pages
+    /// after the last, the last element for that many or more (and for the
+    /// first fault of a task). `None` (the default): nothing, as the cost
+    /// profile's fault costs come from back-to-back fault loops.
+    ///
+    /// Why: between two faults the program runs its own code, which pushes
+    /// the fault path's code and branch history out of the core; the
+    /// longer the stretch (the more pages it used in between), the colder
+    /// the next fault. A program that knows its code rate and how its
+    /// faults are spaced gives the table (see `kernel-compile`).
+    fn cold_fault_ns(&self) -> Option<&[u64]> {
+        None
+    }
 }
 
 /// A task to start: its program, the vCPU it runs on and its process.

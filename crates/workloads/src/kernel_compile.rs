@@ -54,6 +54,12 @@
 //!   under 4 KiB and 64 KiB folios alike (it does not move between them).
 //!   Added as system time in proportion to each job's user time; large
 //!   anonymous folios do not change it.
+//! - `cold_fault_pct` = 100: each user fault also pays for the compiler's
+//!   code run since its last fault ([`COLD_FAULT_NS`], by the pages used
+//!   in between: measured on this host, see the constant), which the
+//!   cost profile's back-to-back fault costs leave out. The model plays a
+//!   range's writes before its work, so it counts pages, not time, since
+//!   the last fault; the table holds the measured spacing of cc1's faults.
 //! - The glibc constants (128 KiB mmap threshold, top pad and trim
 //!   threshold) are glibc's documented defaults (mallopt(3)).
 //! - `mmap_pct` = 30, `free_pct` = 20 and the request-size ranges are
@@ -133,6 +139,13 @@ pub(crate) const DEF: WorkloadDef = WorkloadDef {
             "% of allocations followed by a free: munmap, MADV_DONTNEED or brk shrink (estimate)",
         ),
         P::int(
+            "cold_fault_pct",
+            N(100),
+            0,
+            N(1000),
+            "% of COLD_FAULT_NS (measured on this project's x86 host) each user fault adds for the compiler's code run since its last fault; 0: faults cost what back-to-back ones do",
+        ),
+        P::int(
             "other_sys_permille",
             N(recorded_build::OTHER_SYS_PERMILLE as i64),
             0,
@@ -143,6 +156,28 @@ pub(crate) const DEF: WorkloadDef = WorkloadDef {
     build,
     nr_runs: None,
 };
+
+/// What a compiler's user page fault costs beyond a back-to-back fault,
+/// in ns, by the pages it used since its last fault (element `m - 1` for
+/// `m` pages; 16 and more, the last): the fault path's code and branch
+/// history pushed out of the core by the compiler's own code in between
+/// ([`sim::Program::cold_fault_ns`]).
+///
+/// Measured on this project's x86 host (2026-11-25; docs/kbuild-recording.md,
+/// "Which part of the program's work makes the fault cold"):
+/// `scripts/fault_gaps.py --per-pages 16` over `perf record --switch-events
+/// -e page-faults -c 1` of `make mm/memory.o mm/page_alloc.o mm/slub.o`
+/// (linux-source-6.1): cc1's on-CPU time between its faults, m at a time,
+/// less m faults of 1.2 us, is its code time; at 6.7 KiB of code a us
+/// through its L1I (cachegrind on cc1 of mm/memory.c) it maps onto what
+/// `scripts/cold_fault.c` measured a fault to cost after C bytes of other
+/// code (+140 ns at 8 KiB, +270 at 32 KiB, +330-350 from 64 KiB), and
+/// after a whole L2 of its lines (0.94 KiB a us into the 1 MiB L2) onto
+/// its 1 MiB data sweep (+796 ns). A 4 KiB folio's fault comes one page
+/// after the last (232 ns), a 64 KiB folio's sixteen (399 ns).
+pub const COLD_FAULT_NS: [u64; 16] = [
+    232, 284, 310, 327, 339, 349, 357, 364, 371, 376, 382, 386, 390, 393, 396, 399,
+];
 
 /// glibc's `M_MMAP_THRESHOLD` default: requests from 128 KiB are mapped.
 const MMAP_THRESHOLD: u64 = 128 << 10;
@@ -167,6 +202,7 @@ struct JobParams {
     mmap_pct: u32,
     free_pct: u32,
     other_sys_permille: u64,
+    cold_fault_pct: u64,
 }
 
 fn build(a: &Args) -> Result<Vec<TaskSpec>, ParamError> {
@@ -182,6 +218,7 @@ fn build(a: &Args) -> Result<Vec<TaskSpec>, ParamError> {
         mmap_pct: a.int("mmap_pct")? as u32,
         free_pct: a.int("free_pct")? as u32,
         other_sys_permille: a.int("other_sys_permille")? as u64,
+        cold_fault_pct: a.int("cold_fault_pct")? as u64,
     };
     // Spread the slots over the machine, as the scheduler spreads busy
     // tasks over idle cores.
@@ -229,6 +266,8 @@ pub struct CompileJob {
     awaiting: Await,
     started: bool,
     exited: bool,
+    /// [`COLD_FAULT_NS`] at `cold_fault_pct` (empty at 0).
+    cold_fault_ns: Vec<u64>,
 }
 
 impl CompileJob {
@@ -246,6 +285,10 @@ impl CompileJob {
             awaiting: Await::Nothing,
             started: false,
             exited: false,
+            cold_fault_ns: match p.cold_fault_pct {
+                0 => Vec::new(),
+                pct => COLD_FAULT_NS.iter().map(|ns| ns * pct / 100).collect(),
+            },
         }
     }
 
@@ -354,6 +397,10 @@ impl CompileJob {
 }
 
 impl Program for CompileJob {
+    fn cold_fault_ns(&self) -> Option<&[u64]> {
+        (!self.cold_fault_ns.is_empty()).then_some(&self.cold_fault_ns[..])
+    }
+
     fn next(&mut self, last: OpResult, rng: &mut Rng) -> Option<Op> {
         if self.exited {
             return None;

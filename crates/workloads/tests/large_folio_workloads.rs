@@ -157,6 +157,43 @@ fn kernel_compile_adds_the_unplayed_kernel_time_alike_under_every_policy() {
     assert!(added[1].abs_diff(added[0]) < added[0] / 100, "{added:?}");
 }
 
+/// The compiler's code between faults makes each fault dearer
+/// (`cold_fault_pct`, `COLD_FAULT_NS`): a 4 KiB fault that follows the last
+/// at the next page pays the first entry, one after more pages (a large
+/// folio's, or a page already mapped) more, up to the last; user time does
+/// not move, and large folios pay it per fault, i.e. less of it in all.
+#[test]
+fn kernel_compile_charges_the_cold_fault_per_fault_by_the_pages_since_the_last() {
+    use workloads::kernel_compile::COLD_FAULT_NS;
+    let m = machine(2, 256 << 20);
+    let with = |pct: i64| {
+        let mut p = small("kernel-compile");
+        p.0.insert("tasks".into(), ParamValue::Int(1));
+        p.0.insert("cold_fault_pct".into(), ParamValue::Int(pct));
+        p
+    };
+    let mut added = Vec::new();
+    for pol in ["off", "v2"] {
+        let (none, v) = run("kernel-compile", &with(0), policy(pol), &m);
+        let (some, _) = run("kernel-compile", &with(100), policy(pol), &m);
+        assert_eq!(some.user_ns, none.user_ns, "{pol}: user time moved");
+        let faults = v.get(VmEvent::PGFAULT);
+        let extra = some.sys_ns - none.sys_ns;
+        assert!(
+            extra >= faults * COLD_FAULT_NS[0] && extra <= faults * COLD_FAULT_NS[15],
+            "{pol}: {extra} ns for {faults} faults"
+        );
+        added.push((extra, faults));
+    }
+    let (small_folios, large_folios) = (added[0], added[1]);
+    assert!(large_folios.0 < small_folios.0, "{added:?}");
+    // Per fault, a large folio's comes more pages after the last.
+    assert!(
+        large_folios.0 * small_folios.1 > small_folios.0 * large_folios.1,
+        "{added:?}"
+    );
+}
+
 #[test]
 fn kernel_compile_grows_the_heap_with_brk() {
     // All allocations from the heap and none freed: no mmap at all, yet at
