@@ -10,8 +10,10 @@ use native::faults::{Access, Advice, FaultPattern, Step};
 use native::knobs::{KnobGuard, LiveLock, ThpEnabled, ThpKnobs, PERCPU_PAGELIST_HIGH_FRACTION};
 use native::NativeError;
 use std::cell::RefCell;
+use std::collections::BTreeMap;
 use std::path::Path;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
 
 /// Micro-benchmark names the derivation looks up.
 pub mod names {
@@ -484,41 +486,230 @@ pub fn live_lock() -> Result<LiveLock, NativeError> {
     Ok(lock)
 }
 
-/// `runs` live runs back to back under one hold of the lock, after one
-/// warm-up: the CPU ns of each run's timed phases, and the last run's
-/// faults. Each run after the first gets the memory the run before it
-/// freed a moment earlier; the first run's memory comes from the warm-up.
+/// One repetition of a live pattern ([`run_rep`]): a warm-up, then two
+/// runs back to back.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Rep {
+    /// CPU ns of each run's timed phases.
+    pub ns: [f64; 2],
+    /// Faults of the second run's timed phases.
+    pub faults: u64,
+    /// KiB the guest's free page reporting handed to the host from the end
+    /// of the warm-up to the end of the first run, and from there to the
+    /// end of the second (`None`: this kernel has no such counter). The
+    /// counter is the whole guest's: memory another process freed counts
+    /// too.
+    pub reported_kib: [Option<u64>; 2],
+}
+
+impl Rep {
+    /// The faster run: the figure of the repetition, for the fit and the
+    /// check alike.
+    pub fn faster(&self) -> f64 {
+        self.ns[0].min(self.ns[1])
+    }
+
+    /// Whether free page reporting handed memory to the host while this
+    /// repetition's memory was free or being faulted.
+    pub fn overlapped(&self) -> bool {
+        self.reported_kib.iter().any(|k| k.is_some_and(|k| k > 0))
+    }
+
+    /// KiB reported during the repetition (`None`: no counter).
+    pub fn reported_total(&self) -> Option<u64> {
+        match self.reported_kib {
+            [None, None] => None,
+            [a, b] => Some(a.unwrap_or(0) + b.unwrap_or(0)),
+        }
+    }
+}
+
+/// How often free page reporting overlapped the repetitions of the fit or
+/// of the check ([`run_rep`]).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct ReportingTally {
+    /// Repetitions kept.
+    pub reps: usize,
+    /// Repetitions set aside and run again because reporting overlapped
+    /// them.
+    pub rerun: usize,
+    /// Repetitions kept although reporting overlapped them: their re-runs
+    /// were spent.
+    pub kept_overlapped: usize,
+    /// KiB reported during the repetitions set aside.
+    pub aside_kib: u64,
+    /// Repetitions run without the counter (the kernel has none).
+    pub no_counter: usize,
+}
+
+impl ReportingTally {
+    fn count(&mut self, kept: &Rep, aside: &[Rep]) {
+        self.reps += 1;
+        self.rerun += aside.len();
+        self.kept_overlapped += usize::from(kept.overlapped());
+        self.aside_kib += aside.iter().filter_map(Rep::reported_total).sum::<u64>();
+        self.no_counter += usize::from(kept.reported_total().is_none());
+    }
+
+    /// One line for the report: `what` (the fit, the check) and its
+    /// counts.
+    pub fn describe(&self, what: &str) -> String {
+        if self.no_counter == self.reps && self.reps > 0 {
+            return format!(
+                "{what}: {} repetitions, no free page reporting counter on this kernel",
+                self.reps
+            );
+        }
+        format!(
+            "{what}: {} repetitions kept; {} set aside and run again because the guest reported memory to the host during them ({} MiB); {} kept although reported during (their {REPORTING_RERUNS} re-runs spent)",
+            self.reps,
+            self.rerun,
+            self.aside_kib >> 10,
+            self.kept_overlapped
+        )
+    }
+}
+
+/// The free page reporting worker's delay between passes: upstream
+/// `PAGE_REPORTING_DELAY`, 2 s (`mm/page_reporting.c`, 5.7-6.18): a pass
+/// that ends with more frees requested is scheduled again 2 s later, and a
+/// request made while it is idle schedules one 2 s later. Seen here too
+/// (2026-11-25, 256 MiB and 1000 MiB of THPs freed: passes ended 2.03 and
+/// 2.06 s apart, the first 2.0 s after the first free).
+const PAGE_REPORTING_DELAY: Duration = Duration::from_secs(2);
+
+/// The part of [`PAGE_REPORTING_DELAY`] after a pass that a repetition's
+/// runs may use: the rest (0.3 s) is margin for seeing the pass end late
+/// (the counter is polled every millisecond, but the waiting thread may
+/// not run at once on a loaded host) and for the delayed work's timer. A
+/// design choice, not a measured cost.
+const REPORTING_WINDOW: Duration = PAGE_REPORTING_DELAY.saturating_sub(Duration::from_millis(300));
+
+/// How long to wait for a pass to end before going on: the delay and a
+/// pass of ~1 GiB (~0.1 s here), with margin (0.5 s in all). After that the
+/// worker was idle (no pass pending), and the next pass comes 2 s after the
+/// next free.
+const PASS_WAIT: Duration = PAGE_REPORTING_DELAY.saturating_add(Duration::from_millis(500));
+
+/// When this guest's free page reporting worker last ended a pass, as far
+/// as this process saw, and how long each pattern's runs take: so that a
+/// repetition's runs can be placed in the quiet time after a pass
+/// ([`ReportingWindow::ready`]).
+#[derive(Clone, Debug, Default)]
+pub struct ReportingWindow {
+    /// The worker's pass count when last read, and when.
+    last_look: Option<(u64, Instant)>,
+    /// When the last pass ended, at the latest.
+    pass_end: Option<Instant>,
+    /// Wall time of each pattern's two runs, from the warm-up's release
+    /// to the second run's end, the last time they ran.
+    runs_wall: BTreeMap<String, Duration>,
+    /// Waits for a pass to end, and their total wall time.
+    pub waits: usize,
+    /// Total wall time waiting.
+    pub waited: Duration,
+    /// Waits that ended without a pass (the worker was idle).
+    pub idle: usize,
+}
+
+/// Whether runs that take `need` still end inside the quiet window when
+/// started `since_pass` after a pass ended; unknown either way: no.
+fn fits_window(since_pass: Option<Duration>, need: Option<Duration>) -> bool {
+    match (since_pass, need) {
+        (Some(s), Some(n)) => s + n <= REPORTING_WINDOW,
+        _ => false,
+    }
+}
+
+impl ReportingWindow {
+    /// Reads the pass count: a pass that ended since the last look ended
+    /// after it, so the window is counted from then (the earliest end,
+    /// which leaves the least time).
+    fn look(&mut self) -> Option<u64> {
+        let passes = kernel::reporting_passes()?;
+        let now = Instant::now();
+        if let Some((before, at)) = self.last_look {
+            if before != passes {
+                self.pass_end = Some(at);
+            }
+        }
+        self.last_look = Some((passes, now));
+        Some(passes)
+    }
+
+    /// Returns when `pattern`'s runs can start and end before the next
+    /// reporting pass: at once if they fit in what is left of the window
+    /// after the last pass, else when the next pass ends (or, if none
+    /// comes within [`PASS_WAIT`], the worker is idle and the window
+    /// starts now). The caller holds its warm-up memory meanwhile, so
+    /// that the pass cannot report it. Without the counter, at once.
+    fn ready(&mut self, pattern: &str) {
+        let Some(p0) = self.look() else { return };
+        let need = self.runs_wall.get(pattern).copied();
+        if fits_window(self.pass_end.map(|t| t.elapsed()), need) {
+            return;
+        }
+        let t0 = Instant::now();
+        loop {
+            std::thread::sleep(Duration::from_millis(1));
+            let passes = self.look();
+            if passes.is_some_and(|p| p != p0) {
+                break;
+            }
+            if t0.elapsed() >= PASS_WAIT {
+                self.idle += 1;
+                self.pass_end = Some(Instant::now());
+                break;
+            }
+        }
+        self.waits += 1;
+        self.waited += t0.elapsed();
+    }
+
+    /// Records how long `pattern`'s runs took.
+    fn ran(&mut self, pattern: &str, wall: Duration) {
+        self.runs_wall.insert(pattern.to_string(), wall);
+    }
+
+    /// One line for the report.
+    pub fn describe(&self) -> String {
+        if self.last_look.is_none() {
+            return "no reporting pass counter on this kernel: the runs were not placed between passes".into();
+        }
+        format!(
+            "the runs waited {} times for a reporting pass to end ({:.1} s in all; {} found the worker idle)",
+            self.waits,
+            self.waited.as_secs_f64(),
+            self.idle
+        )
+    }
+}
+
+/// How many times a repetition that free page reporting overlapped is run
+/// again before it is kept as it is ([`run_rep`]).
+pub const REPORTING_RERUNS: usize = 2;
+
+/// One repetition of a pattern ([`Rep`]) under one hold of the lock: a
+/// warm-up, then two live runs back to back, each after the memory the
+/// one before it freed a moment earlier (the first's from the warm-up).
 ///
-/// Why two: on a guest with free page reporting (a virtio-balloon with
-/// `F_REPORTING`, `page_reporting_order` 9 here) free blocks of 2 MiB and
-/// more go back to the host within seconds, and a first touch of one
-/// faults in the host as well: 256 MiB of 2 MiB THPs took 270-364 ms of
-/// CPU after the memory had been free for 6 s against 11-16 ms when it was
-/// reused at once. The reporting worker runs whenever other tenants' frees
-/// have scheduled it, so even memory freed a moment ago is sometimes gone;
-/// a run can only be slowed by this, never sped up, and the faster of two
-/// runs is the more likely to measure the guest kernel alone.
+/// Why a warm-up and two runs: on a guest with free page reporting (a
+/// virtio-balloon with `F_REPORTING`, `page_reporting_order` 9 here) free
+/// blocks of 2 MiB and more go back to the host within seconds, and a
+/// first touch of one faults in the host as well: 256 MiB of 2 MiB THPs
+/// took 270-364 ms of CPU after the memory had been free for 6 s against
+/// 11-16 ms when it was reused at once. The warm-up makes the host back
+/// the memory the runs will get; the reporting counter says whether the
+/// worker handed any memory back between the warm-up and a run's end
+/// ([`run_rep`] acts on it).
 ///
 /// The caller holds the live-kernel lock (`lock`), for as many patterns
 /// as it runs together.
-pub fn run_pattern_runs(
+fn run_rep_once(
     p: &LivePattern,
-    runs: usize,
     lock: &LiveLock,
-) -> Result<(Vec<f64>, u64), NativeError> {
-    run_pattern_runs_reported(p, runs, lock).map(|(ns, faults, _)| (ns, faults))
-}
-
-/// [`run_pattern_runs`], and the KiB the guest's free page reporting handed
-/// back to the host between the warm-up (or the run before) and the end of
-/// each run (`None`: the kernel has no such counter). The counter is the
-/// whole guest's: memory another process freed counts too.
-#[allow(clippy::type_complexity)]
-pub fn run_pattern_runs_reported(
-    p: &LivePattern,
-    runs: usize,
-    lock: &LiveLock,
-) -> Result<(Vec<f64>, u64, Vec<Option<u64>>), NativeError> {
+    window: &mut ReportingWindow,
+) -> Result<Rep, NativeError> {
     let mut guard = KnobGuard::new(lock);
     let path = Path::new(PERCPU_PAGELIST_HIGH_FRACTION);
     let want = p.fraction.to_string();
@@ -528,42 +719,78 @@ pub fn run_pattern_runs_reported(
     // Memory the host has backed, as the kernel's cost is what is measured
     // (kernel::warm_memory says why); twice the region for a fork's copies.
     let copies = 1 + p.pattern.steps.contains(&Step::ForkWriter) as usize;
-    kernel::warm_memory(copies * p.pattern.len_bytes + (4 << 20))?;
-    let mut out = (Vec::new(), 0, Vec::new());
-    let mut r = Ok(());
-    // From the end of the warm-up (or of the run before) to the end of
-    // each run: memory reported then may be what the run faults.
-    let mut prev = kernel::reported_kib();
-    for _ in 0..runs.max(1) {
-        let run = native::faults::run_locked(&p.pattern, lock);
-        let now = kernel::reported_kib();
-        out.2.push(prev.zip(now).map(|(a, b)| b.saturating_sub(a)));
-        prev = now;
-        match run {
-            Ok(rep) => {
-                let (ns, faults) = match p.timed {
-                    Timed::Touch => (rep.touch.cpu_ns as f64, rep.touch.nr_minflt),
-                    Timed::Steps => (
-                        rep.steps.iter().map(|s| s.cpu_ns as f64).sum(),
-                        rep.steps.iter().map(|s| s.nr_minflt).sum(),
-                    ),
-                };
-                out.0.push(ns);
-                out.1 = faults;
-            }
-            Err(e) => {
-                r = Err(e);
-                break;
-            }
+    let r = kernel::warm_region(copies * p.pattern.len_bytes + (4 << 20)).and_then(|warm| {
+        window.ready(&p.pattern.name);
+        let t0 = Instant::now();
+        drop(warm);
+        let mut rep = Rep::default();
+        // From the end of the warm-up (or of the run before) to the end
+        // of each run: memory reported then may be what the run faults.
+        let mut prev = kernel::reported_kib();
+        for i in 0..2 {
+            let run = native::faults::run_locked(&p.pattern, lock)?;
+            let now = kernel::reported_kib();
+            rep.reported_kib[i] = prev.zip(now).map(|(a, b)| b.saturating_sub(a));
+            prev = now;
+            (rep.ns[i], rep.faults) = match p.timed {
+                Timed::Touch => (run.touch.cpu_ns as f64, run.touch.nr_minflt),
+                Timed::Steps => (
+                    run.steps.iter().map(|s| s.cpu_ns as f64).sum(),
+                    run.steps.iter().map(|s| s.nr_minflt).sum(),
+                ),
+            };
         }
-    }
+        window.ran(&p.pattern.name, t0.elapsed());
+        Ok(rep)
+    });
     guard.restore()?;
-    r.map(|()| out)
+    r
 }
 
-/// A check pattern's live runs: the first after the warm-up and an
-/// immediate re-run (see [`run_pattern_runs`]), `reps` times, and the
-/// faults of the last run.
+/// A repetition of `p` ([`run_rep_once`]) that free page reporting did not
+/// overlap, or the last of `1 + REPORTING_RERUNS` tries; and the
+/// repetitions set aside before it. Counted in `tally`.
+///
+/// Why: a run whose memory the guest handed to the host between the
+/// warm-up and its end faults in the host too (the hypervisor's cost,
+/// which the model does not have): at load ~10 three of a 32K pattern's
+/// ten runs were 1.2x its fastest, with 1,680 MiB reported during them,
+/// and moved its median by 21 %. Which repetitions are run again is
+/// decided by the kernel's counter alone, never by how long they took,
+/// and the fit and the check use the same rule: so the figure judged (the
+/// median of the repetitions' faster runs) is the same statistic on both
+/// sides, of repetitions the host's reporting did not reach.
+pub fn run_rep(
+    p: &LivePattern,
+    lock: &LiveLock,
+    reporting: &mut Reporting,
+    side: Side,
+) -> Result<(Rep, Vec<Rep>), NativeError> {
+    let tally = match side {
+        Side::Fit => &mut reporting.fit,
+        Side::Check => &mut reporting.check,
+    };
+    rerun_overlapped(|| run_rep_once(p, lock, &mut reporting.window), tally)
+}
+
+/// [`run_rep`]'s rule on repetitions made by `try_rep`.
+fn rerun_overlapped(
+    mut try_rep: impl FnMut() -> Result<Rep, NativeError>,
+    tally: &mut ReportingTally,
+) -> Result<(Rep, Vec<Rep>), NativeError> {
+    let mut aside = Vec::new();
+    loop {
+        let rep = try_rep()?;
+        if !rep.overlapped() || aside.len() >= REPORTING_RERUNS {
+            tally.count(&rep, &aside);
+            return Ok((rep, aside));
+        }
+        aside.push(rep);
+    }
+}
+
+/// A check pattern's live repetitions ([`run_rep`]): each one's first run
+/// after the warm-up and immediate re-run, and the faults of the last run.
 #[derive(Clone, Debug, Default)]
 pub struct CheckLive {
     /// CPU ns of each first run.
@@ -573,24 +800,23 @@ pub struct CheckLive {
     /// Faults of the last run.
     pub faults: u64,
     /// KiB that free page reporting handed to the host during each first
-    /// run and each re-run (`None`: no counter on this kernel).
+    /// run (from the warm-up's end; `None`: no counter on this kernel).
     pub first_reported_kib: Vec<Option<u64>>,
-    /// The same for the re-runs.
+    /// The same for the re-runs (from the first run's end).
     pub rerun_reported_kib: Vec<Option<u64>>,
-    /// Repetitions set aside and run again because both of their runs
-    /// were slow ([`retry_slow_reps`]): first and re-run ns, and the KiB
-    /// free page reporting handed to the host during them (`None`: no
-    /// counter).
-    pub set_aside: Vec<(f64, f64, Option<u64>)>,
+    /// Repetitions set aside and run again because free page reporting
+    /// overlapped them ([`run_rep`]).
+    pub set_aside: Vec<Rep>,
 }
 
 impl CheckLive {
-    fn push(&mut self, ns: &[f64], kib: &[Option<u64>], faults: u64) {
-        self.first.push(ns[0]);
-        self.rerun.push(ns[1]);
-        self.first_reported_kib.push(kib[0]);
-        self.rerun_reported_kib.push(kib[1]);
-        self.faults = faults;
+    fn push(&mut self, rep: &Rep, aside: Vec<Rep>) {
+        self.first.push(rep.ns[0]);
+        self.rerun.push(rep.ns[1]);
+        self.first_reported_kib.push(rep.reported_kib[0]);
+        self.rerun_reported_kib.push(rep.reported_kib[1]);
+        self.faults = rep.faults;
+        self.set_aside.extend(aside);
     }
 
     /// The fastest run of any kept repetition.
@@ -600,34 +826,16 @@ impl CheckLive {
             .chain(&self.rerun)
             .fold(f64::INFINITY, |a, &b| a.min(b))
     }
-
-    /// The first kept repetition whose two runs are both `slow` times the
-    /// fastest run or more.
-    fn slow_rep(&self, slow: f64) -> Option<usize> {
-        let fastest = self.fastest();
-        (0..self.first.len()).find(|&i| self.first[i].min(self.rerun[i]) >= slow * fastest)
-    }
-
-    /// Moves repetition `i` to `set_aside`.
-    fn set_aside_rep(&mut self, i: usize) {
-        let kib = match (self.first_reported_kib[i], self.rerun_reported_kib[i]) {
-            (None, None) => None,
-            (a, b) => Some(a.unwrap_or(0) + b.unwrap_or(0)),
-        };
-        self.set_aside
-            .push((self.first.remove(i), self.rerun.remove(i), kib));
-        self.first_reported_kib.remove(i);
-        self.rerun_reported_kib.remove(i);
-    }
 }
 
-/// One repetition of every check pattern, each twice back to back; a
-/// pattern that fails keeps why in place of its runs.
+/// One repetition of every check pattern; a pattern that fails keeps why
+/// in place of its runs.
 fn run_check_rep(
     pats: &[LivePattern],
     out: &mut [Result<CheckLive, String>],
     first: bool,
     lock: &LiveLock,
+    reporting: &mut Reporting,
     progress: &mut dyn FnMut(&str),
 ) {
     for (p, o) in pats.iter().zip(out.iter_mut()) {
@@ -635,19 +843,40 @@ fn run_check_rep(
         if first {
             progress(&p.pattern.name);
         }
-        match run_pattern_runs_reported(p, 2, lock) {
-            Ok((ns, f, kib)) => c.push(&ns, &kib, f),
+        match run_rep(p, lock, reporting, Side::Check) {
+            Ok((rep, aside)) => c.push(&rep, aside),
             Err(e) => *o = Err(e.to_string()),
         }
     }
 }
 
+/// How free page reporting overlapped the fit's repetitions and the
+/// check's ([`run_rep`]).
+#[derive(Clone, Debug, Default)]
+pub struct Reporting {
+    /// The fit's fault patterns (the PCP churns included).
+    pub fit: ReportingTally,
+    /// The closing check's.
+    pub check: ReportingTally,
+    /// The placing of every repetition's runs between reporting passes.
+    pub window: ReportingWindow,
+}
+
+/// Which side of the calibration a repetition is for.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Side {
+    /// The fit's patterns.
+    Fit,
+    /// The closing check's.
+    Check,
+}
+
 /// The fit's patterns (`fit_rounds` rounds) and the check's (`check_reps`
-/// repetitions) in alternation, each run twice back to back (see
-/// [`run_pattern_runs`]): the fit's rounds spread evenly before, between
-/// and after the check's repetitions. Returns the fit's samples (per
-/// pattern, the faster run of each round, and the last run's faults) and
-/// the check's runs; for a pattern that could not run, why.
+/// repetitions) in alternation, each repetition a warm-up and two runs
+/// back to back ([`run_rep`]): the fit's rounds spread evenly before,
+/// between and after the check's repetitions. Returns the fit's samples
+/// (per pattern, the faster run of each round, and the last run's faults)
+/// and the check's runs; for a pattern that could not run, why.
 ///
 /// Why alternate: what a fault costs here moves with what the host's other
 /// tenants do over minutes. A probe of 2026-11-25 (04:25 UTC, load rising
@@ -665,6 +894,7 @@ pub fn run_fit_and_check(
     fit_rounds: usize,
     check: &[LivePattern],
     check_reps: usize,
+    reporting: &mut Reporting,
     progress: &mut dyn FnMut(&str),
 ) -> (FitLive, Vec<Result<CheckLive, String>>) {
     let lock = match live_lock() {
@@ -682,11 +912,13 @@ pub fn run_fit_and_check(
     let mut done = 0;
     for (slot, n) in fit_schedule(fit_rounds, check_reps).into_iter().enumerate() {
         for _ in 0..n {
-            run_fit_round(fit, &mut fit_out, done == 0, &lock, progress);
+            let first = done == 0;
+            run_fit_round(fit, &mut fit_out, first, &lock, reporting, progress);
             done += 1;
         }
         if slot < check_reps {
-            run_check_rep(check, &mut check_out, slot == 0, &lock, progress);
+            let first = slot == 0;
+            run_check_rep(check, &mut check_out, first, &lock, reporting, progress);
         }
     }
     (fit_out, check_out)
@@ -702,60 +934,19 @@ fn fit_schedule(fit_rounds: usize, check_reps: usize) -> Vec<usize> {
         .collect()
 }
 
-/// Re-runs, up to `max_retries` times per pattern, each repetition whose
-/// two runs were both `slow` times the pattern's fastest run or more,
-/// setting the slow one aside (`CheckLive::set_aside`, printed with the
-/// check) in favour of the new one.
-///
-/// Why: the figure judged is each repetition's faster run, which already
-/// drops one run slowed by the host; but on this guest a 2M pattern's
-/// runs were both 2-10x the fastest in one repetition of five (the first
-/// touch of memory the host had taken back faults in the host too,
-/// `run_pattern_runs`), which then moves the median of five. That is the
-/// hypervisor's cost, which the model does not have; a repetition of the
-/// guest kernel alone is what the check compares. A retry that is slow
-/// again is kept once the retries are spent, so the check never hides a
-/// pattern that is slow every time.
-pub fn retry_slow_reps(
-    pats: &[LivePattern],
-    out: &mut [Result<CheckLive, String>],
-    slow: f64,
-    max_retries: usize,
-    progress: &mut dyn FnMut(&str),
-) {
-    for (p, o) in pats.iter().zip(out.iter_mut()) {
-        for _ in 0..max_retries {
-            let Ok(c) = o else { break };
-            let Some(i) = c.slow_rep(slow) else { break };
-            progress(&format!("{}: a slow repetition again", p.pattern.name));
-            let run = live_lock().and_then(|lock| run_pattern_runs_reported(p, 2, &lock));
-            match run {
-                Ok((ns, f, kib)) => {
-                    c.set_aside_rep(i);
-                    c.push(&ns, &kib, f);
-                }
-                // The runs so far stand, the slow repetition with them.
-                Err(e) => {
-                    progress(&format!("{}: the re-run failed: {e}", p.pattern.name));
-                    break;
-                }
-            }
-        }
-    }
-}
-
 /// Per pattern, the samples of its rounds (CPU ns of the timed phases,
 /// the faster of the two runs of each round) and the faults of the last
 /// run; or why it could not run.
 pub type FitLive = Vec<Result<(Vec<f64>, u64), String>>;
 
-/// One round of every pattern, each twice back to back; a pattern that
-/// fails keeps why in place of its samples.
+/// One round of every pattern ([`run_rep`]); a pattern that fails keeps
+/// why in place of its samples.
 fn run_fit_round(
     pats: &[LivePattern],
     out: &mut FitLive,
     first: bool,
     lock: &LiveLock,
+    reporting: &mut Reporting,
     progress: &mut dyn FnMut(&str),
 ) {
     for (p, o) in pats.iter().zip(out.iter_mut()) {
@@ -763,27 +954,32 @@ fn run_fit_round(
         if first {
             progress(&p.pattern.name);
         }
-        match run_pattern_runs(p, 2, lock) {
-            Ok((ns, f)) => {
-                samples.push(ns[0].min(ns[1]));
-                *faults = f;
+        match run_rep(p, lock, reporting, Side::Fit) {
+            Ok((rep, _)) => {
+                samples.push(rep.faster());
+                *faults = rep.faults;
             }
             Err(e) => *o = Err(e.to_string()),
         }
     }
 }
 
-/// Each pattern `reps` times, interleaved, each time twice back to back
-/// (see [`run_pattern_runs`]), under one hold of the live-kernel lock:
-/// [`FitLive`]; every pattern fails if the lock cannot be taken.
-pub fn run_patterns(pats: &[LivePattern], reps: usize, progress: &mut dyn FnMut(&str)) -> FitLive {
+/// Each pattern `reps` times, interleaved, each time a warm-up and two
+/// runs back to back ([`run_rep`]), under one hold of the live-kernel
+/// lock: [`FitLive`]; every pattern fails if the lock cannot be taken.
+pub fn run_patterns(
+    pats: &[LivePattern],
+    reps: usize,
+    reporting: &mut Reporting,
+    progress: &mut dyn FnMut(&str),
+) -> FitLive {
     let lock = match live_lock() {
         Ok(l) => l,
         Err(e) => return vec![Err(e.to_string()); pats.len()],
     };
     let mut out: FitLive = vec![Ok((Vec::new(), 0)); pats.len()];
     for r in 0..reps {
-        run_fit_round(pats, &mut out, r == 0, &lock, progress);
+        run_fit_round(pats, &mut out, r == 0, &lock, reporting, progress);
     }
     out
 }
@@ -856,24 +1052,84 @@ mod tests {
         }
     }
 
+    fn rep(ns: [f64; 2], kib: [Option<u64>; 2]) -> Rep {
+        Rep {
+            ns,
+            faults: 8,
+            reported_kib: kib,
+        }
+    }
+
     #[test]
-    fn a_repetition_is_slow_only_when_both_its_runs_are() {
+    fn a_repetition_is_run_again_only_when_reporting_overlapped_it() {
+        // The counter alone decides, not the time: the slow repetition
+        // with nothing reported is kept, the fast one reported during is not.
+        let slow_clean = rep([500.0, 400.0], [Some(0), Some(0)]);
+        let fast_reported = rep([90.0, 80.0], [Some(0), Some(2048)]);
+        let mut tally = ReportingTally::default();
+        let mut tries = vec![fast_reported.clone(), slow_clean.clone()].into_iter();
+        let (kept, aside) = rerun_overlapped(|| Ok(tries.next().unwrap()), &mut tally).unwrap();
+        assert_eq!(kept, slow_clean);
+        assert_eq!(aside, vec![fast_reported.clone()]);
+        assert_eq!(kept.faster(), 400.0);
+        // Overlapped every time: the last try is kept once the re-runs are spent.
+        let mut n = 0;
+        let (kept, aside) = rerun_overlapped(
+            || {
+                n += 1;
+                Ok(rep([n as f64, 1e3], [Some(1024), None]))
+            },
+            &mut tally,
+        )
+        .unwrap();
+        assert_eq!(n, 1 + REPORTING_RERUNS);
+        assert_eq!(aside.len(), REPORTING_RERUNS);
+        assert_eq!(kept.ns[0], n as f64);
+        // No counter: never overlapped, never run again.
+        let (kept, aside) =
+            rerun_overlapped(|| Ok(rep([1.0, 2.0], [None, None])), &mut tally).unwrap();
+        assert!(!kept.overlapped() && aside.is_empty());
+        assert_eq!(
+            tally,
+            ReportingTally {
+                reps: 3,
+                rerun: 1 + REPORTING_RERUNS,
+                kept_overlapped: 1,
+                aside_kib: 2048 + 1024 * REPORTING_RERUNS as u64,
+                no_counter: 1,
+            }
+        );
+        assert!(tally
+            .describe("fit")
+            .starts_with("fit: 3 repetitions kept; 3 set aside"));
+    }
+
+    #[test]
+    fn runs_start_at_once_only_when_known_to_end_before_the_next_pass() {
+        let ms = Duration::from_millis;
+        // 1.7 s of the 2 s after a pass are usable.
+        assert!(fits_window(Some(ms(200)), Some(ms(1500))));
+        assert!(!fits_window(Some(ms(201)), Some(ms(1500))));
+        assert!(fits_window(Some(ms(0)), Some(ms(1700))));
+        // Runs longer than the window never fit: they wait for a pass and
+        // then start at once (the caller does not wait twice).
+        assert!(!fits_window(Some(ms(0)), Some(ms(1701))));
+        // No pass seen yet, or the pattern never ran: wait for one.
+        assert!(!fits_window(None, Some(ms(10))));
+        assert!(!fits_window(Some(ms(10)), None));
+    }
+
+    #[test]
+    fn a_check_keeps_each_repetitions_runs_and_those_set_aside() {
         let mut c = CheckLive::default();
-        c.push(&[50.0, 200.0], &[Some(0), Some(4096)], 8);
-        c.push(&[160.0, 90.0], &[Some(1024), None], 8);
-        c.push(&[80.0, 76.0], &[None, None], 8);
-        // The fastest run is 50. The first repetition has a fast run; the
-        // second's faster run is 90, the third's 76.
-        assert_eq!(c.slow_rep(2.0), None);
-        assert_eq!(c.slow_rep(1.5), Some(1));
-        c.set_aside_rep(1);
+        c.push(&rep([50.0, 200.0], [Some(0), Some(0)]), Vec::new());
+        let aside = rep([300.0, 250.0], [Some(4096), Some(0)]);
+        c.push(&rep([80.0, 76.0], [None, None]), vec![aside.clone()]);
         assert_eq!(c.first, vec![50.0, 80.0]);
         assert_eq!(c.rerun, vec![200.0, 76.0]);
         assert_eq!(c.first_reported_kib, vec![Some(0), None]);
-        assert_eq!(c.rerun_reported_kib, vec![Some(4096), None]);
-        assert_eq!(c.set_aside, vec![(160.0, 90.0, Some(1024))]);
+        assert_eq!(c.set_aside, vec![aside]);
         assert_eq!(c.fastest(), 50.0);
-        assert_eq!(c.slow_rep(1.5), Some(1));
-        assert_eq!(c.slow_rep(1.6), None);
+        assert_eq!(c.set_aside[0].reported_total(), Some(4096));
     }
 }
