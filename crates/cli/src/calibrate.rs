@@ -35,6 +35,7 @@ mod compare;
 mod fit;
 mod live;
 mod out;
+mod reporting;
 
 pub use compare::compare;
 
@@ -362,20 +363,20 @@ fn measure(
     phases: &mut Phases,
     progress: &mut dyn FnMut(&str),
 ) -> Result<LiveData> {
-    let mut micro = live::run_micro(opts.rounds, progress).context("micro-benchmarks")?;
-    phases.end("micro-benchmarks");
-    // The fit's patterns and the check's side by side
-    // (`live::run_fit_and_check` says why).
-    let mut reporting = live::Reporting::default();
-    let (fit_live, check_live) = live::run_fit_and_check(
+    // The micro-benchmarks, the fit's patterns and the check's side by
+    // side (`live::FitAndCheck` says why).
+    let mut fac = live::FitAndCheck::new(
         &pats.fit,
         FIT_ROUNDS_PER_ROUND * opts.rounds,
         &pats.check,
         opts.check_reps,
-        &mut reporting,
-        progress,
     );
-    phases.end("fit and check fault patterns, alternated");
+    let mut micro = live::run_micro(opts.rounds, progress, &mut |i, n, lock, progress| {
+        fac.run_share(i, n, lock, progress)
+    })
+    .context("micro-benchmarks")?;
+    let (fit_live, check_live, mut reporting) = fac.finish(progress);
+    phases.end("micro-benchmarks and fit and check fault patterns, alternated");
     progress(names::FRESH_PTE);
     micro.outcomes.push(live::run_fresh_pte(opts.rounds));
     phases.end("fresh-PTE probe");

@@ -2,18 +2,18 @@
 //! `native::calibrate` and fault patterns run with `native::faults`, each
 //! repeated in interleaved rounds.
 
+pub use super::reporting::ReportingWindow;
 use native::calibrate::hw::{self, CpuPair};
 use native::calibrate::isolated;
 use native::calibrate::kernel;
-use native::calibrate::{run_interleaved, Measurement, Outcome, Probe};
+use native::calibrate::{run_interleaved, run_interleaved_between, Measurement, Outcome, Probe};
 use native::faults::{Access, Advice, FaultPattern, Step};
 use native::knobs::{KnobGuard, LiveLock, ThpEnabled, ThpKnobs, PERCPU_PAGELIST_HIGH_FRACTION};
 use native::NativeError;
 use std::cell::RefCell;
-use std::collections::BTreeMap;
 use std::path::Path;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 /// Micro-benchmark names the derivation looks up.
 pub mod names {
@@ -107,10 +107,19 @@ fn skipped(name: &str, why: impl Into<String>) -> Outcome {
     }
 }
 
+/// What runs between the micro-benchmarks' rounds: `(round, of rounds,
+/// the live-kernel lock held, progress)`.
+pub type Between<'b> = dyn FnMut(usize, usize, &LiveLock, &mut dyn FnMut(&str)) + 'b;
+
 /// Runs every micro-benchmark, `rounds` interleaved rounds, pinned to the
-/// first allowed CPU.
-pub fn run_micro(rounds: usize, progress: &mut dyn FnMut(&str)) -> Result<Micro, NativeError> {
-    let _lock = live_lock()?;
+/// first allowed CPU, and `between` after each sampled round, unpinned
+/// ([`FitAndCheck`] says why), all under one hold of the live-kernel lock.
+pub fn run_micro(
+    rounds: usize,
+    progress: &mut dyn FnMut(&str),
+    between: &mut Between<'_>,
+) -> Result<Micro, NativeError> {
+    let lock = live_lock()?;
     let cpus = native::sys::allowed_cpus()?;
     let _affinity = native::sys::AffinityGuard::save()?;
     let me = cpus[0];
@@ -165,7 +174,24 @@ pub fn run_micro(rounds: usize, progress: &mut dyn FnMut(&str)) -> Result<Micro,
         probes.push(hw::wake_probe(a, b, hw::WakeSide::Latency));
     }
     probes.extend(kernel_probes(budget));
-    let mut outcomes = run_interleaved(probes, rounds, MICRO_REPEATS, |n| progress(n));
+    let mut affinity: Result<(), NativeError> = Ok(());
+    let mut outcomes = run_interleaved_between(
+        probes,
+        rounds,
+        MICRO_REPEATS,
+        |n| progress(n),
+        |round, progress| {
+            // The fault patterns run unpinned, as they did before they
+            // were interleaved with these.
+            // After a failure here the rest is left to the caller.
+            if affinity.is_ok() {
+                affinity = native::sys::set_affinity(&cpus)
+                    .map(|()| between(round, rounds, &lock, progress))
+                    .and_then(|()| native::sys::pin_to_cpu(me));
+            }
+        },
+    );
+    affinity?;
     if pairs.iter().all(|p| p.1.is_none()) {
         for n in [
             names::HANDOFF,
@@ -570,121 +596,6 @@ impl ReportingTally {
     }
 }
 
-/// The free page reporting worker's delay between passes: upstream
-/// `PAGE_REPORTING_DELAY`, 2 s (`mm/page_reporting.c`, 5.7-6.18): a pass
-/// that ends with more frees requested is scheduled again 2 s later, and a
-/// request made while it is idle schedules one 2 s later. Seen here too
-/// (2026-11-25, 256 MiB and 1000 MiB of THPs freed: passes ended 2.03 and
-/// 2.06 s apart, the first 2.0 s after the first free).
-const PAGE_REPORTING_DELAY: Duration = Duration::from_secs(2);
-
-/// The part of [`PAGE_REPORTING_DELAY`] after a pass that a repetition's
-/// runs may use: the rest (0.3 s) is margin for seeing the pass end late
-/// (the counter is polled every millisecond, but the waiting thread may
-/// not run at once on a loaded host) and for the delayed work's timer. A
-/// design choice, not a measured cost.
-const REPORTING_WINDOW: Duration = PAGE_REPORTING_DELAY.saturating_sub(Duration::from_millis(300));
-
-/// How long to wait for a pass to end before going on: the delay and a
-/// pass of ~1 GiB (~0.1 s here), with margin (0.5 s in all). After that the
-/// worker was idle (no pass pending), and the next pass comes 2 s after the
-/// next free.
-const PASS_WAIT: Duration = PAGE_REPORTING_DELAY.saturating_add(Duration::from_millis(500));
-
-/// When this guest's free page reporting worker last ended a pass, as far
-/// as this process saw, and how long each pattern's runs take: so that a
-/// repetition's runs can be placed in the quiet time after a pass
-/// ([`ReportingWindow::ready`]).
-#[derive(Clone, Debug, Default)]
-pub struct ReportingWindow {
-    /// The worker's pass count when last read, and when.
-    last_look: Option<(u64, Instant)>,
-    /// When the last pass ended, at the latest.
-    pass_end: Option<Instant>,
-    /// Wall time of each pattern's two runs, from the warm-up's release
-    /// to the second run's end, the last time they ran.
-    runs_wall: BTreeMap<String, Duration>,
-    /// Waits for a pass to end, and their total wall time.
-    pub waits: usize,
-    /// Total wall time waiting.
-    pub waited: Duration,
-    /// Waits that ended without a pass (the worker was idle).
-    pub idle: usize,
-}
-
-/// Whether runs that take `need` still end inside the quiet window when
-/// started `since_pass` after a pass ended; unknown either way: no.
-fn fits_window(since_pass: Option<Duration>, need: Option<Duration>) -> bool {
-    match (since_pass, need) {
-        (Some(s), Some(n)) => s + n <= REPORTING_WINDOW,
-        _ => false,
-    }
-}
-
-impl ReportingWindow {
-    /// Reads the pass count: a pass that ended since the last look ended
-    /// after it, so the window is counted from then (the earliest end,
-    /// which leaves the least time).
-    fn look(&mut self) -> Option<u64> {
-        let passes = kernel::reporting_passes()?;
-        let now = Instant::now();
-        if let Some((before, at)) = self.last_look {
-            if before != passes {
-                self.pass_end = Some(at);
-            }
-        }
-        self.last_look = Some((passes, now));
-        Some(passes)
-    }
-
-    /// Returns when `pattern`'s runs can start and end before the next
-    /// reporting pass: at once if they fit in what is left of the window
-    /// after the last pass, else when the next pass ends (or, if none
-    /// comes within [`PASS_WAIT`], the worker is idle and the window
-    /// starts now). The caller holds its warm-up memory meanwhile, so
-    /// that the pass cannot report it. Without the counter, at once.
-    fn ready(&mut self, pattern: &str) {
-        let Some(p0) = self.look() else { return };
-        let need = self.runs_wall.get(pattern).copied();
-        if fits_window(self.pass_end.map(|t| t.elapsed()), need) {
-            return;
-        }
-        let t0 = Instant::now();
-        loop {
-            std::thread::sleep(Duration::from_millis(1));
-            let passes = self.look();
-            if passes.is_some_and(|p| p != p0) {
-                break;
-            }
-            if t0.elapsed() >= PASS_WAIT {
-                self.idle += 1;
-                self.pass_end = Some(Instant::now());
-                break;
-            }
-        }
-        self.waits += 1;
-        self.waited += t0.elapsed();
-    }
-
-    /// Records how long `pattern`'s runs took.
-    fn ran(&mut self, pattern: &str, wall: Duration) {
-        self.runs_wall.insert(pattern.to_string(), wall);
-    }
-
-    /// One line for the report.
-    pub fn describe(&self) -> String {
-        if self.last_look.is_none() {
-            return "no reporting pass counter on this kernel: the runs were not placed between passes".into();
-        }
-        format!(
-            "the runs waited {} times for a reporting pass to end ({:.1} s in all; {} found the worker idle)",
-            self.waits,
-            self.waited.as_secs_f64(),
-            self.idle
-        )
-    }
-}
-
 /// How many times a repetition that free page reporting overlapped is run
 /// again before it is kept as it is ([`run_rep`]).
 pub const REPORTING_RERUNS: usize = 2;
@@ -719,8 +630,9 @@ fn run_rep_once(
     // Memory the host has backed, as the kernel's cost is what is measured
     // (kernel::warm_memory says why); twice the region for a fork's copies.
     let copies = 1 + p.pattern.steps.contains(&Step::ForkWriter) as usize;
+    let t_warm = Instant::now();
     let r = kernel::warm_region(copies * p.pattern.len_bytes + (4 << 20)).and_then(|warm| {
-        window.ready(&p.pattern.name);
+        window.ready(&p.pattern.name, t_warm.elapsed());
         let t0 = Instant::now();
         drop(warm);
         let mut rep = Rep::default();
@@ -852,7 +764,7 @@ fn run_check_rep(
 
 /// How free page reporting overlapped the fit's repetitions and the
 /// check's ([`run_rep`]).
-#[derive(Clone, Debug, Default)]
+#[derive(Debug, Default)]
 pub struct Reporting {
     /// The fit's fault patterns (the PCP churns included).
     pub fit: ReportingTally,
@@ -871,12 +783,41 @@ pub enum Side {
     Check,
 }
 
+/// One unit of [`FitAndCheck`]'s work.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Unit {
+    /// A round of every fit pattern.
+    FitRound,
+    /// A repetition of every check pattern.
+    CheckRep,
+}
+
+/// `fit_rounds` fit rounds and `check_reps` check repetitions in the
+/// order they run: the fit's rounds spread evenly before, between and
+/// after the check's repetitions ([`fit_schedule`]).
+fn units(fit_rounds: usize, check_reps: usize) -> Vec<Unit> {
+    let mut v = Vec::new();
+    for (slot, n) in fit_schedule(fit_rounds, check_reps).into_iter().enumerate() {
+        v.extend(std::iter::repeat_n(Unit::FitRound, n));
+        if slot < check_reps {
+            v.push(Unit::CheckRep);
+        }
+    }
+    v
+}
+
+/// Where share `i` of `n` (1-based) of `len` units ends: shares that
+/// differ by one unit at most, the last ending at `len`.
+fn share_end(i: usize, n: usize, len: usize) -> usize {
+    (i * len).div_ceil(n.max(1)).min(len)
+}
+
 /// The fit's patterns (`fit_rounds` rounds) and the check's (`check_reps`
 /// repetitions) in alternation, each repetition a warm-up and two runs
-/// back to back ([`run_rep`]): the fit's rounds spread evenly before,
-/// between and after the check's repetitions. Returns the fit's samples
-/// (per pattern, the faster run of each round, and the last run's faults)
-/// and the check's runs; for a pattern that could not run, why.
+/// back to back ([`run_rep`]), run a share at a time between the
+/// micro-benchmarks' rounds ([`run_micro`]'s `between`). Gives the fit's
+/// samples (per pattern, the faster run of each round, and the last run's
+/// faults) and the check's runs; for a pattern that could not run, why.
 ///
 /// Why alternate: what a fault costs here moves with what the host's other
 /// tenants do over minutes. A probe of 2026-11-25 (04:25 UTC, load rising
@@ -886,42 +827,107 @@ pub enum Side {
 /// each); at load 1.4-1.8 the fork-COW pattern pinned to CPU 0, to CPU 1
 /// or unpinned took 115-129 ms alike, so the placement does not move it.
 /// A fit measured in the first minute and a check in the next then
-/// compare two hosts; measured side by side, a slow phase meets both.
-/// The phase holds the live-kernel lock throughout (~40-90 s here), so
-/// that another user's measurement cannot fall between its rounds.
-pub fn run_fit_and_check(
-    fit: &[LivePattern],
-    fit_rounds: usize,
-    check: &[LivePattern],
-    check_reps: usize,
-    reporting: &mut Reporting,
-    progress: &mut dyn FnMut(&str),
-) -> (FitLive, Vec<Result<CheckLive, String>>) {
-    let lock = match live_lock() {
-        Ok(l) => l,
-        Err(e) => {
-            let why = e.to_string();
-            return (
-                vec![Err(why.clone()); fit.len()],
-                vec![Err(why); check.len()],
-            );
-        }
-    };
-    let mut fit_out: FitLive = vec![Ok((Vec::new(), 0)); fit.len()];
-    let mut check_out: Vec<Result<CheckLive, String>> = vec![Ok(CheckLive::default()); check.len()];
-    let mut done = 0;
-    for (slot, n) in fit_schedule(fit_rounds, check_reps).into_iter().enumerate() {
-        for _ in 0..n {
-            let first = done == 0;
-            run_fit_round(fit, &mut fit_out, first, &lock, reporting, progress);
-            done += 1;
-        }
-        if slot < check_reps {
-            let first = slot == 0;
-            run_check_rep(check, &mut check_out, first, &lock, reporting, progress);
+/// compare two hosts; measured side by side, a slow phase meets both. The
+/// micro-benchmarks (clear/copy bandwidth, the DRAM chase, the syscalls)
+/// give costs the fit builds on, so they are taken in the same
+/// alternation: each of their rounds is followed by a share of the fault
+/// patterns' rounds and repetitions, all under one hold of the
+/// live-kernel lock, so that another user's measurement cannot fall
+/// between them.
+pub struct FitAndCheck<'a> {
+    fit: &'a [LivePattern],
+    check: &'a [LivePattern],
+    units: Vec<Unit>,
+    next: usize,
+    fit_done: usize,
+    check_done: usize,
+    fit_out: FitLive,
+    check_out: Vec<Result<CheckLive, String>>,
+    reporting: Reporting,
+}
+
+impl<'a> FitAndCheck<'a> {
+    /// Nothing run yet.
+    pub fn new(
+        fit: &'a [LivePattern],
+        fit_rounds: usize,
+        check: &'a [LivePattern],
+        check_reps: usize,
+    ) -> FitAndCheck<'a> {
+        FitAndCheck {
+            fit,
+            check,
+            units: units(fit_rounds, check_reps),
+            next: 0,
+            fit_done: 0,
+            check_done: 0,
+            fit_out: vec![Ok((Vec::new(), 0)); fit.len()],
+            check_out: vec![Ok(CheckLive::default()); check.len()],
+            reporting: Reporting::default(),
         }
     }
-    (fit_out, check_out)
+
+    /// Runs share `i` of `n` (1-based) of the work, under `lock`.
+    pub fn run_share(
+        &mut self,
+        i: usize,
+        n: usize,
+        lock: &LiveLock,
+        progress: &mut dyn FnMut(&str),
+    ) {
+        let end = share_end(i, n, self.units.len());
+        while self.next < end {
+            self.run_unit(lock, progress);
+        }
+        // The watching thread must not run beside the micro-benchmarks.
+        self.reporting.window.pause();
+    }
+
+    fn run_unit(&mut self, lock: &LiveLock, progress: &mut dyn FnMut(&str)) {
+        let r = &mut self.reporting;
+        match self.units[self.next] {
+            Unit::FitRound => {
+                let first = self.fit_done == 0;
+                run_fit_round(self.fit, &mut self.fit_out, first, lock, r, progress);
+                self.fit_done += 1;
+            }
+            Unit::CheckRep => {
+                let first = self.check_done == 0;
+                run_check_rep(self.check, &mut self.check_out, first, lock, r, progress);
+                self.check_done += 1;
+            }
+        }
+        self.next += 1;
+    }
+
+    /// Runs what is left (nothing, when the micro-benchmarks ran every
+    /// round) under a hold of the lock of its own, and gives the fit's
+    /// samples, the check's runs and how free page reporting met them.
+    pub fn finish(
+        mut self,
+        progress: &mut dyn FnMut(&str),
+    ) -> (FitLive, Vec<Result<CheckLive, String>>, Reporting) {
+        if self.next < self.units.len() {
+            match live_lock() {
+                Ok(lock) => {
+                    while self.next < self.units.len() {
+                        self.run_unit(&lock, progress);
+                    }
+                }
+                Err(e) => {
+                    let why = e.to_string();
+                    for o in self.fit_out.iter_mut().filter(|o| o.is_ok()) {
+                        *o = Err(why.clone());
+                    }
+                    for o in self.check_out.iter_mut().filter(|o| o.is_ok()) {
+                        *o = Err(why.clone());
+                    }
+                }
+            }
+        }
+        self.reporting.window.pause();
+        (self.fit_out, self.check_out, self.reporting)
+    }
 }
 
 /// How many of `fit_rounds` fit rounds run before each of `check_reps`
@@ -981,6 +987,7 @@ pub fn run_patterns(
     for r in 0..reps {
         run_fit_round(pats, &mut out, r == 0, &lock, reporting, progress);
     }
+    reporting.window.pause();
     out
 }
 
@@ -1105,18 +1112,24 @@ mod tests {
     }
 
     #[test]
-    fn runs_start_at_once_only_when_known_to_end_before_the_next_pass() {
-        let ms = Duration::from_millis;
-        // 1.7 s of the 2 s after a pass are usable.
-        assert!(fits_window(Some(ms(200)), Some(ms(1500))));
-        assert!(!fits_window(Some(ms(201)), Some(ms(1500))));
-        assert!(fits_window(Some(ms(0)), Some(ms(1700))));
-        // Runs longer than the window never fit: they wait for a pass and
-        // then start at once (the caller does not wait twice).
-        assert!(!fits_window(Some(ms(0)), Some(ms(1701))));
-        // No pass seen yet, or the pattern never ran: wait for one.
-        assert!(!fits_window(None, Some(ms(10))));
-        assert!(!fits_window(Some(ms(10)), None));
+    fn the_fault_work_is_shared_out_evenly_between_the_micro_rounds() {
+        use Unit::{CheckRep as C, FitRound as F};
+        assert_eq!(units(4, 1), vec![F, F, C, F, F]);
+        let u = units(14, 5);
+        assert_eq!(u.len(), 19);
+        assert_eq!(u.iter().filter(|&&x| x == C).count(), 5);
+        assert_eq!(&u[..4], &[F, F, F, C]);
+        // 19 units after 7 micro rounds: shares of 2 or 3, the last ending
+        // at the end; every unit in exactly one share.
+        let ends: Vec<usize> = (1..=7).map(|i| share_end(i, 7, 19)).collect();
+        assert_eq!(ends, vec![3, 6, 9, 11, 14, 17, 19]);
+        let sizes: Vec<usize> = ends
+            .iter()
+            .scan(0, |a, &e| Some(e - std::mem::replace(a, e)))
+            .collect();
+        assert!(sizes.iter().all(|&n| n == 2 || n == 3), "{sizes:?}");
+        // --quick: 2 micro rounds.
+        assert_eq!((share_end(1, 2, 5), share_end(2, 2, 5)), (3, 5));
     }
 
     #[test]
