@@ -486,6 +486,10 @@ fn set(exp: &mut Experiment, key: &str, value: u64) {
         if let Some((_, hit)) = exp.profile.topology.as_mut().and_then(|t| t.l2.as_mut()) {
             *hit = value;
         }
+    } else if key == "topology.line_fill_buffers" {
+        if let Some(t) = exp.profile.topology.as_mut() {
+            t.line_fill_buffers = Some(value as u32);
+        }
     } else if let Some(n) = exp.profile.numa.as_mut() {
         match key {
             "numa.link_mbps" => n.link_mbps = value,
@@ -859,6 +863,50 @@ mod tests {
         let outside = spr.replacen("band = [20, 59]", "band = [40, 59]", 1);
         assert_ne!(outside, spr);
         for (text, says) in [(no_hit, "give both"), (outside, "must contain 33")] {
+            let err = format!(
+                "{:#}",
+                crate::experiment::parse_profile(&text, "p").unwrap_err()
+            );
+            assert!(err.contains(says), "{err}");
+        }
+    }
+
+    /// The fill buffers that bound a lock hold's overlapped misses are a
+    /// banded input of the kbuild experiment (the band is the reorder
+    /// buffer's reach), `set` moves them, and a count of 0 or a band that
+    /// leaves out its value is refused.
+    #[test]
+    fn the_line_fill_buffers_of_the_topology_are_a_banded_input() {
+        let hs: Vec<&Headline> = HEADLINES
+            .iter()
+            .filter(|h| h.experiment == "pcp-autotune")
+            .collect();
+        let mut exp = load("pcp-autotune", &hs).expect("built-in");
+        let lfb = inputs(&exp)
+            .into_iter()
+            .find(|i| i.key == "topology.line_fill_buffers")
+            .expect("spr-2s-224 gives line_fill_buffers a band");
+        assert_eq!((lfb.lo, lfb.hi), (8, 16));
+        set(&mut exp, "topology.line_fill_buffers", lfb.lo);
+        let n = exp
+            .profile
+            .topology
+            .as_ref()
+            .and_then(|t| t.line_fill_buffers);
+        assert_eq!(n, Some(8));
+        let spr = crate::experiment::BUILTIN_PROFILES
+            .iter()
+            .find(|(n, _)| *n == "spr-2s-224")
+            .unwrap()
+            .1;
+        let zero = spr.replacen("value = 16, band = [8, 16]", "value = 0", 1);
+        let outside = spr.replacen(
+            "value = 16, band = [8, 16]",
+            "value = 16, band = [0, 12]",
+            1,
+        );
+        for (text, says) in [(zero, "at least 1"), (outside, "contain 16")] {
+            assert_ne!(text, spr);
             let err = format!(
                 "{:#}",
                 crate::experiment::parse_profile(&text, "p").unwrap_err()

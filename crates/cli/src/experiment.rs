@@ -373,6 +373,8 @@ struct TopologyFile {
     l2_per_core: Option<Sourced<Size>>,
     #[serde(default)]
     llc_hit_ns: Option<Sourced<u64>>,
+    #[serde(default)]
+    line_fill_buffers: Option<Sourced<u32>>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -530,10 +532,30 @@ fn topology_profile(t: TopologyFile) -> Result<TopologyProfile> {
             "[topology]: give both l2_per_core and llc_hit_ns, or neither (no private-L2 model)"
         ),
     };
+    let line_fill_buffers = match t.line_fill_buffers {
+        None => None,
+        Some(lfb) => {
+            if lfb.value == 0 {
+                bail!("[topology]: line_fill_buffers must be at least 1");
+            }
+            if let Some([lo, hi]) = lfb.band {
+                if lo == 0 || lo > lfb.value as u64 || lfb.value as u64 > hi {
+                    bail!(
+                        "[topology]: line_fill_buffers: band [{lo}, {hi}] must be at least 1 and contain {}",
+                        lfb.value
+                    );
+                }
+                bands.insert("line_fill_buffers".to_string(), (lo, hi));
+            }
+            sources.insert("line_fill_buffers".to_string(), lfb.source);
+            Some(lfb.value)
+        }
+    };
     Ok(TopologyProfile {
         threads_per_core: t.threads_per_core.value,
         cores_per_llc: t.cores_per_llc.value,
         l2,
+        line_fill_buffers,
         sources,
         bands,
     })

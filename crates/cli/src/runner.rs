@@ -76,6 +76,14 @@ pub fn run_one_within(
     };
     if let Some(t) = topo {
         pa.set_cpu_topology(t);
+        if let Some(n) = exp
+            .profile
+            .topology
+            .as_ref()
+            .and_then(|t| t.line_fill_buffers)
+        {
+            pa.set_lock_mlp(n);
+        }
     }
     let mut llc = llc_clocks(exp.machine.llc_bytes, topo, pa.nr_cpus());
     if let (Some(c), Some((l2_bytes, hit_ns))) = (

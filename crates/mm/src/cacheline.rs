@@ -534,6 +534,120 @@ impl LineOwners {
     }
 }
 
+/// The misses of one `zone->lock` hold, overlapped as an out-of-order
+/// core overlaps loads whose addresses it already has.
+///
+/// # Why
+///
+/// The loops under the lock (`rmqueue_bulk()`, `free_pcppages_bulk()`,
+/// 6.6) do not wait for each line in turn. The address of a buddy's
+/// `struct page` is computed from the pfn of the page being freed (the pfn
+/// comes from the CPU's own per-CPU list), the halves that `expand()`
+/// splits off are at computed offsets from the block, and the
+/// `free_area[]` heads are at fixed offsets in `struct zone`: the core
+/// issues those loads as soon as it reaches them, while earlier misses are
+/// still outstanding, up to its L1 line fill buffers. Only a line whose
+/// address is a pointer in a line still in flight waits for that line:
+/// the successor on a free list (`list_del()` writes `next->prev`), the
+/// list neighbours of a merged buddy, the old first entry of a list a
+/// block is added to. So a hold's memory time is the longer of its longest
+/// chain of such dependent misses and its misses' total latency divided
+/// by the misses in flight.
+///
+/// # What is modelled
+///
+/// Each touch under the lock ([`MissWindow::miss`]) gives its latency and
+/// the time, from the start of the hold, at which its address was known
+/// (`after`: 0 for a computed address, else the time the line holding the
+/// pointer arrived, [`MissWindow::ready`]); the line is ready at the later
+/// of `after` plus its latency and any earlier arrival of the same line in
+/// this hold. [`MissWindow::finish`] gives `max(longest ready, ⌈total ÷
+/// mlp⌉)`. With `mlp` = 1 that is the total: every miss serial, the
+/// charge the model made before it had this window.
+///
+/// Deviations: the instructions between the misses are charged apart and
+/// in full (no overlap of work with misses, which overstates a hold); the
+/// issue of an independent miss is not delayed by the front end or by the
+/// reorder buffer's size beyond what `mlp` says (the profile's band for it
+/// covers that); hardware prefetchers are not modelled; the arrival times
+/// of only the last [`MissWindow::RECENT`] lines are remembered (a chain
+/// that returns to an older line finds its data present: its ready time is
+/// forgotten, never invented); stores are treated as the loads they
+/// start (a read for ownership), and the lock's release waits for them.
+#[derive(Clone, Debug)]
+pub struct MissWindow {
+    /// Misses the core keeps in flight (≥ 1).
+    mlp: u32,
+    /// The latencies of this hold's misses, summed.
+    sum_ns: u64,
+    /// The latest time a line of this hold is ready.
+    crit_ns: u64,
+    /// The last lines that arrived with a time above 0: (key, ready).
+    recent: [(u64, u64); MissWindow::RECENT],
+    next: usize,
+}
+
+impl MissWindow {
+    /// Arrival times kept (the chains under the lock are two or three
+    /// lines deep; a refill's list walk needs only the previous step's).
+    pub const RECENT: usize = 16;
+
+    /// A window for a core that keeps `mlp` misses in flight (0 is taken
+    /// as 1).
+    pub fn new(mlp: u32) -> MissWindow {
+        MissWindow {
+            mlp: mlp.max(1),
+            sum_ns: 0,
+            crit_ns: 0,
+            recent: [(u64::MAX, 0); MissWindow::RECENT],
+            next: 0,
+        }
+    }
+
+    /// Misses in flight.
+    pub fn mlp(&self) -> u32 {
+        self.mlp
+    }
+
+    /// When the line `key` arrived in this hold (0: not touched in it, or
+    /// its data was there from the start).
+    #[inline]
+    pub fn ready(&self, key: u64) -> u64 {
+        self.recent
+            .iter()
+            .find(|&&(k, _)| k == key)
+            .map_or(0, |&(_, r)| r)
+    }
+
+    /// The line `key`, whose address was known at `after`, costs `ns`:
+    /// returns the time it is ready.
+    #[inline]
+    pub fn miss(&mut self, key: u64, ns: u64, after: u64) -> u64 {
+        self.sum_ns += ns;
+        let seen = self.recent.iter().position(|e| e.0 == key);
+        let earlier = seen.map_or(0, |i| self.recent[i].1);
+        let ready = (after + ns).max(earlier);
+        if ready > 0 {
+            let i = seen.unwrap_or_else(|| {
+                let i = self.next;
+                self.next = (self.next + 1) % MissWindow::RECENT;
+                i
+            });
+            self.recent[i] = (key, ready);
+            self.crit_ns = self.crit_ns.max(ready);
+        }
+        ready
+    }
+
+    /// The hold's memory time, `max(longest ready, ⌈total ÷ mlp⌉)`; clears
+    /// the window for the next hold.
+    pub fn finish(&mut self) -> u64 {
+        let ns = self.crit_ns.max(self.sum_ns.div_ceil(self.mlp as u64));
+        *self = MissWindow::new(self.mlp);
+        ns
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -684,6 +798,57 @@ mod tests {
         c.stream_page(3, &mut 0);
         assert_eq!(touch(2, &mut c), 0);
         assert_eq!(c.l2_now(2), 1);
+    }
+
+    #[test]
+    fn a_window_of_one_miss_charges_every_miss_in_turn() {
+        let mut w = MissWindow::new(1);
+        let a = w.miss(1, 60, 0);
+        w.miss(2, 60, a);
+        w.miss(3, 100, 0);
+        assert_eq!(w.finish(), 220);
+        // Cleared for the next hold.
+        assert_eq!(w.finish(), 0);
+    }
+
+    #[test]
+    fn independent_misses_overlap_and_chains_do_not() {
+        // Sixteen buddies at computed addresses: 16 x 60 ns over 16 in
+        // flight is one latency.
+        let mut w = MissWindow::new(16);
+        for k in 0..16 {
+            assert_eq!(w.miss(k, 60, 0), 60);
+        }
+        assert_eq!(w.finish(), 60);
+        // A list walk: each successor's address is in the previous line.
+        let mut ready = 0;
+        for k in 0..16 {
+            ready = w.miss(k, 60, ready);
+        }
+        assert_eq!(ready, 960);
+        assert_eq!(w.finish(), 960);
+        // Twelve in flight: 13 independent misses of 60 ns, 780 ns of
+        // latency over 12 in flight.
+        let mut w = MissWindow::new(12);
+        for k in 0..13 {
+            w.miss(k, 60, 0);
+        }
+        assert_eq!(w.finish(), 65);
+    }
+
+    #[test]
+    fn a_line_touched_again_is_ready_when_it_first_arrived() {
+        let mut w = MissWindow::new(8);
+        // The successor of one step is the head of the next: touched again
+        // at no cost, it is still only ready when it arrived, and the next
+        // successor waits for it.
+        let r = w.miss(7, 80, 40);
+        assert_eq!(r, 120);
+        assert_eq!(w.ready(7), 120);
+        assert_eq!(w.miss(7, 0, 0), 120);
+        assert_eq!(w.miss(8, 80, w.ready(7)), 200);
+        assert_eq!(w.ready(99), 0);
+        assert_eq!(w.finish(), 200);
     }
 
     #[test]

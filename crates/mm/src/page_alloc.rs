@@ -38,7 +38,7 @@
 //!   point at their head); the kernel does so only with `__GFP_COMP`.
 //! - Deviation: no free page reporting, shuffling or page poisoning.
 
-use crate::cacheline::{CpuTopology, LineOwners, PageData};
+use crate::cacheline::{CpuTopology, LineOwners, MissWindow, PageData};
 use crate::cost::{Cost, Cx, LockClass, LockId};
 use crate::page::{
     FreeList, LazyRun, MemMap, PfnIdx, MT_MASK, MT_SHIFT, NIL, ORDER_MASK, PAGES_PER_SECTION,
@@ -280,6 +280,16 @@ struct ZoneLines {
     free_area: LineOwners,
     /// One line per page: its `struct page` (64 bytes on x86-64).
     pages: PageLines,
+    /// The misses of the current hold of the lock, overlapped as the core
+    /// overlaps them ([`MissWindow`]); charged at the unlock.
+    window: MissWindow,
+}
+
+/// The key of `free_area[order]`'s line in a [`MissWindow`] (the pages'
+/// lines are keyed by pfn, which never comes near it).
+#[inline]
+fn free_area_key(order: u8) -> u64 {
+    u64::MAX - order as u64
 }
 
 /// The `struct page` lines of a zone, by section: a section's records exist
@@ -351,36 +361,46 @@ impl Zone {
         self.lines.as_ref().is_some_and(|l| l.topo.is_some())
     }
 
-    /// This CPU reads and writes the `free_area[order]` line: charges the
-    /// transfer from its last writer (nothing without a topology).
+    /// This CPU reads and writes the `free_area[order]` line, whose
+    /// address is known from the start: adds the transfer from its last
+    /// writer to the hold's [`MissWindow`] and returns when the line is
+    /// ready (nothing, 0, without a topology).
     #[inline]
-    fn touch_free_area(&mut self, cx: &mut Cx, order: u8) {
-        if let Some(l) = self.lines.as_deref_mut() {
-            if l.topo.is_none() {
-                return;
-            }
-            let cpu = cx.cpu;
-            let (table, clocks) = cx.table_and_llc();
-            let ns = l.free_area.touch(
-                order as usize,
-                cpu,
-                self.node.0 as u32,
-                l.topo.as_ref(),
-                clocks,
-                table,
-            );
-            cx.charge_ns(ns);
+    fn touch_free_area(&mut self, cx: &mut Cx, order: u8) -> u64 {
+        let Some(l) = self.lines.as_deref_mut() else {
+            return 0;
+        };
+        if l.topo.is_none() {
+            return 0;
         }
+        let cpu = cx.cpu;
+        let (table, clocks) = cx.table_and_llc();
+        let ns = l.free_area.touch(
+            order as usize,
+            cpu,
+            self.node.0 as u32,
+            l.topo.as_ref(),
+            clocks,
+            table,
+        );
+        l.window.miss(free_area_key(order), ns, 0)
     }
 
-    /// A free-list operation reads and writes `pfn`'s `struct page`:
-    /// charges the transfer from its last writer, or DRAM (nothing without
-    /// a topology: the operation's whole cost covers it).
+    /// A free-list operation reads and writes `pfn`'s `struct page`, whose
+    /// address was known at `after` (0: computed; else when the line with
+    /// the pointer to it arrived): adds the transfer from its last writer,
+    /// or DRAM, to the hold's [`MissWindow`] and returns when the line is
+    /// ready (nothing, 0, without a topology: the operation's whole cost
+    /// covers it).
     #[inline]
-    fn touch_page(&mut self, cx: &mut Cx, pfn: u64) {
-        if self.charges_lines() {
-            let ns = self.touch_struct_page(cx, pfn);
-            cx.charge_ns(ns);
+    fn touch_page(&mut self, cx: &mut Cx, pfn: u64, after: u64) -> u64 {
+        if !self.charges_lines() {
+            return 0;
+        }
+        let ns = self.touch_struct_page(cx, pfn);
+        match self.lines.as_deref_mut() {
+            Some(l) => l.window.miss(pfn, ns, after),
+            None => 0,
         }
     }
 
@@ -429,10 +449,15 @@ impl Zone {
         }
     }
 
-    /// Releases `zone->lock`, taken by [`Zone::lock`].
+    /// Releases `zone->lock`, taken by [`Zone::lock`], after charging the
+    /// hold's line misses as the core overlapped them ([`MissWindow::finish`]).
     #[inline]
-    pub fn unlock(&self, cx: &mut Cx, locked: ZoneLocked) {
+    pub fn unlock(&mut self, cx: &mut Cx, locked: ZoneLocked) {
         locked.check(self);
+        // The hold's misses, as the core overlapped them.
+        if let Some(l) = self.lines.as_deref_mut() {
+            cx.charge_ns(l.window.finish());
+        }
         cx.unlock(self.lock_id());
     }
 
@@ -496,7 +521,11 @@ impl Zone {
     }
 
     /// Models `expand()`: splits the block of order `high` at `p` down to
-    /// order `low`, putting each unused upper half on the `mt` list.
+    /// order `low`, putting each unused upper half on the `mt` list. The
+    /// block's address was known at `after` (in the hold's [`MissWindow`]):
+    /// each half is at a computed offset from it; the list's old first
+    /// entry, whose `prev` the add rewrites, is found through the head.
+    #[allow(clippy::too_many_arguments)]
     #[inline]
     fn expand(
         &mut self,
@@ -506,18 +535,19 @@ impl Zone {
         low: u8,
         mut high: u8,
         mt: MigrateType,
+        after: u64,
     ) {
         while high > low {
             high -= 1;
             let half = p.offset(1u32 << high);
             if self.charges_lines() {
-                if let Some(head) =
+                let head = self.touch_free_area(cx, high);
+                if let Some(first) =
                     self.free_area[high as usize][mt as usize].first_pfn(mem, 1 << high)
                 {
-                    self.touch_page(cx, head);
+                    self.touch_page(cx, first, head);
                 }
-                self.touch_free_area(cx, high);
-                self.touch_page(cx, mem.pfn(half).0);
+                self.touch_page(cx, mem.pfn(half).0, after);
             }
             self.add_to_free_list(mem, half, high, mt, false);
             cx.charge(Cost::BuddySplitStep);
@@ -547,19 +577,24 @@ impl Zone {
                 continue;
             };
             // The head, the block's struct page, then its successor (whose
-            // prev pointer the unlink rewrites): three dependent lines.
+            // prev pointer the unlink rewrites): three dependent lines. The
+            // block may be the successor an earlier step fetched: it is
+            // ready when that fetch arrived.
+            let (mut head, mut at) = (0, 0);
             if self.charges_lines() {
                 self.charge_list_op(cx, Cost::BuddyListOp);
-                self.touch_free_area(cx, current);
-                self.touch_page(cx, mem.pfn(p).0);
+                head = self.touch_free_area(cx, current);
+                at = self.touch_page(cx, mem.pfn(p).0, head);
             }
             self.del_from_free_list(mem, p, current);
             if self.charges_lines() {
                 let list = &self.free_area[current as usize][mt as usize];
                 if let Some(next) = list.first_pfn(mem, 1 << current) {
-                    self.touch_page(cx, next);
+                    self.touch_page(cx, next, at);
                 }
-                self.expand(mem, cx, p, order, current, mt);
+                // The halves' addresses are the block's plus an offset,
+                // known once the head gave the block.
+                self.expand(mem, cx, p, order, current, mt, head);
                 vmstat.count(VmEvent::MM_PAGE_ALLOC_ZONE_LOCKED, 1);
                 return Some((p, 1));
             }
@@ -838,7 +873,7 @@ impl Zone {
         if !self.spans(higher_buddy_pfn) {
             return false;
         }
-        self.touch_page(cx, higher_buddy_pfn);
+        self.touch_page(cx, higher_buddy_pfn, 0);
         mem.is_buddy_of_order(higher_buddy, order + 1)
     }
 
@@ -866,8 +901,9 @@ impl Zone {
             }
             if !mem.is_buddy_of_order(buddy, order) {
                 // find_buddy_page_pfn() read the buddy's struct page to
-                // learn that it is not free: a line its user last wrote.
-                self.touch_page(cx, pfn ^ (1u64 << order));
+                // learn that it is not free: a line its user last wrote,
+                // at an address computed from the pfn.
+                self.touch_page(cx, pfn ^ (1u64 << order), 0);
                 break;
             }
             if self.charges_lines() {
@@ -875,14 +911,15 @@ impl Zone {
             } else {
                 cx.charge(Cost::BuddyMergeStep);
             }
-            self.touch_page(cx, pfn ^ (1u64 << order));
+            let at = self.touch_page(cx, pfn ^ (1u64 << order), 0);
             self.touch_free_area(cx, order);
             // list_del() of the buddy rewrites its neighbours' list
-            // pointers: their struct pages (or the list head, above).
+            // pointers: their struct pages (or the list head, above),
+            // found through the buddy's line.
             if self.charges_lines() {
                 for n in [mem.prev(buddy), mem.next(buddy)] {
                     if n != NIL {
-                        self.touch_page(cx, mem.pfn(PfnIdx(n)).0);
+                        self.touch_page(cx, mem.pfn(PfnIdx(n)).0, at);
                     }
                 }
             }
@@ -900,11 +937,13 @@ impl Zone {
             } else {
                 list.first_pfn(mem, 1 << order)
             };
-            self.touch_free_area(cx, order);
+            // The neighbour is found through the head (or, at the tail,
+            // through the head's prev pointer).
+            let head = self.touch_free_area(cx, order);
             if let Some(n) = neighbour {
-                self.touch_page(cx, n);
+                self.touch_page(cx, n, head);
             }
-            self.touch_page(cx, pfn);
+            self.touch_page(cx, pfn, 0);
         }
         self.add_to_free_list(mem, p, order, mt, to_tail);
     }
@@ -1329,7 +1368,20 @@ impl PageAlloc {
                 topo,
                 free_area: LineOwners::new(NR_PAGE_ORDERS),
                 pages: PageLines::new(z.zone_start_pfn, z.spanned_pages),
+                window: MissWindow::new(1),
             }));
+        }
+    }
+
+    /// The core keeps `mlp` misses in flight under `zone->lock` (its L1
+    /// line fill buffers): the lines a hold touches at addresses it already
+    /// has overlap ([`MissWindow`]). 1 (the default) charges every line in
+    /// turn. Nothing without the line records ([`PageAlloc::set_cpu_topology`]).
+    pub fn set_lock_mlp(&mut self, mlp: u32) {
+        for z in &mut self.zones {
+            if let Some(l) = z.lines.as_deref_mut() {
+                l.window = MissWindow::new(mlp);
+            }
         }
     }
 
@@ -2199,6 +2251,66 @@ mod tests {
         assert_eq!(all_remote - free_cost(&[before]), XFER);
         assert_eq!(all_remote - free_cost(&[after]), XFER);
         assert_eq!(all_remote - free_cost(&[before, after]), 2 * XFER);
+    }
+
+    /// With the core's misses overlapped (`set_lock_mlp`), a merge still
+    /// waits for the buddy before it can find the buddy's list neighbours
+    /// (the same picture as above): the hold's memory time is that chain
+    /// of two transfers, where every miss in turn costs each of its lines.
+    #[test]
+    fn overlapped_misses_leave_the_buddy_then_its_neighbours() {
+        const XFER: u64 = 1000;
+        let (mut base, table) = two_cpu_lines(XFER);
+        let mut cx = Cx::new(VcpuId(0), table.clone());
+        let mt = MigrateType::Movable;
+        let pages: Vec<PfnIdx> = (0..8)
+            .map(|_| base.rmqueue_buddy(&mut cx, 0, 0, mt).expect("free memory"))
+            .collect();
+        let b = pages[0];
+        for i in [1, 3, 5] {
+            base.free_one_page(&mut cx, 0, b.offset(i), 0, mt);
+        }
+        let serial = cpu1_free_ns(&base, &table, b.offset(2), &[]);
+        assert!(serial >= 5 * XFER, "every line in turn: {serial}");
+        base.set_lock_mlp(16);
+        assert_eq!(cpu1_free_ns(&base, &table, b.offset(2), &[]), 2 * XFER);
+        // The buddy already CPU 1's: only the neighbours' transfer is left.
+        let buddy = base.mem.pfn(b.offset(3));
+        assert_eq!(cpu1_free_ns(&base, &table, b.offset(2), &[buddy]), XFER);
+    }
+
+    /// A refill that walks a free list of pages another CPU freed waits for
+    /// each successor before it can find the next one: overlapping misses
+    /// gains nothing there (CPU 0 frees four pages, CPU 1 takes them back
+    /// in one hold: the head line, then four pages one after another).
+    #[test]
+    fn a_list_walk_under_the_lock_stays_serial() {
+        const XFER: u64 = 1000;
+        let (mut base, table) = two_cpu_lines(XFER);
+        let mut cx = Cx::new(VcpuId(0), table.clone());
+        let mt = MigrateType::Movable;
+        let pages: Vec<PfnIdx> = (0..8)
+            .map(|_| base.rmqueue_buddy(&mut cx, 0, 0, mt).expect("free memory"))
+            .collect();
+        for i in [1, 3, 5, 7] {
+            base.free_one_page(&mut cx, 0, pages[0].offset(i), 0, mt);
+        }
+        let take_four = |mlp: u32| {
+            let mut pa = base.clone();
+            pa.set_lock_mlp(mlp);
+            let mut cx = Cx::new(VcpuId(1), table.clone());
+            cx.begin(VcpuId(1), SimTime(0));
+            let z = &mut pa.zones[0];
+            let locked = z.lock(&mut cx);
+            for _ in 0..4 {
+                z.rmqueue_run(&locked, &mut pa.mem, &mut cx, &mut pa.vmstat, 0, mt, 1)
+                    .expect("a free page");
+            }
+            z.unlock(&mut cx, locked);
+            cx.compute_ns()
+        };
+        assert_eq!(take_four(1), 5 * XFER);
+        assert_eq!(take_four(16), 5 * XFER);
     }
 
     /// One node of two CPUs sharing an LLC, with the line model on, and a

@@ -54,6 +54,10 @@ pub struct TopologyProfile {
     /// line found in the LLC, in ns: the private-L2 model of the line
     /// records ([`mm::cacheline::LlcClocks::set_l2`]), if both are given.
     pub l2: Option<(u64, u64)>,
+    /// Misses one core keeps in flight (its L1 line fill buffers), for the
+    /// overlap of the lines a `zone->lock` hold touches
+    /// ([`mm::cacheline::MissWindow`]); `None`: every line in turn.
+    pub line_fill_buffers: Option<u32>,
     /// Where each value comes from, by key.
     pub sources: BTreeMap<String, String>,
     /// The plausible range of each value that is an estimate, by key
