@@ -35,6 +35,7 @@ mod compare;
 mod fit;
 mod live;
 mod out;
+mod reporting;
 
 pub use compare::compare;
 
@@ -265,6 +266,9 @@ pub struct Calibration {
     check_pass_first: (usize, usize),
     /// The same on the immediate re-runs' medians.
     check_pass_rerun: (usize, usize),
+    /// How free page reporting overlapped the fit's and the check's
+    /// repetitions.
+    reporting: live::Reporting,
     /// How the model's LLC was sized ([`effective_llc`]).
     llc: String,
     /// Where the time went, phase by phase.
@@ -345,6 +349,7 @@ struct LiveData {
     fit_live: live::FitLive,
     pcp_live: live::FitLive,
     check_live: Vec<Result<live::CheckLive, String>>,
+    reporting: live::Reporting,
 }
 
 /// Rounds of the fit's fault patterns per round of the micro-benchmarks:
@@ -358,25 +363,20 @@ fn measure(
     phases: &mut Phases,
     progress: &mut dyn FnMut(&str),
 ) -> Result<LiveData> {
-    let mut micro = live::run_micro(opts.rounds, progress).context("micro-benchmarks")?;
-    phases.end("micro-benchmarks");
-    // The fit's patterns and the check's side by side
-    // (`live::run_fit_and_check` says why).
-    let (fit_live, mut check_live) = live::run_fit_and_check(
+    // The micro-benchmarks, the fit's patterns and the check's side by
+    // side (`live::FitAndCheck` says why).
+    let mut fac = live::FitAndCheck::new(
         &pats.fit,
         FIT_ROUNDS_PER_ROUND * opts.rounds,
         &pats.check,
         opts.check_reps,
-        progress,
     );
-    live::retry_slow_reps(
-        &pats.check,
-        &mut check_live,
-        SLOW_RUN,
-        opts.check_reps,
-        progress,
-    );
-    phases.end("fit and check fault patterns, alternated");
+    let mut micro = live::run_micro(opts.rounds, progress, &mut |i, n, lock, progress| {
+        fac.run_share(i, n, lock, progress)
+    })
+    .context("micro-benchmarks")?;
+    let (fit_live, check_live, mut reporting) = fac.finish(progress);
+    phases.end("micro-benchmarks and fit and check fault patterns, alternated");
     progress(names::FRESH_PTE);
     micro.outcomes.push(live::run_fresh_pte(opts.rounds));
     phases.end("fresh-PTE probe");
@@ -386,7 +386,7 @@ fn measure(
     // The PCP patterns change vm.percpu_pagelist_high_fraction, and putting
     // it back resets the lists' auto-tuned high: they run in rounds of their
     // own, so that the other patterns meet the lists as the check's do.
-    let pcp_live = live::run_patterns(&pats.pcp, opts.rounds, progress);
+    let pcp_live = live::run_patterns(&pats.pcp, opts.rounds, &mut reporting, progress);
     phases.end("PCP churns (small and large lists)");
     progress("cross-CPU probes again");
     live::resample_cross_cpu(&mut micro, opts.rounds).context("cross-CPU probes")?;
@@ -396,6 +396,7 @@ fn measure(
         fit_live,
         pcp_live,
         check_live,
+        reporting,
     })
 }
 
@@ -441,6 +442,7 @@ pub fn run(opts: &Opts) -> Result<()> {
         mut fit_live,
         pcp_live,
         check_live,
+        reporting,
     } = measure(opts, &pats, &mut phases, &mut progress)?;
     let (llc_bytes, llc) = effective_llc(&micro, mem.llc_bytes);
     mem.llc_bytes = llc_bytes;
@@ -475,6 +477,7 @@ pub fn run(opts: &Opts) -> Result<()> {
         check_pass,
         check_pass_first,
         check_pass_rerun,
+        reporting,
         llc,
         phases,
         secs: t0.elapsed().as_secs_f64(),
@@ -1680,15 +1683,17 @@ fn check(
 
 /// A run this many times the pattern's fastest or more is slow: the check
 /// patterns' runs are otherwise within ~1.3x of each other, and a run on
-/// memory the host took back is 2-40x (see `live::run_pattern_runs`).
+/// memory the host took back is 2-40x (see `live::run_rep`). It only
+/// labels runs in the report: which repetitions are run again is decided
+/// by the reporting counter, not by time.
 const SLOW_RUN: f64 = 1.5;
 
 /// Says how many of a check pattern's runs were slow (bimodal runs) and
 /// in how many of those the guest's free page reporting handed memory
 /// back to the host meanwhile, which makes the next first touch of that
 /// memory fault in the host too: the host's cost, not the kernel's; and
-/// the repetitions set aside because both their runs were slow
-/// (`live::retry_slow_reps`).
+/// the repetitions set aside because the guest reported memory to the
+/// host during them (`live::run_rep`).
 fn slow_runs(c: &live::CheckLive) -> String {
     let runs: Vec<(f64, Option<u64>)> = c
         .first
@@ -1719,17 +1724,16 @@ fn slow_runs(c: &live::CheckLive) -> String {
     let aside: Vec<String> = c
         .set_aside
         .iter()
-        .map(|(a, b, kib)| {
-            let host = match kib {
-                Some(k) if *k > 0 => format!(", {} MiB reported", k >> 10),
-                Some(_) => ", none reported".to_string(),
+        .map(|r| {
+            let host = match r.reported_total() {
+                Some(k) => format!(", {} MiB reported", k >> 10),
                 None => String::new(),
             };
-            format!("{:.1}+{:.1} ms{host}", a / 1e6, b / 1e6)
+            format!("{:.1}+{:.1} ms{host}", r.ns[0] / 1e6, r.ns[1] / 1e6)
         })
         .collect();
     format!(
-        "{kept}; {} repetition(s) with both runs slow re-run and set aside ({})",
+        "{kept}; {} repetition(s) reported during, set aside and run again ({})",
         c.set_aside.len(),
         aside.join("; ")
     )
@@ -1857,12 +1861,23 @@ mod tests {
         };
         assert_eq!(slow_runs(&no_counter), "1/4 (no reporting counter)");
         let retried = live::CheckLive {
-            set_aside: vec![(300e6, 250e6, Some(2048)), (310e6, 320e6, Some(0))],
+            set_aside: vec![
+                live::Rep {
+                    ns: [300e6, 250e6],
+                    faults: 512,
+                    reported_kib: [Some(2048), Some(0)],
+                },
+                live::Rep {
+                    ns: [51e6, 52e6],
+                    faults: 512,
+                    reported_kib: [None, Some(1024)],
+                },
+            ],
             ..even
         };
         assert_eq!(
             slow_runs(&retried),
-            "0/4; 2 repetition(s) with both runs slow re-run and set aside (300.0+250.0 ms, 2 MiB reported; 310.0+320.0 ms, none reported)"
+            "0/4; 2 repetition(s) reported during, set aside and run again (300.0+250.0 ms, 2 MiB reported; 51.0+52.0 ms, 1 MiB reported)"
         );
     }
 

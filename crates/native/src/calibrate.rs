@@ -182,10 +182,24 @@ impl Outcome {
 /// A probe whose sample fails is dropped from later rounds and reported as
 /// skipped with the error.
 pub fn run_interleaved(
+    probes: Vec<Probe<'_>>,
+    rounds: usize,
+    repeats: usize,
+    progress: impl FnMut(&str),
+) -> Vec<Outcome> {
+    run_interleaved_between(probes, rounds, repeats, progress, |_, _| {})
+}
+
+/// [`run_interleaved`], calling `between(round, progress)` after each
+/// sampled round (1 to `rounds`): for measurements of another kind taken
+/// in alternation with these, so that a slow phase of the host meets both
+/// kinds alike.
+pub fn run_interleaved_between(
     mut probes: Vec<Probe<'_>>,
     rounds: usize,
     repeats: usize,
     mut progress: impl FnMut(&str),
+    mut between: impl FnMut(usize, &mut dyn FnMut(&str)),
 ) -> Vec<Outcome> {
     let mut samples: Vec<Vec<f64>> = vec![Vec::new(); probes.len()];
     let mut failed: Vec<Option<String>> = vec![None; probes.len()];
@@ -202,6 +216,9 @@ pub fn run_interleaved(
                 Ok(_) => {}
                 Err(e) => failed[i] = Some(e.to_string()),
             }
+        }
+        if round > 0 {
+            between(round, &mut progress);
         }
     }
     probes
@@ -342,6 +359,34 @@ mod tests {
         assert_eq!(out[0].measured().unwrap().summary.nr_samples, 3);
         assert!(matches!(&out[1], Outcome::Skipped { why, .. } if why.contains("no")));
         assert_eq!(out[2].measured().unwrap().median(), 3.0);
+    }
+
+    #[test]
+    fn other_measurements_run_between_the_sampled_rounds() {
+        let log = std::cell::RefCell::new(String::new());
+        let probes = vec![
+            Probe::new("a", "ns", "a", || {
+                log.borrow_mut().push('a');
+                Ok(1.0)
+            }),
+            Probe::new("b", "ns", "b", || {
+                log.borrow_mut().push('b');
+                Ok(2.0)
+            }),
+        ];
+        let out = run_interleaved_between(
+            probes,
+            3,
+            1,
+            |_| {},
+            |round, progress| {
+                progress("between");
+                log.borrow_mut().push_str(&round.to_string());
+            },
+        );
+        // Not after the warm-up round; after each of the three sampled.
+        assert_eq!(*log.borrow(), "abab1ab2ab3");
+        assert_eq!(out[1].measured().unwrap().summary.nr_samples, 3);
     }
 
     #[test]

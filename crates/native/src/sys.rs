@@ -210,16 +210,24 @@ pub fn allowed_cpus() -> Result<Vec<usize>, NativeError> {
 
 /// Pins the calling thread to `cpu`.
 pub fn pin_to_cpu(cpu: usize) -> Result<(), NativeError> {
+    set_affinity(&[cpu])
+}
+
+/// Lets the calling thread run on `cpus` (e.g. [`allowed_cpus`] saved
+/// before a pin).
+pub fn set_affinity(cpus: &[usize]) -> Result<(), NativeError> {
     // SAFETY: cpu_set_t is plain data; all-zero is the empty set.
     let mut set: libc::cpu_set_t = unsafe { std::mem::zeroed() };
-    // SAFETY: CPU_SET writes one bit of `set`; it ignores indices beyond the set.
-    unsafe { libc::CPU_SET(cpu, &mut set) };
+    for &cpu in cpus {
+        // SAFETY: CPU_SET writes one bit of `set`; it ignores indices beyond the set.
+        unsafe { libc::CPU_SET(cpu, &mut set) };
+    }
     // SAFETY: the pointer and size describe `set`, which outlives the call.
     let rc = unsafe { libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set) };
     if rc != 0 {
         return Err(NativeError::last_os(
             "sched_setaffinity",
-            format!("pin to CPU {cpu}"),
+            format!("run on CPUs {cpus:?}"),
         ));
     }
     Ok(())

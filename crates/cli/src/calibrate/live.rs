@@ -2,16 +2,18 @@
 //! `native::calibrate` and fault patterns run with `native::faults`, each
 //! repeated in interleaved rounds.
 
+pub use super::reporting::ReportingWindow;
 use native::calibrate::hw::{self, CpuPair};
 use native::calibrate::isolated;
 use native::calibrate::kernel;
-use native::calibrate::{run_interleaved, Measurement, Outcome, Probe};
+use native::calibrate::{run_interleaved, run_interleaved_between, Measurement, Outcome, Probe};
 use native::faults::{Access, Advice, FaultPattern, Step};
 use native::knobs::{KnobGuard, LiveLock, ThpEnabled, ThpKnobs, PERCPU_PAGELIST_HIGH_FRACTION};
 use native::NativeError;
 use std::cell::RefCell;
 use std::path::Path;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Instant;
 
 /// Micro-benchmark names the derivation looks up.
 pub mod names {
@@ -105,10 +107,19 @@ fn skipped(name: &str, why: impl Into<String>) -> Outcome {
     }
 }
 
+/// What runs between the micro-benchmarks' rounds: `(round, of rounds,
+/// the live-kernel lock held, progress)`.
+pub type Between<'b> = dyn FnMut(usize, usize, &LiveLock, &mut dyn FnMut(&str)) + 'b;
+
 /// Runs every micro-benchmark, `rounds` interleaved rounds, pinned to the
-/// first allowed CPU.
-pub fn run_micro(rounds: usize, progress: &mut dyn FnMut(&str)) -> Result<Micro, NativeError> {
-    let _lock = live_lock()?;
+/// first allowed CPU, and `between` after each sampled round, unpinned
+/// ([`FitAndCheck`] says why), all under one hold of the live-kernel lock.
+pub fn run_micro(
+    rounds: usize,
+    progress: &mut dyn FnMut(&str),
+    between: &mut Between<'_>,
+) -> Result<Micro, NativeError> {
+    let lock = live_lock()?;
     let cpus = native::sys::allowed_cpus()?;
     let _affinity = native::sys::AffinityGuard::save()?;
     let me = cpus[0];
@@ -163,7 +174,24 @@ pub fn run_micro(rounds: usize, progress: &mut dyn FnMut(&str)) -> Result<Micro,
         probes.push(hw::wake_probe(a, b, hw::WakeSide::Latency));
     }
     probes.extend(kernel_probes(budget));
-    let mut outcomes = run_interleaved(probes, rounds, MICRO_REPEATS, |n| progress(n));
+    let mut affinity: Result<(), NativeError> = Ok(());
+    let mut outcomes = run_interleaved_between(
+        probes,
+        rounds,
+        MICRO_REPEATS,
+        |n| progress(n),
+        |round, progress| {
+            // The fault patterns run unpinned, as they did before they
+            // were interleaved with these.
+            // After a failure here the rest is left to the caller.
+            if affinity.is_ok() {
+                affinity = native::sys::set_affinity(&cpus)
+                    .map(|()| between(round, rounds, &lock, progress))
+                    .and_then(|()| native::sys::pin_to_cpu(me));
+            }
+        },
+    );
+    affinity?;
     if pairs.iter().all(|p| p.1.is_none()) {
         for n in [
             names::HANDOFF,
@@ -484,41 +512,115 @@ pub fn live_lock() -> Result<LiveLock, NativeError> {
     Ok(lock)
 }
 
-/// `runs` live runs back to back under one hold of the lock, after one
-/// warm-up: the CPU ns of each run's timed phases, and the last run's
-/// faults. Each run after the first gets the memory the run before it
-/// freed a moment earlier; the first run's memory comes from the warm-up.
+/// One repetition of a live pattern ([`run_rep`]): a warm-up, then two
+/// runs back to back.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Rep {
+    /// CPU ns of each run's timed phases.
+    pub ns: [f64; 2],
+    /// Faults of the second run's timed phases.
+    pub faults: u64,
+    /// KiB the guest's free page reporting handed to the host from the end
+    /// of the warm-up to the end of the first run, and from there to the
+    /// end of the second (`None`: this kernel has no such counter). The
+    /// counter is the whole guest's: memory another process freed counts
+    /// too.
+    pub reported_kib: [Option<u64>; 2],
+}
+
+impl Rep {
+    /// The faster run: the figure of the repetition, for the fit and the
+    /// check alike.
+    pub fn faster(&self) -> f64 {
+        self.ns[0].min(self.ns[1])
+    }
+
+    /// Whether free page reporting handed memory to the host while this
+    /// repetition's memory was free or being faulted.
+    pub fn overlapped(&self) -> bool {
+        self.reported_kib.iter().any(|k| k.is_some_and(|k| k > 0))
+    }
+
+    /// KiB reported during the repetition (`None`: no counter).
+    pub fn reported_total(&self) -> Option<u64> {
+        match self.reported_kib {
+            [None, None] => None,
+            [a, b] => Some(a.unwrap_or(0) + b.unwrap_or(0)),
+        }
+    }
+}
+
+/// How often free page reporting overlapped the repetitions of the fit or
+/// of the check ([`run_rep`]).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct ReportingTally {
+    /// Repetitions kept.
+    pub reps: usize,
+    /// Repetitions set aside and run again because reporting overlapped
+    /// them.
+    pub rerun: usize,
+    /// Repetitions kept although reporting overlapped them: their re-runs
+    /// were spent.
+    pub kept_overlapped: usize,
+    /// KiB reported during the repetitions set aside.
+    pub aside_kib: u64,
+    /// Repetitions run without the counter (the kernel has none).
+    pub no_counter: usize,
+}
+
+impl ReportingTally {
+    fn count(&mut self, kept: &Rep, aside: &[Rep]) {
+        self.reps += 1;
+        self.rerun += aside.len();
+        self.kept_overlapped += usize::from(kept.overlapped());
+        self.aside_kib += aside.iter().filter_map(Rep::reported_total).sum::<u64>();
+        self.no_counter += usize::from(kept.reported_total().is_none());
+    }
+
+    /// One line for the report: `what` (the fit, the check) and its
+    /// counts.
+    pub fn describe(&self, what: &str) -> String {
+        if self.no_counter == self.reps && self.reps > 0 {
+            return format!(
+                "{what}: {} repetitions, no free page reporting counter on this kernel",
+                self.reps
+            );
+        }
+        format!(
+            "{what}: {} repetitions kept; {} set aside and run again because the guest reported memory to the host during them ({} MiB); {} kept although reported during (their {REPORTING_RERUNS} re-runs spent)",
+            self.reps,
+            self.rerun,
+            self.aside_kib >> 10,
+            self.kept_overlapped
+        )
+    }
+}
+
+/// How many times a repetition that free page reporting overlapped is run
+/// again before it is kept as it is ([`run_rep`]).
+pub const REPORTING_RERUNS: usize = 2;
+
+/// One repetition of a pattern ([`Rep`]) under one hold of the lock: a
+/// warm-up, then two live runs back to back, each after the memory the
+/// one before it freed a moment earlier (the first's from the warm-up).
 ///
-/// Why two: on a guest with free page reporting (a virtio-balloon with
-/// `F_REPORTING`, `page_reporting_order` 9 here) free blocks of 2 MiB and
-/// more go back to the host within seconds, and a first touch of one
-/// faults in the host as well: 256 MiB of 2 MiB THPs took 270-364 ms of
-/// CPU after the memory had been free for 6 s against 11-16 ms when it was
-/// reused at once. The reporting worker runs whenever other tenants' frees
-/// have scheduled it, so even memory freed a moment ago is sometimes gone;
-/// a run can only be slowed by this, never sped up, and the faster of two
-/// runs is the more likely to measure the guest kernel alone.
+/// Why a warm-up and two runs: on a guest with free page reporting (a
+/// virtio-balloon with `F_REPORTING`, `page_reporting_order` 9 here) free
+/// blocks of 2 MiB and more go back to the host within seconds, and a
+/// first touch of one faults in the host as well: 256 MiB of 2 MiB THPs
+/// took 270-364 ms of CPU after the memory had been free for 6 s against
+/// 11-16 ms when it was reused at once. The warm-up makes the host back
+/// the memory the runs will get; the reporting counter says whether the
+/// worker handed any memory back between the warm-up and a run's end
+/// ([`run_rep`] acts on it).
 ///
 /// The caller holds the live-kernel lock (`lock`), for as many patterns
 /// as it runs together.
-pub fn run_pattern_runs(
+fn run_rep_once(
     p: &LivePattern,
-    runs: usize,
     lock: &LiveLock,
-) -> Result<(Vec<f64>, u64), NativeError> {
-    run_pattern_runs_reported(p, runs, lock).map(|(ns, faults, _)| (ns, faults))
-}
-
-/// [`run_pattern_runs`], and the KiB the guest's free page reporting handed
-/// back to the host between the warm-up (or the run before) and the end of
-/// each run (`None`: the kernel has no such counter). The counter is the
-/// whole guest's: memory another process freed counts too.
-#[allow(clippy::type_complexity)]
-pub fn run_pattern_runs_reported(
-    p: &LivePattern,
-    runs: usize,
-    lock: &LiveLock,
-) -> Result<(Vec<f64>, u64, Vec<Option<u64>>), NativeError> {
+    window: &mut ReportingWindow,
+) -> Result<Rep, NativeError> {
     let mut guard = KnobGuard::new(lock);
     let path = Path::new(PERCPU_PAGELIST_HIGH_FRACTION);
     let want = p.fraction.to_string();
@@ -528,42 +630,79 @@ pub fn run_pattern_runs_reported(
     // Memory the host has backed, as the kernel's cost is what is measured
     // (kernel::warm_memory says why); twice the region for a fork's copies.
     let copies = 1 + p.pattern.steps.contains(&Step::ForkWriter) as usize;
-    kernel::warm_memory(copies * p.pattern.len_bytes + (4 << 20))?;
-    let mut out = (Vec::new(), 0, Vec::new());
-    let mut r = Ok(());
-    // From the end of the warm-up (or of the run before) to the end of
-    // each run: memory reported then may be what the run faults.
-    let mut prev = kernel::reported_kib();
-    for _ in 0..runs.max(1) {
-        let run = native::faults::run_locked(&p.pattern, lock);
-        let now = kernel::reported_kib();
-        out.2.push(prev.zip(now).map(|(a, b)| b.saturating_sub(a)));
-        prev = now;
-        match run {
-            Ok(rep) => {
-                let (ns, faults) = match p.timed {
-                    Timed::Touch => (rep.touch.cpu_ns as f64, rep.touch.nr_minflt),
-                    Timed::Steps => (
-                        rep.steps.iter().map(|s| s.cpu_ns as f64).sum(),
-                        rep.steps.iter().map(|s| s.nr_minflt).sum(),
-                    ),
-                };
-                out.0.push(ns);
-                out.1 = faults;
-            }
-            Err(e) => {
-                r = Err(e);
-                break;
-            }
+    let t_warm = Instant::now();
+    let r = kernel::warm_region(copies * p.pattern.len_bytes + (4 << 20)).and_then(|warm| {
+        window.ready(&p.pattern.name, t_warm.elapsed());
+        let t0 = Instant::now();
+        drop(warm);
+        let mut rep = Rep::default();
+        // From the end of the warm-up (or of the run before) to the end
+        // of each run: memory reported then may be what the run faults.
+        let mut prev = kernel::reported_kib();
+        for i in 0..2 {
+            let run = native::faults::run_locked(&p.pattern, lock)?;
+            let now = kernel::reported_kib();
+            rep.reported_kib[i] = prev.zip(now).map(|(a, b)| b.saturating_sub(a));
+            prev = now;
+            (rep.ns[i], rep.faults) = match p.timed {
+                Timed::Touch => (run.touch.cpu_ns as f64, run.touch.nr_minflt),
+                Timed::Steps => (
+                    run.steps.iter().map(|s| s.cpu_ns as f64).sum(),
+                    run.steps.iter().map(|s| s.nr_minflt).sum(),
+                ),
+            };
         }
-    }
+        window.ran(&p.pattern.name, t0.elapsed());
+        Ok(rep)
+    });
     guard.restore()?;
-    r.map(|()| out)
+    r
 }
 
-/// A check pattern's live runs: the first after the warm-up and an
-/// immediate re-run (see [`run_pattern_runs`]), `reps` times, and the
-/// faults of the last run.
+/// A repetition of `p` ([`run_rep_once`]) that free page reporting did not
+/// overlap, or the last of `1 + REPORTING_RERUNS` tries; and the
+/// repetitions set aside before it. Counted in `tally`.
+///
+/// Why: a run whose memory the guest handed to the host between the
+/// warm-up and its end faults in the host too (the hypervisor's cost,
+/// which the model does not have): at load ~10 three of a 32K pattern's
+/// ten runs were 1.2x its fastest, with 1,680 MiB reported during them,
+/// and moved its median by 21 %. Which repetitions are run again is
+/// decided by the kernel's counter alone, never by how long they took,
+/// and the fit and the check use the same rule: so the figure judged (the
+/// median of the repetitions' faster runs) is the same statistic on both
+/// sides, of repetitions the host's reporting did not reach.
+pub fn run_rep(
+    p: &LivePattern,
+    lock: &LiveLock,
+    reporting: &mut Reporting,
+    side: Side,
+) -> Result<(Rep, Vec<Rep>), NativeError> {
+    let tally = match side {
+        Side::Fit => &mut reporting.fit,
+        Side::Check => &mut reporting.check,
+    };
+    rerun_overlapped(|| run_rep_once(p, lock, &mut reporting.window), tally)
+}
+
+/// [`run_rep`]'s rule on repetitions made by `try_rep`.
+fn rerun_overlapped(
+    mut try_rep: impl FnMut() -> Result<Rep, NativeError>,
+    tally: &mut ReportingTally,
+) -> Result<(Rep, Vec<Rep>), NativeError> {
+    let mut aside = Vec::new();
+    loop {
+        let rep = try_rep()?;
+        if !rep.overlapped() || aside.len() >= REPORTING_RERUNS {
+            tally.count(&rep, &aside);
+            return Ok((rep, aside));
+        }
+        aside.push(rep);
+    }
+}
+
+/// A check pattern's live repetitions ([`run_rep`]): each one's first run
+/// after the warm-up and immediate re-run, and the faults of the last run.
 #[derive(Clone, Debug, Default)]
 pub struct CheckLive {
     /// CPU ns of each first run.
@@ -573,24 +712,23 @@ pub struct CheckLive {
     /// Faults of the last run.
     pub faults: u64,
     /// KiB that free page reporting handed to the host during each first
-    /// run and each re-run (`None`: no counter on this kernel).
+    /// run (from the warm-up's end; `None`: no counter on this kernel).
     pub first_reported_kib: Vec<Option<u64>>,
-    /// The same for the re-runs.
+    /// The same for the re-runs (from the first run's end).
     pub rerun_reported_kib: Vec<Option<u64>>,
-    /// Repetitions set aside and run again because both of their runs
-    /// were slow ([`retry_slow_reps`]): first and re-run ns, and the KiB
-    /// free page reporting handed to the host during them (`None`: no
-    /// counter).
-    pub set_aside: Vec<(f64, f64, Option<u64>)>,
+    /// Repetitions set aside and run again because free page reporting
+    /// overlapped them ([`run_rep`]).
+    pub set_aside: Vec<Rep>,
 }
 
 impl CheckLive {
-    fn push(&mut self, ns: &[f64], kib: &[Option<u64>], faults: u64) {
-        self.first.push(ns[0]);
-        self.rerun.push(ns[1]);
-        self.first_reported_kib.push(kib[0]);
-        self.rerun_reported_kib.push(kib[1]);
-        self.faults = faults;
+    fn push(&mut self, rep: &Rep, aside: Vec<Rep>) {
+        self.first.push(rep.ns[0]);
+        self.rerun.push(rep.ns[1]);
+        self.first_reported_kib.push(rep.reported_kib[0]);
+        self.rerun_reported_kib.push(rep.reported_kib[1]);
+        self.faults = rep.faults;
+        self.set_aside.extend(aside);
     }
 
     /// The fastest run of any kept repetition.
@@ -600,34 +738,16 @@ impl CheckLive {
             .chain(&self.rerun)
             .fold(f64::INFINITY, |a, &b| a.min(b))
     }
-
-    /// The first kept repetition whose two runs are both `slow` times the
-    /// fastest run or more.
-    fn slow_rep(&self, slow: f64) -> Option<usize> {
-        let fastest = self.fastest();
-        (0..self.first.len()).find(|&i| self.first[i].min(self.rerun[i]) >= slow * fastest)
-    }
-
-    /// Moves repetition `i` to `set_aside`.
-    fn set_aside_rep(&mut self, i: usize) {
-        let kib = match (self.first_reported_kib[i], self.rerun_reported_kib[i]) {
-            (None, None) => None,
-            (a, b) => Some(a.unwrap_or(0) + b.unwrap_or(0)),
-        };
-        self.set_aside
-            .push((self.first.remove(i), self.rerun.remove(i), kib));
-        self.first_reported_kib.remove(i);
-        self.rerun_reported_kib.remove(i);
-    }
 }
 
-/// One repetition of every check pattern, each twice back to back; a
-/// pattern that fails keeps why in place of its runs.
+/// One repetition of every check pattern; a pattern that fails keeps why
+/// in place of its runs.
 fn run_check_rep(
     pats: &[LivePattern],
     out: &mut [Result<CheckLive, String>],
     first: bool,
     lock: &LiveLock,
+    reporting: &mut Reporting,
     progress: &mut dyn FnMut(&str),
 ) {
     for (p, o) in pats.iter().zip(out.iter_mut()) {
@@ -635,19 +755,69 @@ fn run_check_rep(
         if first {
             progress(&p.pattern.name);
         }
-        match run_pattern_runs_reported(p, 2, lock) {
-            Ok((ns, f, kib)) => c.push(&ns, &kib, f),
+        match run_rep(p, lock, reporting, Side::Check) {
+            Ok((rep, aside)) => c.push(&rep, aside),
             Err(e) => *o = Err(e.to_string()),
         }
     }
 }
 
+/// How free page reporting overlapped the fit's repetitions and the
+/// check's ([`run_rep`]).
+#[derive(Debug, Default)]
+pub struct Reporting {
+    /// The fit's fault patterns (the PCP churns included).
+    pub fit: ReportingTally,
+    /// The closing check's.
+    pub check: ReportingTally,
+    /// The placing of every repetition's runs between reporting passes.
+    pub window: ReportingWindow,
+}
+
+/// Which side of the calibration a repetition is for.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Side {
+    /// The fit's patterns.
+    Fit,
+    /// The closing check's.
+    Check,
+}
+
+/// One unit of [`FitAndCheck`]'s work.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Unit {
+    /// A round of every fit pattern.
+    FitRound,
+    /// A repetition of every check pattern.
+    CheckRep,
+}
+
+/// `fit_rounds` fit rounds and `check_reps` check repetitions in the
+/// order they run: the fit's rounds spread evenly before, between and
+/// after the check's repetitions ([`fit_schedule`]).
+fn units(fit_rounds: usize, check_reps: usize) -> Vec<Unit> {
+    let mut v = Vec::new();
+    for (slot, n) in fit_schedule(fit_rounds, check_reps).into_iter().enumerate() {
+        v.extend(std::iter::repeat_n(Unit::FitRound, n));
+        if slot < check_reps {
+            v.push(Unit::CheckRep);
+        }
+    }
+    v
+}
+
+/// Where share `i` of `n` (1-based) of `len` units ends: shares that
+/// differ by one unit at most, the last ending at `len`.
+fn share_end(i: usize, n: usize, len: usize) -> usize {
+    (i * len).div_ceil(n.max(1)).min(len)
+}
+
 /// The fit's patterns (`fit_rounds` rounds) and the check's (`check_reps`
-/// repetitions) in alternation, each run twice back to back (see
-/// [`run_pattern_runs`]): the fit's rounds spread evenly before, between
-/// and after the check's repetitions. Returns the fit's samples (per
-/// pattern, the faster run of each round, and the last run's faults) and
-/// the check's runs; for a pattern that could not run, why.
+/// repetitions) in alternation, each repetition a warm-up and two runs
+/// back to back ([`run_rep`]), run a share at a time between the
+/// micro-benchmarks' rounds ([`run_micro`]'s `between`). Gives the fit's
+/// samples (per pattern, the faster run of each round, and the last run's
+/// faults) and the check's runs; for a pattern that could not run, why.
 ///
 /// Why alternate: what a fault costs here moves with what the host's other
 /// tenants do over minutes. A probe of 2026-11-25 (04:25 UTC, load rising
@@ -657,39 +827,107 @@ fn run_check_rep(
 /// each); at load 1.4-1.8 the fork-COW pattern pinned to CPU 0, to CPU 1
 /// or unpinned took 115-129 ms alike, so the placement does not move it.
 /// A fit measured in the first minute and a check in the next then
-/// compare two hosts; measured side by side, a slow phase meets both.
-/// The phase holds the live-kernel lock throughout (~40-90 s here), so
-/// that another user's measurement cannot fall between its rounds.
-pub fn run_fit_and_check(
-    fit: &[LivePattern],
-    fit_rounds: usize,
-    check: &[LivePattern],
-    check_reps: usize,
-    progress: &mut dyn FnMut(&str),
-) -> (FitLive, Vec<Result<CheckLive, String>>) {
-    let lock = match live_lock() {
-        Ok(l) => l,
-        Err(e) => {
-            let why = e.to_string();
-            return (
-                vec![Err(why.clone()); fit.len()],
-                vec![Err(why); check.len()],
-            );
-        }
-    };
-    let mut fit_out: FitLive = vec![Ok((Vec::new(), 0)); fit.len()];
-    let mut check_out: Vec<Result<CheckLive, String>> = vec![Ok(CheckLive::default()); check.len()];
-    let mut done = 0;
-    for (slot, n) in fit_schedule(fit_rounds, check_reps).into_iter().enumerate() {
-        for _ in 0..n {
-            run_fit_round(fit, &mut fit_out, done == 0, &lock, progress);
-            done += 1;
-        }
-        if slot < check_reps {
-            run_check_rep(check, &mut check_out, slot == 0, &lock, progress);
+/// compare two hosts; measured side by side, a slow phase meets both. The
+/// micro-benchmarks (clear/copy bandwidth, the DRAM chase, the syscalls)
+/// give costs the fit builds on, so they are taken in the same
+/// alternation: each of their rounds is followed by a share of the fault
+/// patterns' rounds and repetitions, all under one hold of the
+/// live-kernel lock, so that another user's measurement cannot fall
+/// between them.
+pub struct FitAndCheck<'a> {
+    fit: &'a [LivePattern],
+    check: &'a [LivePattern],
+    units: Vec<Unit>,
+    next: usize,
+    fit_done: usize,
+    check_done: usize,
+    fit_out: FitLive,
+    check_out: Vec<Result<CheckLive, String>>,
+    reporting: Reporting,
+}
+
+impl<'a> FitAndCheck<'a> {
+    /// Nothing run yet.
+    pub fn new(
+        fit: &'a [LivePattern],
+        fit_rounds: usize,
+        check: &'a [LivePattern],
+        check_reps: usize,
+    ) -> FitAndCheck<'a> {
+        FitAndCheck {
+            fit,
+            check,
+            units: units(fit_rounds, check_reps),
+            next: 0,
+            fit_done: 0,
+            check_done: 0,
+            fit_out: vec![Ok((Vec::new(), 0)); fit.len()],
+            check_out: vec![Ok(CheckLive::default()); check.len()],
+            reporting: Reporting::default(),
         }
     }
-    (fit_out, check_out)
+
+    /// Runs share `i` of `n` (1-based) of the work, under `lock`.
+    pub fn run_share(
+        &mut self,
+        i: usize,
+        n: usize,
+        lock: &LiveLock,
+        progress: &mut dyn FnMut(&str),
+    ) {
+        let end = share_end(i, n, self.units.len());
+        while self.next < end {
+            self.run_unit(lock, progress);
+        }
+        // The watching thread must not run beside the micro-benchmarks.
+        self.reporting.window.pause();
+    }
+
+    fn run_unit(&mut self, lock: &LiveLock, progress: &mut dyn FnMut(&str)) {
+        let r = &mut self.reporting;
+        match self.units[self.next] {
+            Unit::FitRound => {
+                let first = self.fit_done == 0;
+                run_fit_round(self.fit, &mut self.fit_out, first, lock, r, progress);
+                self.fit_done += 1;
+            }
+            Unit::CheckRep => {
+                let first = self.check_done == 0;
+                run_check_rep(self.check, &mut self.check_out, first, lock, r, progress);
+                self.check_done += 1;
+            }
+        }
+        self.next += 1;
+    }
+
+    /// Runs what is left (nothing, when the micro-benchmarks ran every
+    /// round) under a hold of the lock of its own, and gives the fit's
+    /// samples, the check's runs and how free page reporting met them.
+    pub fn finish(
+        mut self,
+        progress: &mut dyn FnMut(&str),
+    ) -> (FitLive, Vec<Result<CheckLive, String>>, Reporting) {
+        if self.next < self.units.len() {
+            match live_lock() {
+                Ok(lock) => {
+                    while self.next < self.units.len() {
+                        self.run_unit(&lock, progress);
+                    }
+                }
+                Err(e) => {
+                    let why = e.to_string();
+                    for o in self.fit_out.iter_mut().filter(|o| o.is_ok()) {
+                        *o = Err(why.clone());
+                    }
+                    for o in self.check_out.iter_mut().filter(|o| o.is_ok()) {
+                        *o = Err(why.clone());
+                    }
+                }
+            }
+        }
+        self.reporting.window.pause();
+        (self.fit_out, self.check_out, self.reporting)
+    }
 }
 
 /// How many of `fit_rounds` fit rounds run before each of `check_reps`
@@ -702,60 +940,19 @@ fn fit_schedule(fit_rounds: usize, check_reps: usize) -> Vec<usize> {
         .collect()
 }
 
-/// Re-runs, up to `max_retries` times per pattern, each repetition whose
-/// two runs were both `slow` times the pattern's fastest run or more,
-/// setting the slow one aside (`CheckLive::set_aside`, printed with the
-/// check) in favour of the new one.
-///
-/// Why: the figure judged is each repetition's faster run, which already
-/// drops one run slowed by the host; but on this guest a 2M pattern's
-/// runs were both 2-10x the fastest in one repetition of five (the first
-/// touch of memory the host had taken back faults in the host too,
-/// `run_pattern_runs`), which then moves the median of five. That is the
-/// hypervisor's cost, which the model does not have; a repetition of the
-/// guest kernel alone is what the check compares. A retry that is slow
-/// again is kept once the retries are spent, so the check never hides a
-/// pattern that is slow every time.
-pub fn retry_slow_reps(
-    pats: &[LivePattern],
-    out: &mut [Result<CheckLive, String>],
-    slow: f64,
-    max_retries: usize,
-    progress: &mut dyn FnMut(&str),
-) {
-    for (p, o) in pats.iter().zip(out.iter_mut()) {
-        for _ in 0..max_retries {
-            let Ok(c) = o else { break };
-            let Some(i) = c.slow_rep(slow) else { break };
-            progress(&format!("{}: a slow repetition again", p.pattern.name));
-            let run = live_lock().and_then(|lock| run_pattern_runs_reported(p, 2, &lock));
-            match run {
-                Ok((ns, f, kib)) => {
-                    c.set_aside_rep(i);
-                    c.push(&ns, &kib, f);
-                }
-                // The runs so far stand, the slow repetition with them.
-                Err(e) => {
-                    progress(&format!("{}: the re-run failed: {e}", p.pattern.name));
-                    break;
-                }
-            }
-        }
-    }
-}
-
 /// Per pattern, the samples of its rounds (CPU ns of the timed phases,
 /// the faster of the two runs of each round) and the faults of the last
 /// run; or why it could not run.
 pub type FitLive = Vec<Result<(Vec<f64>, u64), String>>;
 
-/// One round of every pattern, each twice back to back; a pattern that
-/// fails keeps why in place of its samples.
+/// One round of every pattern ([`run_rep`]); a pattern that fails keeps
+/// why in place of its samples.
 fn run_fit_round(
     pats: &[LivePattern],
     out: &mut FitLive,
     first: bool,
     lock: &LiveLock,
+    reporting: &mut Reporting,
     progress: &mut dyn FnMut(&str),
 ) {
     for (p, o) in pats.iter().zip(out.iter_mut()) {
@@ -763,28 +960,34 @@ fn run_fit_round(
         if first {
             progress(&p.pattern.name);
         }
-        match run_pattern_runs(p, 2, lock) {
-            Ok((ns, f)) => {
-                samples.push(ns[0].min(ns[1]));
-                *faults = f;
+        match run_rep(p, lock, reporting, Side::Fit) {
+            Ok((rep, _)) => {
+                samples.push(rep.faster());
+                *faults = rep.faults;
             }
             Err(e) => *o = Err(e.to_string()),
         }
     }
 }
 
-/// Each pattern `reps` times, interleaved, each time twice back to back
-/// (see [`run_pattern_runs`]), under one hold of the live-kernel lock:
-/// [`FitLive`]; every pattern fails if the lock cannot be taken.
-pub fn run_patterns(pats: &[LivePattern], reps: usize, progress: &mut dyn FnMut(&str)) -> FitLive {
+/// Each pattern `reps` times, interleaved, each time a warm-up and two
+/// runs back to back ([`run_rep`]), under one hold of the live-kernel
+/// lock: [`FitLive`]; every pattern fails if the lock cannot be taken.
+pub fn run_patterns(
+    pats: &[LivePattern],
+    reps: usize,
+    reporting: &mut Reporting,
+    progress: &mut dyn FnMut(&str),
+) -> FitLive {
     let lock = match live_lock() {
         Ok(l) => l,
         Err(e) => return vec![Err(e.to_string()); pats.len()],
     };
     let mut out: FitLive = vec![Ok((Vec::new(), 0)); pats.len()];
     for r in 0..reps {
-        run_fit_round(pats, &mut out, r == 0, &lock, progress);
+        run_fit_round(pats, &mut out, r == 0, &lock, reporting, progress);
     }
+    reporting.window.pause();
     out
 }
 
@@ -856,24 +1059,90 @@ mod tests {
         }
     }
 
+    fn rep(ns: [f64; 2], kib: [Option<u64>; 2]) -> Rep {
+        Rep {
+            ns,
+            faults: 8,
+            reported_kib: kib,
+        }
+    }
+
     #[test]
-    fn a_repetition_is_slow_only_when_both_its_runs_are() {
+    fn a_repetition_is_run_again_only_when_reporting_overlapped_it() {
+        // The counter alone decides, not the time: the slow repetition
+        // with nothing reported is kept, the fast one reported during is not.
+        let slow_clean = rep([500.0, 400.0], [Some(0), Some(0)]);
+        let fast_reported = rep([90.0, 80.0], [Some(0), Some(2048)]);
+        let mut tally = ReportingTally::default();
+        let mut tries = vec![fast_reported.clone(), slow_clean.clone()].into_iter();
+        let (kept, aside) = rerun_overlapped(|| Ok(tries.next().unwrap()), &mut tally).unwrap();
+        assert_eq!(kept, slow_clean);
+        assert_eq!(aside, vec![fast_reported.clone()]);
+        assert_eq!(kept.faster(), 400.0);
+        // Overlapped every time: the last try is kept once the re-runs are spent.
+        let mut n = 0;
+        let (kept, aside) = rerun_overlapped(
+            || {
+                n += 1;
+                Ok(rep([n as f64, 1e3], [Some(1024), None]))
+            },
+            &mut tally,
+        )
+        .unwrap();
+        assert_eq!(n, 1 + REPORTING_RERUNS);
+        assert_eq!(aside.len(), REPORTING_RERUNS);
+        assert_eq!(kept.ns[0], n as f64);
+        // No counter: never overlapped, never run again.
+        let (kept, aside) =
+            rerun_overlapped(|| Ok(rep([1.0, 2.0], [None, None])), &mut tally).unwrap();
+        assert!(!kept.overlapped() && aside.is_empty());
+        assert_eq!(
+            tally,
+            ReportingTally {
+                reps: 3,
+                rerun: 1 + REPORTING_RERUNS,
+                kept_overlapped: 1,
+                aside_kib: 2048 + 1024 * REPORTING_RERUNS as u64,
+                no_counter: 1,
+            }
+        );
+        assert!(tally
+            .describe("fit")
+            .starts_with("fit: 3 repetitions kept; 3 set aside"));
+    }
+
+    #[test]
+    fn the_fault_work_is_shared_out_evenly_between_the_micro_rounds() {
+        use Unit::{CheckRep as C, FitRound as F};
+        assert_eq!(units(4, 1), vec![F, F, C, F, F]);
+        let u = units(14, 5);
+        assert_eq!(u.len(), 19);
+        assert_eq!(u.iter().filter(|&&x| x == C).count(), 5);
+        assert_eq!(&u[..4], &[F, F, F, C]);
+        // 19 units after 7 micro rounds: shares of 2 or 3, the last ending
+        // at the end; every unit in exactly one share.
+        let ends: Vec<usize> = (1..=7).map(|i| share_end(i, 7, 19)).collect();
+        assert_eq!(ends, vec![3, 6, 9, 11, 14, 17, 19]);
+        let sizes: Vec<usize> = ends
+            .iter()
+            .scan(0, |a, &e| Some(e - std::mem::replace(a, e)))
+            .collect();
+        assert!(sizes.iter().all(|&n| n == 2 || n == 3), "{sizes:?}");
+        // --quick: 2 micro rounds.
+        assert_eq!((share_end(1, 2, 5), share_end(2, 2, 5)), (3, 5));
+    }
+
+    #[test]
+    fn a_check_keeps_each_repetitions_runs_and_those_set_aside() {
         let mut c = CheckLive::default();
-        c.push(&[50.0, 200.0], &[Some(0), Some(4096)], 8);
-        c.push(&[160.0, 90.0], &[Some(1024), None], 8);
-        c.push(&[80.0, 76.0], &[None, None], 8);
-        // The fastest run is 50. The first repetition has a fast run; the
-        // second's faster run is 90, the third's 76.
-        assert_eq!(c.slow_rep(2.0), None);
-        assert_eq!(c.slow_rep(1.5), Some(1));
-        c.set_aside_rep(1);
+        c.push(&rep([50.0, 200.0], [Some(0), Some(0)]), Vec::new());
+        let aside = rep([300.0, 250.0], [Some(4096), Some(0)]);
+        c.push(&rep([80.0, 76.0], [None, None]), vec![aside.clone()]);
         assert_eq!(c.first, vec![50.0, 80.0]);
         assert_eq!(c.rerun, vec![200.0, 76.0]);
         assert_eq!(c.first_reported_kib, vec![Some(0), None]);
-        assert_eq!(c.rerun_reported_kib, vec![Some(4096), None]);
-        assert_eq!(c.set_aside, vec![(160.0, 90.0, Some(1024))]);
+        assert_eq!(c.set_aside, vec![aside]);
         assert_eq!(c.fastest(), 50.0);
-        assert_eq!(c.slow_rep(1.5), Some(1));
-        assert_eq!(c.slow_rep(1.6), None);
+        assert_eq!(c.set_aside[0].reported_total(), Some(4096));
     }
 }

@@ -93,8 +93,17 @@ pub fn report(c: &Calibration) -> String {
           back faults in the host too, which only slows it). First runs and re-runs: median (min-max).\n\
           Slow runs: those 1.5x the pattern's fastest or more, and in how many of them the guest's free\n\
           page reporting had handed memory back to the host since the warm-up or the run before (its\n\
-          first touch then faults in the host too: the host's cost, not the model's).\n";
+          first touch then faults in the host too: the host's cost, not the model's).\n\
+          A repetition during which the guest reported memory to the host (its counter moved between\n\
+          the warm-up's end and the second run's end) is set aside and run again, up to twice, for the\n\
+          fit's patterns and the check's alike; the counter decides, not the run's time.\n";
     s += &native::table::format(&c.check_rows);
+    s += &format!(
+        "free page reporting: {}; {}; {}\n",
+        c.reporting.fit.describe("fit"),
+        c.reporting.check.describe("check"),
+        c.reporting.window.describe()
+    );
     s += &format!("{}\n", c.llc);
     s += "time by phase (wall):\n";
     s += &native::table::format(&c.phases.rows());
@@ -209,6 +218,7 @@ pub fn profile_toml(c: &Calibration, name: &str, check_mib: usize) -> String {
          # of two back-to-back runs; on the first runs' medians {}/{}, the re-runs' {}/{}).\n\
          # Columns: pattern | live ms | p10-p90 | first runs ms | re-runs ms |\n\
          # model ms | error | vs first | vs re-run | faults live/model.\n\
+         # {}.\n\
          # {}.\n",
         today(),
         c.host.kernel,
@@ -225,6 +235,11 @@ pub fn profile_toml(c: &Calibration, name: &str, check_mib: usize) -> String {
         c.check_pass_rerun.0,
         c.check_pass_rerun.1,
         wrap_comment(&c.llc),
+        wrap_comment(&format!(
+            "Free page reporting (a repetition the guest reported memory during is run again, up to twice, fit and check alike): {}; {}",
+            c.reporting.fit.describe("fit"),
+            c.reporting.check.describe("check")
+        )),
     );
     for row in c.check_rows.iter().skip(1) {
         s += &format!("#   {}\n", row.join(" | "));

@@ -438,6 +438,13 @@ pub fn fork_pages_probe<'a>(small: usize, big: usize) -> Probe<'a> {
 /// model has no host: a measurement of the kernel's fault path warms the
 /// memory first.
 pub fn warm_memory(bytes: usize) -> Result<(), NativeError> {
+    warm_region(bytes).map(drop)
+}
+
+/// [`warm_memory`]'s region, still mapped: the memory stays this process's
+/// (and host-backed) until the region is dropped, so that the guest cannot
+/// report it to the host meanwhile.
+pub fn warm_region(bytes: usize) -> Result<Region, NativeError> {
     // SAFETY: a fresh anonymous mapping at an address of the kernel's choosing.
     let p = unsafe {
         libc::mmap(
@@ -463,8 +470,7 @@ pub fn warm_memory(bytes: usize) -> Result<(), NativeError> {
         // SAFETY: off < bytes, inside our read-write mapping.
         unsafe { std::ptr::write_volatile(r.ptr.add(off), 1) };
     }
-    drop(r);
-    Ok(())
+    Ok(r)
 }
 
 /// How many VMAs this process has (lines of `/proc/self/maps`).
@@ -680,6 +686,21 @@ fn write_folios(len: usize, stride: usize) -> Result<f64, NativeError> {
 /// an upstream parameter: the Firecracker guest kernel of this project's
 /// host has it beside `page_reporting_order`.
 pub const REPORTED_KIB: &str = "/sys/module/page_reporting/parameters/reported_kib";
+
+/// Where the same kernel counts the free page reporting worker's passes
+/// (`page_reporting_process()` runs); not upstream either. The count moves
+/// when a pass ends.
+pub const REPORTING_PASSES: &str = "/sys/module/page_reporting/parameters/passes";
+
+/// The reporting worker's pass count ([`REPORTING_PASSES`]), if this kernel
+/// has it.
+pub fn reporting_passes() -> Option<u64> {
+    std::fs::read_to_string(REPORTING_PASSES)
+        .ok()?
+        .trim()
+        .parse()
+        .ok()
+}
 
 /// The free page reporting counter ([`REPORTED_KIB`]), if this kernel has it.
 pub fn reported_kib() -> Option<u64> {
