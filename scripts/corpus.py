@@ -92,7 +92,10 @@ PROGRAMS = [
     # compilation in the calling thread instead of the background compiler
     # threads) make the fault count repeat: 4 runs 34,705..34,725 against
     # 21,701..29,836 without them (2026-11-25, THP madvise).
-    ("java", "JVM (javac in-process, JIT; serial GC, foreground compilation)", True,
+    # java was held out until 2026-11-25 07:50 UTC, when the model's
+    # MAP_STACK -> VM_NOHUGEPAGE was found on its results (its thread
+    # stacks): a program the model was changed for is no longer held out.
+    ("java", "JVM (javac in-process, JIT; serial GC, foreground compilation)", False,
      ["java", "-XX:+UseSerialGC", "-Xbatch", "Workload.java"], None),
     ("gzip", "gzip -6 compressor, 12 MB of text", True, ["gzip", "-6", "-c", "text.txt"], None),
     ("exec_folios", "micro-test: .bss, .data, brk heap and stack of scripts/corpus/exec_folios.c", False,

@@ -94,10 +94,16 @@ impl Preset {
                 // PAGEVEC_SIZE of the 4.9-4.14 kernels the 4.x presets
                 // stand for (seed 001 ran 4.9); see MmConfig.
                 lru_batch_size: 14,
+                map_stack_nohugepage: false,
                 ..MmConfig::default()
             },
             // No large anonymous folios below PMD size before 6.8.
-            Preset::Linux6_6 | Preset::Linux6_7 => MmConfig {
+            Preset::Linux6_6 => MmConfig {
+                anon_folio: AnonFolioPolicy::Off,
+                map_stack_nohugepage: false,
+                ..MmConfig::default()
+            },
+            Preset::Linux6_7 => MmConfig {
                 anon_folio: AnonFolioPolicy::Off,
                 ..MmConfig::default()
             },

@@ -144,6 +144,13 @@ pub struct MmConfig {
     /// same header at 4.14: "14 pointers + two long's") and 15 after the
     /// pagevec header shrank.
     pub lru_batch_size: u8,
+    /// `calc_vm_flag_bits()` (include/linux/mman.h) turns `MAP_STACK` into
+    /// `VM_NOHUGEPAGE` (6.7+, c4608d1bf7c6 "mm: mmap: map MAP_STACK to
+    /// VM_NOHUGEPAGE"; still so in 6.18, under
+    /// `CONFIG_TRANSPARENT_HUGEPAGE`): a thread stack that glibc maps with
+    /// `MAP_STACK` takes no large folio of any size. Before 6.7 the flag
+    /// was a no-op.
+    pub map_stack_nohugepage: bool,
 }
 
 impl Default for MmConfig {
@@ -163,6 +170,7 @@ impl Default for MmConfig {
             clear_order: huge_order::HugeOrderPolicy::TargetLast,
             copy_order: huge_order::HugeOrderPolicy::TargetLast,
             lru_batch_size: 31,
+            map_stack_nohugepage: true,
         }
     }
 }

@@ -271,6 +271,11 @@ impl MapFlags {
     pub const FIXED: MapFlags = MapFlags(0x10);
     /// `MAP_NORESERVE`: reserve nothing (for hugetlb: no pool pages).
     pub const NORESERVE: MapFlags = MapFlags(0x4000);
+    /// `MAP_STACK`: the mapping is `VM_NOHUGEPAGE`, as `calc_vm_flag_bits()`
+    /// makes it since 6.7. A caller modelling an older kernel (where the
+    /// flag did nothing) leaves it out: see
+    /// [`crate::memory::MmConfig::map_stack_nohugepage`].
+    pub const STACK: MapFlags = MapFlags(0x20000);
 
     /// Union.
     pub const fn or(self, other: MapFlags) -> MapFlags {
@@ -607,8 +612,10 @@ impl MmStruct {
     /// Models `do_mmap()` of an anonymous private read-write mapping:
     /// `mmap(hint, len, PROT_READ|PROT_WRITE, MAP_PRIVATE|MAP_ANONYMOUS
     /// | flags, -1, 0)`. Returns the address. Of `flags`, `MAP_FIXED`
-    /// places the mapping at `hint`; `MAP_NORESERVE` changes nothing here,
-    /// as the model does no overcommit accounting for private memory.
+    /// places the mapping at `hint`; `MAP_STACK` makes it `VM_NOHUGEPAGE`
+    /// (6.7+, [`MapFlags::STACK`]), so that it merges only with neighbours
+    /// of the same flags; `MAP_NORESERVE` changes nothing here, as the
+    /// model does no overcommit accounting for private memory.
     pub fn mmap(
         &mut self,
         pa: &mut PageAlloc,
@@ -635,8 +642,12 @@ impl MmStruct {
         } else {
             self.get_unmapped_area(cx, len, hint)?
         };
-        let flags = VmFlags::READ.or(VmFlags::WRITE).or(VmFlags::ANON_PRIVATE);
-        self.vmas.insert(addr, Vma::anon(addr, addr + len, flags));
+        let mut vm_flags = VmFlags::READ.or(VmFlags::WRITE).or(VmFlags::ANON_PRIVATE);
+        if flags.contains(MapFlags::STACK) {
+            vm_flags = vm_flags.or(VmFlags::NOHUGEPAGE);
+        }
+        self.vmas
+            .insert(addr, Vma::anon(addr, addr + len, vm_flags));
         self.merge_range(addr, addr + len, Some(addr));
         Ok(Vaddr(addr))
     }
@@ -977,6 +988,32 @@ mod tests {
         mm.madvise(&mut pa, &mut cx, Vaddr(b + 2 * P), 2 * P, Advice::HugePage)
             .unwrap();
         assert_eq!(spans(&mm), vec![(b, b + 10 * P)]);
+    }
+
+    #[test]
+    fn a_map_stack_mapping_is_nohugepage_and_merges_only_with_its_kind() {
+        let (mut pa, mut cx, mut mm) = setup();
+        let b = 0x1000_0000;
+        let nohuge = |mm: &MmStruct| -> Vec<bool> {
+            mm.vmas
+                .values()
+                .map(|v| v.flags.contains(VmFlags::NOHUGEPAGE))
+                .collect()
+        };
+        // AAAA            a plain mapping of 4 pages
+        mm.mmap(&mut pa, &mut cx, Vaddr(b), 4 * P, MapFlags::FIXED)
+            .unwrap();
+        // AAAASSSS        a MAP_STACK one beside it: VM_NOHUGEPAGE, no merge
+        let stack = MapFlags::FIXED.or(MapFlags::STACK);
+        mm.mmap(&mut pa, &mut cx, Vaddr(b + 4 * P), 4 * P, stack)
+            .unwrap();
+        assert_eq!(spans(&mm), vec![(b, b + 4 * P), (b + 4 * P, b + 8 * P)]);
+        assert_eq!(nohuge(&mm), vec![false, true]);
+        // AAAASSSSSSSS    another MAP_STACK one merges with the first
+        mm.mmap(&mut pa, &mut cx, Vaddr(b + 8 * P), 4 * P, stack)
+            .unwrap();
+        assert_eq!(spans(&mm), vec![(b, b + 4 * P), (b + 4 * P, b + 12 * P)]);
+        assert_eq!(nohuge(&mm), vec![false, true]);
     }
 
     #[test]

@@ -14,7 +14,9 @@
 //!     recorded one whatever the model's placement would have chosen),
 //!     followed by [`MmStruct::mprotect`] to the recorded protection when it
 //!     is not read-write (`PROT_NONE` reservations, read-only and executable
-//!     mappings are VMAs of their own, as in the kernel);
+//!     mappings are VMAs of their own, as in the kernel); `MAP_STACK` makes
+//!     it `VM_NOHUGEPAGE` where the kernel does (6.7+,
+//!     `MmConfig::map_stack_nohugepage`);
 //!   - `munmap` is [`MmStruct::munmap`];
 //!   - `brk` is [`MmStruct::brk`]: a process's first `brk` event (normally
 //!     the C library's `brk(0)`) sets `mm->start_brk` and `mm->brk` to the
@@ -186,6 +188,7 @@ const MAP_SHARED: u64 = 0x01;
 const MAP_ANONYMOUS: u64 = 0x20;
 const MAP_POPULATE: u64 = 0x8000;
 const MAP_HUGETLB: u64 = 0x40000;
+const MAP_STACK: u64 = 0x20000;
 const MAP_FIXED: u64 = 0x10;
 const MAP_FIXED_NOREPLACE: u64 = 0x10_0000;
 /// `MADV_*` values.
@@ -618,6 +621,12 @@ impl World {
     /// Maps `[start, end)` as anonymous private memory of protection `prot`
     /// (`PROT_*` bits) at that address, replacing what was there.
     fn map_anon(&mut self, pid: i32, start: u64, end: u64, prot: u64) {
+        self.map_anon_as(pid, start, end, prot, mm::vma::MapFlags::FIXED);
+    }
+
+    /// [`World::map_anon`] with the model's `mmap()` flags `how` (which
+    /// hold `MAP_FIXED`).
+    fn map_anon_as(&mut self, pid: i32, start: u64, end: u64, prot: u64, how: mm::vma::MapFlags) {
         if start >= end {
             return;
         }
@@ -637,13 +646,7 @@ impl World {
         };
         p.other.remove(start, end);
         if p.mm
-            .mmap(
-                &mut self.pa,
-                &mut self.cx,
-                Vaddr(start),
-                end - start,
-                mm::vma::MapFlags::FIXED,
-            )
+            .mmap(&mut self.pa, &mut self.cx, Vaddr(start), end - start, how)
             .is_err()
         {
             self.note("anonymous mappings the model refused (address or memory)");
@@ -884,7 +887,12 @@ impl World {
             if flags & MAP_POPULATE != 0 {
                 self.note("MAP_POPULATE mappings (pre-faulted without page_fault_user)");
             }
-            self.map_anon(pid, start, end, prot);
+            let mut how = mm::vma::MapFlags::FIXED;
+            if flags & MAP_STACK != 0 && self.g.cfg.map_stack_nohugepage {
+                // A thread stack (glibc's allocate_stack()): VM_NOHUGEPAGE.
+                how = how.or(mm::vma::MapFlags::STACK);
+            }
+            self.map_anon_as(pid, start, end, prot, how);
         }
     }
 

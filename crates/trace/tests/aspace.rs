@@ -249,6 +249,46 @@ fn anonymous_faults_are_replayed_and_large_folios_absorb_the_rest() {
     assert_eq!(thp.vmstat.get(VmEvent::THP_FAULT_ALLOC), 2);
 }
 
+/// `MAP_STACK` (x86-64): glibc maps thread stacks with it.
+const MAP_STACK: u64 = 0x20000;
+
+#[test]
+fn a_map_stack_mapping_takes_no_large_folio_since_6_7() {
+    // SSSSSSSS  (4 MiB MAP_STACK, 2 MiB-aligned), every page written once
+    let mut t = Trace::new();
+    t.mmap(10, BASE, 4 * MIB, 3, ANON | MAP_STACK);
+    t.touch(10, 10, BASE, 4 * MIB, WRITE);
+    let mut thp_66 = Preset::Linux6_6.config();
+    thp_66
+        .set_knob(
+            "transparent_hugepage/enabled",
+            &KnobValue::Str("always".into()),
+        )
+        .expect("knob");
+    let r = replay(
+        &t,
+        "map-stack",
+        &[
+            kernel(&[("transparent_hugepage/hugepages-64kB/enabled", "always")]),
+            kernel(&[("transparent_hugepage/enabled", "always")]),
+            thp_66,
+        ],
+    );
+    let [k64, thp, thp_66] = &r.models[..] else {
+        panic!("three kernels");
+    };
+    // 6.18: VM_NOHUGEPAGE, so one fault per page under 64 KiB folios and
+    // under PMD THP alike (a plain mapping takes 64 and 2: see
+    // anonymous_faults_are_replayed_and_large_folios_absorb_the_rest).
+    assert_eq!(k64.predicted_pgfault(), 1024);
+    assert_eq!(k64.vmstat.mthp_stat(64, "anon_fault_alloc"), 0);
+    assert_eq!(thp.predicted_pgfault(), 1024);
+    assert_eq!(thp.vmstat.get(VmEvent::THP_FAULT_ALLOC), 0);
+    // 6.6: MAP_STACK was a no-op; PMD THP fills it.
+    assert_eq!(thp_66.predicted_pgfault(), 2);
+    assert_eq!(thp_66.vmstat.get(VmEvent::THP_FAULT_ALLOC), 2);
+}
+
 #[test]
 fn file_mappings_and_unknown_memory_pass_through() {
     // FFFF       file mapping: its faults are carried over
