@@ -98,6 +98,10 @@ PROGRAMS = [
     ("java", "JVM (javac in-process, JIT; serial GC, foreground compilation)", False,
      ["java", "-XX:+UseSerialGC", "-Xbatch", "Workload.java"], None),
     ("gzip", "gzip -6 compressor, 12 MB of text", True, ["gzip", "-6", "-c", "text.txt"], None),
+    # Added 2026-11-25 08:25 UTC, held out: in place of java (no longer held
+    # out), before any of their results were seen; no model change since.
+    ("tcl", "Tcl 8.6 interpreter: dict, lsort, string match", True, ["tclsh", "workload.tcl"], None),
+    ("bzip2", "bzip2 -9 compressor, 12 MB of text", True, ["bzip2", "-9", "-c", "text.txt"], None),
     ("exec_folios", "micro-test: .bss, .data, brk heap and stack of scripts/corpus/exec_folios.c", False,
      ["sh", "-c", "for m in bss bssr data brk; do ./exec_folios $m; done; ./exec_folios stack 256"], None),
 ]

@@ -124,6 +124,19 @@ public class Workload {
 }
 """
 
+TCL = """\
+set seed 5
+proc rnd {} { global seed; set seed [expr {($seed * 1103515245 + 12345) % 2147483648}]; return $seed }
+set d [dict create]
+for {set i 0} {$i < 150000} {incr i} { dict set d "k[rnd]" [list $i [string repeat $i 3]] }
+set l {}
+dict for {k v} $d { lappend l [list [expr {[lindex $v 0] % 977}] $k] }
+set l [lsort -integer -index 0 $l]
+set n 0
+foreach x $l { if {[string match *7*7* [lindex $x 1]]} { incr n } }
+puts "[dict size $d] $n"
+"""
+
 SERVER = """\
 # A small HTTP server under a local load: the server is a forked child on
 # a loopback port the kernel picks; the parent makes 400 requests to it.
@@ -161,7 +174,8 @@ print(total)
 
 def scripts(d):
     for name, text in [("workload.py", PYTHON), ("workload.js", NODE), ("workload.sql", SQL),
-                       ("workload.pl", PERL), ("Workload.java", JAVA), ("server.py", SERVER)]:
+                       ("workload.pl", PERL), ("Workload.java", JAVA), ("server.py", SERVER),
+                       ("workload.tcl", TCL)]:
         with open(os.path.join(d, name), "w") as f:
             f.write(text)
 

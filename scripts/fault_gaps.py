@@ -7,7 +7,7 @@ events only: no tracefs, no hardware counters, no knob touched):
 
     perf record --switch-events -e page-faults -c 1 -d -o pf.data -- make mm/memory.o ...
     scripts/fault_gaps.py pf.data [--comm cc1] [--fault-us 1.2]
-        [--code-kb-per-us 6.7] [--l2-kb-per-us 0.94]
+        [--code-kb-per-us 6.58] [--l2-kb-per-us 0.92]
         [--code-curve 0:0,8:140,16:220,32:270,64:330,128:320,256:350]
         [--l2-penalty-ns 796] [--l2-kb 1024]
 
@@ -106,8 +106,8 @@ def main():
     ap.add_argument("data")
     ap.add_argument("--comm", default="cc1")
     ap.add_argument("--fault-us", type=float, default=1.2)
-    ap.add_argument("--code-kb-per-us", type=float, default=6.7)
-    ap.add_argument("--l2-kb-per-us", type=float, default=0.94)
+    ap.add_argument("--code-kb-per-us", type=float, default=6.58)
+    ap.add_argument("--l2-kb-per-us", type=float, default=0.92)
     ap.add_argument("--code-curve", default="0:0,8:140,16:220,32:270,64:330,128:320,256:350")
     ap.add_argument("--l2-penalty-ns", type=float, default=796)
     ap.add_argument("--l2-kb", type=float, default=1024)

@@ -168,15 +168,15 @@ pub(crate) const DEF: WorkloadDef = WorkloadDef {
 /// `scripts/fault_gaps.py --per-pages 16` over `perf record --switch-events
 /// -e page-faults -c 1` of `make mm/memory.o mm/page_alloc.o mm/slub.o`
 /// (linux-source-6.1): cc1's on-CPU time between its faults, m at a time,
-/// less m faults of 1.2 us, is its code time; at 6.7 KiB of code a us
+/// less m faults of 1.2 us, is its code time; at 6.58 KiB of code a us
 /// through its L1I (cachegrind on cc1 of mm/memory.c) it maps onto what
 /// `scripts/cold_fault.c` measured a fault to cost after C bytes of other
 /// code (+140 ns at 8 KiB, +270 at 32 KiB, +330-350 from 64 KiB), and
-/// after a whole L2 of its lines (0.94 KiB a us into the 1 MiB L2) onto
+/// after a whole L2 of its lines (0.92 KiB a us into the 1 MiB L2) onto
 /// its 1 MiB data sweep (+796 ns). A 4 KiB folio's fault comes one page
-/// after the last (232 ns), a 64 KiB folio's sixteen (399 ns).
+/// after the last (231 ns), a 64 KiB folio's sixteen (398 ns).
 pub const COLD_FAULT_NS: [u64; 16] = [
-    232, 284, 310, 327, 339, 349, 357, 364, 371, 376, 382, 386, 390, 393, 396, 399,
+    231, 283, 309, 326, 338, 348, 356, 363, 370, 376, 381, 385, 389, 392, 395, 398,
 ];
 
 /// glibc's `M_MMAP_THRESHOLD` default: requests from 128 KiB are mapped.
