@@ -621,6 +621,16 @@ fn run_rep_once(
     lock: &LiveLock,
     window: &mut ReportingWindow,
 ) -> Result<Rep, NativeError> {
+    // The warm-up and both runs on one CPU (the runs' processes inherit
+    // the pin): the warm-up's freed memory waits on that CPU's PCP lists,
+    // and a run on the other CPU faults memory the host may not back.
+    // Measured 2026-11-25 08:18 (load 5-6; 1 GiB of 2M THPs warmed on CPU
+    // 0, then written twice by a child, reporting_kib still): with the
+    // child on CPU 0 the first write took 47-52 ms in 8 of 8; on CPU 1,
+    // 47-66 ms in 4 and 323-511 ms in the other 4, the second write ~48 ms.
+    let cpus = native::sys::allowed_cpus()?;
+    let _affinity = native::sys::AffinityGuard::save()?;
+    native::sys::pin_to_cpu(cpus[0])?;
     let mut guard = KnobGuard::new(lock);
     let path = Path::new(PERCPU_PAGELIST_HIGH_FRACTION);
     let want = p.fraction.to_string();
