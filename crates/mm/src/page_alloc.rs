@@ -2230,20 +2230,7 @@ mod tests {
     #[test]
     fn a_merge_pays_for_the_buddys_list_neighbours() {
         const XFER: u64 = 1000;
-        let (mut base, table) = two_cpu_lines(XFER);
-        let mut cx = Cx::new(VcpuId(0), table.clone());
-        let mt = MigrateType::Movable;
-        let pages: Vec<PfnIdx> = (0..8)
-            .map(|_| base.rmqueue_buddy(&mut cx, 0, 0, mt).expect("free memory"))
-            .collect();
-        let b = pages[0];
-        assert!(
-            (0..8u32).all(|i| pages.contains(&b.offset(i))),
-            "one split hands out eight neighbouring pages"
-        );
-        for i in [1, 3, 5] {
-            base.free_one_page(&mut cx, 0, b.offset(i), 0, mt);
-        }
+        let (base, table, b) = cpu0_takes_eight_frees(XFER, &[1, 3, 5]);
         let pfn = |i: u32| base.mem.pfn(b.offset(i));
         let (before, after) = (pfn(5), pfn(1));
         let free_cost = |own: &[Pfn]| cpu1_free_ns(&base, &table, b.offset(2), own);
@@ -2260,16 +2247,7 @@ mod tests {
     #[test]
     fn overlapped_misses_leave_the_buddy_then_its_neighbours() {
         const XFER: u64 = 1000;
-        let (mut base, table) = two_cpu_lines(XFER);
-        let mut cx = Cx::new(VcpuId(0), table.clone());
-        let mt = MigrateType::Movable;
-        let pages: Vec<PfnIdx> = (0..8)
-            .map(|_| base.rmqueue_buddy(&mut cx, 0, 0, mt).expect("free memory"))
-            .collect();
-        let b = pages[0];
-        for i in [1, 3, 5] {
-            base.free_one_page(&mut cx, 0, b.offset(i), 0, mt);
-        }
+        let (mut base, table, b) = cpu0_takes_eight_frees(XFER, &[1, 3, 5]);
         let serial = cpu1_free_ns(&base, &table, b.offset(2), &[]);
         assert!(serial >= 5 * XFER, "every line in turn: {serial}");
         base.set_lock_mlp(16);
@@ -2286,15 +2264,8 @@ mod tests {
     #[test]
     fn a_list_walk_under_the_lock_stays_serial() {
         const XFER: u64 = 1000;
-        let (mut base, table) = two_cpu_lines(XFER);
-        let mut cx = Cx::new(VcpuId(0), table.clone());
+        let (base, table, _) = cpu0_takes_eight_frees(XFER, &[1, 3, 5, 7]);
         let mt = MigrateType::Movable;
-        let pages: Vec<PfnIdx> = (0..8)
-            .map(|_| base.rmqueue_buddy(&mut cx, 0, 0, mt).expect("free memory"))
-            .collect();
-        for i in [1, 3, 5, 7] {
-            base.free_one_page(&mut cx, 0, pages[0].offset(i), 0, mt);
-        }
         let take_four = |mlp: u32| {
             let mut pa = base.clone();
             pa.set_lock_mlp(mlp);
@@ -2311,6 +2282,27 @@ mod tests {
         };
         assert_eq!(take_four(1), 5 * XFER);
         assert_eq!(take_four(16), 5 * XFER);
+    }
+
+    /// [`two_cpu_lines`] after CPU 0 took eight order-0 Movable pages (one
+    /// split: neighbours from the first, which it returns) and freed those
+    /// at the offsets `freed` from it, in that order.
+    fn cpu0_takes_eight_frees(xfer_ns: u64, freed: &[u32]) -> (PageAlloc, CostTable, PfnIdx) {
+        let (mut base, table) = two_cpu_lines(xfer_ns);
+        let mut cx = Cx::new(VcpuId(0), table.clone());
+        let mt = MigrateType::Movable;
+        let pages: Vec<PfnIdx> = (0..8)
+            .map(|_| base.rmqueue_buddy(&mut cx, 0, 0, mt).expect("free memory"))
+            .collect();
+        let b = pages[0];
+        assert!(
+            (0..8u32).all(|i| pages.contains(&b.offset(i))),
+            "one split hands out eight neighbouring pages"
+        );
+        for &i in freed {
+            base.free_one_page(&mut cx, 0, b.offset(i), 0, mt);
+        }
+        (base, table, b)
     }
 
     /// One node of two CPUs sharing an LLC, with the line model on, and a
