@@ -312,8 +312,6 @@ struct Task {
     in_touch: bool,
     /// `set_mempolicy(MPOL_PREFERRED)`'s node; `None`: the default policy.
     mempolicy: Option<NodeId>,
-    /// [`Program::cold_fault_ns`] of its program, copied at start.
-    cold_fault_ns: Option<Box<[u64]>>,
     /// Pages its accesses reached since its last user fault (saturating;
     /// `u32::MAX` before its first).
     pages_since_fault: u32,
@@ -323,7 +321,6 @@ impl Task {
     /// Task number `id` of process `pid`, about to run `program` on `cpu`.
     fn new(id: TaskId, seed: u64, program: Box<dyn Program>, cpu: VcpuId, pid: Pid) -> Task {
         Task {
-            cold_fault_ns: program.cold_fault_ns().map(Box::from),
             pages_since_fault: u32::MAX,
             program,
             rng: Rng::stream(seed, id.0 as u64 + 1),
@@ -2067,7 +2064,7 @@ impl Engine {
     fn charge_cold_fault(&mut self, tid: TaskId) {
         let task = &mut self.tasks[tid];
         let m = std::mem::take(&mut task.pages_since_fault).max(1) as usize;
-        if let Some(table) = task.cold_fault_ns.as_deref() {
+        if let Some(table) = task.program.cold_fault_ns() {
             if let Some(&ns) = table.get(m - 1).or(table.last()) {
                 self.cx.charge_ns(ns);
             }
