@@ -1602,7 +1602,7 @@ fn merge_fitted(
 
 /// The closing check: every check pattern's live CPU time against the
 /// calibrated model's prediction. Each pattern ran twice back to back per
-/// repetition (`live::run_fit_and_check`); the figure judged is the
+/// repetition (`live::FitAndCheck`); the figure judged is the
 /// median over the repetitions of the faster run of each, the statistic
 /// of the fit's patterns (the model has no hypervisor, and the host's
 /// page faults only ever slow a run down). The first runs' and the

@@ -250,15 +250,9 @@ impl AffinityGuard {
 
 impl Drop for AffinityGuard {
     fn drop(&mut self) {
-        // SAFETY: cpu_set_t is plain data; all-zero is the empty set.
-        let mut set: libc::cpu_set_t = unsafe { std::mem::zeroed() };
-        for &c in &self.cpus {
-            // SAFETY: CPU_SET writes one bit of `set`.
-            unsafe { libc::CPU_SET(c, &mut set) };
-        }
-        // SAFETY: the pointer and size describe `set`. A failure leaves the thread
-        // pinned, which is harmless; there is nothing better to do in drop.
-        unsafe { libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set) };
+        // A failure leaves the thread pinned, which is harmless; there is
+        // nothing better to do in drop.
+        let _ = set_affinity(&self.cpus);
     }
 }
 

@@ -181,8 +181,9 @@ pub fn run_micro(
         MICRO_REPEATS,
         |n| progress(n),
         |round, progress| {
-            // The fault patterns run unpinned, as they did before they
-            // were interleaved with these.
+            // Unpinned between the micro-benchmarks: each repetition pins
+            // itself (run_rep_once) after starting the reporting watcher,
+            // which must inherit no pin.
             // After a failure here the rest is left to the caller.
             if affinity.is_ok() {
                 affinity = native::sys::set_affinity(&cpus)
@@ -628,6 +629,9 @@ fn run_rep_once(
     // 0, then written twice by a child, reporting_kib still): with the
     // child on CPU 0 the first write took 47-52 ms in 8 of 8; on CPU 1,
     // 47-66 ms in 4 and 323-511 ms in the other 4, the second write ~48 ms.
+    // The reporting watcher first, while this thread is not pinned: it
+    // inherits the affinity and must not poll on the measuring CPU.
+    window.watch();
     let cpus = native::sys::allowed_cpus()?;
     let _affinity = native::sys::AffinityGuard::save()?;
     native::sys::pin_to_cpu(cpus[0])?;
@@ -945,8 +949,8 @@ impl<'a> FitAndCheck<'a> {
 /// most.
 fn fit_schedule(fit_rounds: usize, check_reps: usize) -> Vec<usize> {
     let slots = check_reps + 1;
-    (0..slots)
-        .map(|s| ((s + 1) * fit_rounds).div_ceil(slots) - (s * fit_rounds).div_ceil(slots))
+    (1..=slots)
+        .map(|s| share_end(s, slots, fit_rounds) - share_end(s - 1, slots, fit_rounds))
         .collect()
 }
 

@@ -206,9 +206,7 @@ impl ReportingWindow {
     /// `warm` is how long the warm-up took: for a pattern not run before,
     /// its runs are taken to need [`WARM_TO_RUNS`] times that.
     pub fn ready(&mut self, pattern: &str, warm: Duration) {
-        if self.watcher.is_none() {
-            self.watcher = Watcher::start();
-        }
+        self.watch();
         let Some(w) = &self.watcher else { return };
         self.counted = true;
         let need = (self.runs_wall.get(pattern).copied()).or(Some(warm.mul_f64(WARM_TO_RUNS)));
@@ -237,8 +235,18 @@ impl ReportingWindow {
         self.runs_wall.insert(pattern.to_string(), wall);
     }
 
+    /// Starts the watching thread if it is not running. Called before the
+    /// caller pins itself to the CPU it measures on, so that the thread
+    /// (which inherits the caller's affinity) does not poll there.
+    pub fn watch(&mut self) {
+        if self.watcher.is_none() {
+            self.watcher = Watcher::start();
+        }
+    }
+
     /// Stops the watching thread (while the micro-benchmarks run); the
-    /// next [`Self::ready`] starts it again, and waits for a pass then.
+    /// next [`Self::watch`] or [`Self::ready`] starts it again, and
+    /// [`Self::ready`] waits for a pass then.
     pub fn pause(&mut self) {
         self.watcher = None;
     }

@@ -692,16 +692,6 @@ pub const REPORTED_KIB: &str = "/sys/module/page_reporting/parameters/reported_k
 /// when a pass ends.
 pub const REPORTING_PASSES: &str = "/sys/module/page_reporting/parameters/passes";
 
-/// The reporting worker's pass count ([`REPORTING_PASSES`]), if this kernel
-/// has it.
-pub fn reporting_passes() -> Option<u64> {
-    std::fs::read_to_string(REPORTING_PASSES)
-        .ok()?
-        .trim()
-        .parse()
-        .ok()
-}
-
 /// The free page reporting counter ([`REPORTED_KIB`]), if this kernel has it.
 pub fn reported_kib() -> Option<u64> {
     std::fs::read_to_string(REPORTED_KIB)
