@@ -55,7 +55,7 @@ use crate::pgtable::{
     PAGE_PRESENT, PAGE_PROTNONE, PAGE_PSE, PAGE_RW, PAGE_SPECIAL, PMD_SIZE, PTRS_PER_TABLE,
 };
 use crate::types::{Pfn, Vaddr, HPAGE_PMD_ORDER, PAGE_SIZE};
-use crate::vma::{MmStruct, MmapLayout, VmFlags, Vma};
+use crate::vma::{MapFlags, MmStruct, MmapLayout, VmFlags, Vma};
 use crate::vmstat::VmEvent;
 
 /// Pages in a PMD-size THP.
@@ -151,6 +151,21 @@ pub struct MmConfig {
     /// `MAP_STACK` takes no large folio of any size. Before 6.7 the flag
     /// was a no-op.
     pub map_stack_nohugepage: bool,
+}
+
+impl MmConfig {
+    /// Models what `calc_vm_flag_bits()` makes of `mmap()`'s flags: before
+    /// 6.7 (`map_stack_nohugepage` off) `MAP_STACK` did nothing, so it is
+    /// dropped; from 6.7 it stays, and `MmStruct::mmap` makes the VMA
+    /// `VM_NOHUGEPAGE`. Every caller of `mmap` that takes a program's flags
+    /// passes them through here.
+    pub fn calc_vm_flag_bits(&self, flags: MapFlags) -> MapFlags {
+        if self.map_stack_nohugepage {
+            flags
+        } else {
+            MapFlags(flags.0 & !MapFlags::STACK.0)
+        }
+    }
 }
 
 impl Default for MmConfig {

@@ -272,9 +272,9 @@ impl MapFlags {
     /// `MAP_NORESERVE`: reserve nothing (for hugetlb: no pool pages).
     pub const NORESERVE: MapFlags = MapFlags(0x4000);
     /// `MAP_STACK`: the mapping is `VM_NOHUGEPAGE`, as `calc_vm_flag_bits()`
-    /// makes it since 6.7. A caller modelling an older kernel (where the
-    /// flag did nothing) leaves it out: see
-    /// [`crate::memory::MmConfig::map_stack_nohugepage`].
+    /// makes it since 6.7. Callers pass a program's flags through
+    /// [`crate::memory::MmConfig::calc_vm_flag_bits`], which drops it for an
+    /// older kernel (where the flag did nothing).
     pub const STACK: MapFlags = MapFlags(0x20000);
 
     /// Union.

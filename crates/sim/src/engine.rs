@@ -1634,6 +1634,7 @@ impl Engine {
         flags: MapFlags,
         advice: Option<Advice>,
     ) -> Result<u64, Errno> {
+        let flags = self.mmg.cfg.calc_vm_flag_bits(flags);
         self.mm_syscall(c, |s| {
             // arch_get_unmapped_area_topdown() looks the hint up; MAP_FIXED
             // over a mapping goes through do_munmap().

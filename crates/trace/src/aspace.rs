@@ -888,11 +888,12 @@ impl World {
                 self.note("MAP_POPULATE mappings (pre-faulted without page_fault_user)");
             }
             let mut how = mm::vma::MapFlags::FIXED;
-            if flags & MAP_STACK != 0 && self.g.cfg.map_stack_nohugepage {
-                // A thread stack (glibc's allocate_stack()): VM_NOHUGEPAGE.
+            if flags & MAP_STACK != 0 {
+                // A thread stack (glibc's allocate_stack()): VM_NOHUGEPAGE
+                // from 6.7.
                 how = how.or(mm::vma::MapFlags::STACK);
             }
-            self.map_anon_as(pid, start, end, prot, how);
+            self.map_anon_as(pid, start, end, prot, self.g.cfg.calc_vm_flag_bits(how));
         }
     }
 
