@@ -259,6 +259,20 @@ impl EventKind {
     pub fn code_of_name(name: &str) -> Option<u8> {
         (0..NR_EVENT_KINDS as u8).find(|&c| Self::name_of_code(c) == name)
     }
+
+    /// The page allocator's events and the per-CPU vmstat work (a
+    /// kworker's, which drains the PCP lists): the machine's, not one
+    /// process's.
+    pub fn is_allocator(&self) -> bool {
+        matches!(
+            self,
+            EventKind::PageAlloc { .. }
+                | EventKind::PageFree { .. }
+                | EventKind::PageAllocZoneLocked { .. }
+                | EventKind::PagePcpuDrain { .. }
+                | EventKind::VmstatWork {}
+        )
+    }
 }
 
 /// Where a trace came from.

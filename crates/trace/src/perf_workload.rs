@@ -79,23 +79,11 @@ impl Default for WorkloadTree {
     }
 }
 
-/// The page allocator's events and the per-CPU vmstat work (a kworker's,
-/// which drains the PCP lists): the machine's, kept for every process.
-fn is_allocator(kind: &EventKind) -> bool {
-    matches!(
-        kind,
-        EventKind::PageAlloc { .. }
-            | EventKind::PageFree { .. }
-            | EventKind::PageAllocZoneLocked { .. }
-            | EventKind::PagePcpuDrain { .. }
-            | EventKind::VmstatWork {}
-    )
-}
-
 impl WorkloadTree {
     /// Whether `ev` belongs in the trace; learns the tree as it goes.
     pub fn keeps(&mut self, ev: &Event) -> bool {
-        if is_allocator(&ev.kind) {
+        // The machine's allocator events are kept for every process.
+        if ev.kind.is_allocator() {
             return true;
         }
         if self.state == State::Searching {

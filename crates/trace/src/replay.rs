@@ -127,6 +127,9 @@ pub enum ReplayError {
     Trace { path: PathBuf, source: TraceError },
     /// The trace has no page allocator events.
     NoAllocatorEvents { path: PathBuf },
+    /// The snapshot was read at the command's exec, but the trace holds no
+    /// exec: all `skipped` allocator events came before the snapshot.
+    NoExecAfterSnapshot { path: PathBuf, skipped: u64 },
     /// The trace has no page faults, address-space system calls or process
     /// events (replay mode (b)).
     NoAspaceEvents { path: PathBuf },
@@ -143,6 +146,14 @@ impl fmt::Display for ReplayError {
                 "{}: the trace has no kmem:mm_page_alloc or kmem:mm_page_free events; replay mode (a) \
                  needs kmem:mm_page_alloc and kmem:mm_page_free (record with `mmlab record`, or \
                  `perf record -e kmem:mm_page_alloc -e kmem:mm_page_free ...` and `mmlab import`)",
+                path.display()
+            ),
+            ReplayError::NoExecAfterSnapshot { path, skipped } => write!(
+                f,
+                "{}: the trace header says its snapshot was read at the command's exec \
+                 (`mmlab import --snapshot-at-exec`, or `taken-at: exec` in the snapshot), but the \
+                 trace holds no exec event, so all {skipped} allocator events would come before the \
+                 snapshot; import it without --snapshot-at-exec",
                 path.display()
             ),
             ReplayError::NoAspaceEvents { path } => write!(
@@ -427,11 +438,7 @@ impl FirstPass {
                 self.before_snapshot = false;
                 false
             }
-            EventKind::PageAlloc { .. }
-            | EventKind::PageFree { .. }
-            | EventKind::PageAllocZoneLocked { .. }
-            | EventKind::PagePcpuDrain { .. }
-            | EventKind::VmstatWork {} => {
+            ref k if k.is_allocator() => {
                 self.rec.before_snapshot += 1;
                 true
             }
@@ -604,6 +611,12 @@ impl Prepared {
             pass.event(&ev.map_err(terr)?)?;
         }
         let mut rec = pass.rec;
+        if pass.before_snapshot && rec.before_snapshot > 0 {
+            return Err(ReplayError::NoExecAfterSnapshot {
+                path: path.to_path_buf(),
+                skipped: rec.before_snapshot,
+            });
+        }
         rec.never_freed += pass.live.len() as u64;
         if rec.allocs == 0 && rec.frees == 0 {
             return Err(ReplayError::NoAllocatorEvents {

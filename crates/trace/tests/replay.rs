@@ -608,4 +608,16 @@ fn a_snapshot_at_exec_starts_the_allocator_stream_at_the_exec() {
             "snapshot_at_exec {at_exec}"
         );
     }
+    // A snapshot said to be read at an exec the trace does not hold: a
+    // clear error, not "no allocator events".
+    let t = tmp("at-exec-none.mmtrace");
+    let mut h = header(1);
+    h.snapshot_at_exec = true;
+    write(&t, &h, &[alloc(1, 0, 5000, 0), free(2, 0, 5000, 0)]);
+    let e = Prepared::open(&t).err().expect("refused");
+    assert!(
+        matches!(e, ReplayError::NoExecAfterSnapshot { skipped: 2, .. }),
+        "{e}"
+    );
+    assert!(e.to_string().contains("no exec event"), "{e}");
 }
