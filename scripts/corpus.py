@@ -272,6 +272,7 @@ def measure(args):
     progs = [p for p in PROGRAMS if not args.programs or p[0] in args.programs.split(",")]
     configs = args.configs.split(",") if args.configs else list(CONFIGS)
     kernel = os.uname().release
+    staged = []
     try:
         for cfg in configs:
             with LiveKernel():
@@ -282,10 +283,14 @@ def measure(args):
                         sys.exit(f"{p[0]} {cfg}: --append to runs of kernel {old.get('kernel')}, "
                                  f"this is {kernel}")
                     runs = []
+                    # The kept traces replace the old ones only once the
+                    # runs they belong to are stored in live.json, so that
+                    # an interrupted measure leaves the two matching.
+                    staged.clear()
+                    stale = []
                     if cfg == "4k" and not old:
                         # A new measurement: the last one's other runs go.
-                        for _, stale in more_recordings(p[0], sfx):
-                            os.unlink(stale)
+                        stale = [s for _, s in more_recordings(p[0], sfx)]
                     for i in range(args.runs):
                         t = os.path.join(inputs, "run.mmtrace")
                         runs.append(run_once(p, inputs, python, t, args.no_aslr))
@@ -294,9 +299,9 @@ def measure(args):
                         # other 4k run is kept beside it (`predict` replays
                         # each and prints their mean and spread).
                         if cfg == "4k" and i == 0 and not (old and recording(p[0], sfx)):
-                            keep_recording(p[0], t, sfx)
+                            keep_recording(p[0], t, sfx, staged, stale)
                         elif cfg == "4k":
-                            keep_run(p[0], t, sfx, len(old["runs"]) + i if old else i)
+                            keep_run(p[0], t, sfx, len(old["runs"]) + i if old else i, staged)
                         os.unlink(t)
                     now = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%MZ")
                     entry = summarize((old["runs"] if old else []) + runs)
@@ -304,9 +309,11 @@ def measure(args):
                     entry["kernel"] = kernel
                     live["programs"].setdefault(p[0], {})[cfg] = entry
                     store(f"live{sfx}.json", live)
+                    commit_staged(staged, stale)
                     print(f"{cfg:6} {p[0]:8} faults {entry['faults']['mean']:.0f} "
                           f"[{entry['faults']['min']}..{entry['faults']['max']}]", flush=True)
     finally:
+        drop_staged(staged)
         shutil.rmtree(inputs, ignore_errors=True)
 
 
@@ -315,20 +322,48 @@ def measure(args):
 MAX_COMMITTED_BYTES = 512 << 10
 
 
-def keep_recording(name, trace, sfx):
-    shutil.copy(trace, os.path.join(DATA, "traces" + sfx, name + ".mmtrace"))
+def stage_copy(src, dst, staged):
+    """Copies `src` beside `dst` under an unpredictable name, to be moved
+    to `dst` whole by `commit_staged()`."""
+    d = os.path.dirname(dst)
+    os.makedirs(d, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=d, prefix="." + os.path.basename(dst))
+    staged.append((tmp, dst))
+    with os.fdopen(fd, "wb") as out, open(src, "rb") as inp:
+        shutil.copyfileobj(inp, out)
+
+
+def commit_staged(staged, stale):
+    """Removes the `stale` files, then moves each staged copy to its place."""
+    for path in stale:
+        if os.path.exists(path):
+            os.unlink(path)
+    for tmp, dst in staged:
+        os.replace(tmp, dst)
+    staged.clear()
+
+
+def drop_staged(staged):
+    """Removes staged copies that were never committed."""
+    for tmp, _ in staged:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+    staged.clear()
+
+
+def keep_recording(name, trace, sfx, staged, stale):
+    stage_copy(trace, os.path.join(DATA, "traces" + sfx, name + ".mmtrace"), staged)
     small = os.path.join(DATA, "recordings" + sfx, name + ".mmtrace")
     if os.path.getsize(trace) <= MAX_COMMITTED_BYTES:
-        os.makedirs(os.path.dirname(small), exist_ok=True)
-        shutil.copy(trace, small)
-    elif os.path.exists(small):
-        os.unlink(small)
+        stage_copy(trace, small, staged)
+    else:
+        stale.append(small)
 
 
-def keep_run(name, trace, sfx, i):
+def keep_run(name, trace, sfx, i, staged):
     """Keeps the 4k run `i` (counted from 0 over the stored runs) as
     traces{sfx}/NAME.run{i}.mmtrace (not in git)."""
-    shutil.copy(trace, os.path.join(DATA, "traces" + sfx, f"{name}.run{i}.mmtrace"))
+    stage_copy(trace, os.path.join(DATA, "traces" + sfx, f"{name}.run{i}.mmtrace"), staged)
 
 
 def more_recordings(name, sfx):
