@@ -31,9 +31,10 @@ import sys
 
 
 def fault_gaps(data):
-    """{comm: [[on-CPU microseconds between consecutive faults] per pid]}."""
+    """{comm: [[on-CPU microseconds between consecutive faults] per thread]}
+    (each thread has its own on-CPU clock: `pid` below is perf's tid)."""
     out = subprocess.run(
-        ["perf", "script", "-i", data, "--show-switch-events", "-F", "comm,pid,time,event"],
+        ["perf", "script", "-i", data, "--show-switch-events", "-F", "comm,tid,time,event"],
         capture_output=True, text=True, check=True).stdout
     since = {}                            # pid -> switch-in time, None when off CPU
     ran = collections.defaultdict(float)  # pid -> on-CPU seconds before `since`
@@ -98,6 +99,8 @@ def expected_excess(per_pid, a, curve, m=1):
             if user * a.l2_kb_per_us >= a.l2_kb:
                 ns, past_l2 = max(ns, a.l2_penalty_ns), past_l2 + 1
             total, n = total + ns, n + 1
+    if n == 0:
+        return None
     return total / n, past_l2 / n
 
 
@@ -116,6 +119,8 @@ def main():
     a = ap.parse_args()
     try:
         curve = [tuple(map(float, p.split(":"))) for p in a.code_curve.split(",")]
+        if any(len(p) != 2 for p in curve):
+            raise ValueError
     except ValueError:
         sys.exit(f"--code-curve: expected KiB:ns pairs separated by commas, got {a.code_curve!r}")
     if len(curve) < 2 or any(x1 <= x0 for (x0, _), (x1, _) in zip(curve, curve[1:])):
@@ -128,7 +133,11 @@ def main():
     if not any(gaps.get(a.comm, [])):
         sys.exit(f"{a.data}: no two faults of a process named {a.comm!r}")
     for m in range(1, max(1, a.per_pages) + 1):
-        ns, past = expected_excess(gaps[a.comm], a, curve, m)
+        excess = expected_excess(gaps[a.comm], a, curve, m)
+        if excess is None:
+            print(f"{a.comm}: no run of {m} faults in a row")
+            continue
+        ns, past = excess
         print(f"{a.comm}: a fault {m} fault(s) after the last: expected excess over a "
               f"back-to-back fault {ns:.0f} ns ({100 * past:.2f} % after a whole L2 of its lines)")
 
